@@ -1,0 +1,219 @@
+//! The config file as written: serde structs with `deny_unknown_fields`.
+//!
+//! This file is the config reference: every field has its doc and its default.
+//! Validation into typed values happens in `config/mod.rs`.
+
+use super::duration::Dur;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    #[serde(default)]
+    pub server: RawServer,
+    #[serde(default)]
+    pub storage: RawStorage,
+    #[serde(default)]
+    pub dedup: RawDedup,
+    #[serde(default)]
+    pub delivery: RawDelivery,
+    /// One entry per provider endpoint, served at `POST /webhooks/<name>`.
+    #[serde(default)]
+    pub sources: BTreeMap<String, RawSource>,
+    /// Internal HTTP endpoints that receive forwarded events.
+    #[serde(default)]
+    pub targets: BTreeMap<String, RawTarget>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    /// Address to listen on. Default `127.0.0.1:8080` (the Docker image sets `0.0.0.0:8080`).
+    pub listen: String,
+    /// Largest accepted request body; larger requests get 413. Default 1 MiB.
+    pub max_body_bytes: u64,
+    /// Bearer token for `/stats` and `/admin/*` (secret: `env:`, `file:` or literal).
+    /// Unset: those endpoints answer 401 to everyone.
+    pub admin_token: Option<String>,
+    /// `human` (default) or `json` log lines.
+    pub log_format: LogFormat,
+    /// Default log filter when `RUST_LOG` is unset. Default `info`.
+    pub log_level: String,
+    /// Extra provider definitions (`*.toml`), loaded after the built-in ones;
+    /// a file with a built-in name replaces it. Relative to the config file.
+    pub providers_dir: Option<PathBuf>,
+    /// Whole-request deadline for `POST /webhooks/*`. Default 30s.
+    pub request_timeout: Dur,
+    /// On SIGTERM: how long in-flight requests and deliveries may take to finish. Default 30s.
+    pub shutdown_grace: Dur,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            max_body_bytes: 1024 * 1024,
+            admin_token: None,
+            log_format: LogFormat::Human,
+            log_level: "info".into(),
+            providers_dir: None,
+            request_timeout: Dur(Duration::from_secs(30)),
+            shutdown_grace: Dur(Duration::from_secs(30)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawStorage {
+    /// `postgres://…` or `sqlite://…`. Unset (or `env:X` with X unset, or
+    /// `DATABASE_URL` unset) → `sqlite://hookgate.db` in the working directory.
+    pub database_url: Option<String>,
+    /// `redis://…` / `rediss://…`. Unset → in-process cache (single replica only).
+    pub redis_url: Option<String>,
+    /// Apply migrations when `serve` starts. Default true.
+    pub migrate: bool,
+    /// Namespace of every Redis key (`<prefix>:v1:<source>:<event id>`). Default `hookgate`.
+    pub key_prefix: String,
+    /// Largest number of ids the in-process cache holds. Default 1,000,000.
+    pub cache_capacity: u64,
+    /// Deadline of one Redis command before dedup falls back to the ledger. Default 250ms.
+    pub redis_timeout: Dur,
+    /// Database connections in the pool. Default 10 (SQLite: 4).
+    pub max_connections: Option<u32>,
+}
+
+impl Default for RawStorage {
+    fn default() -> Self {
+        Self {
+            database_url: None,
+            redis_url: None,
+            migrate: true,
+            key_prefix: "hookgate".into(),
+            cache_capacity: 1_000_000,
+            redis_timeout: Dur(Duration::from_millis(250)),
+            max_connections: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDedup {
+    /// How long a pending claim lives if its owner dies before committing. Default 30s.
+    pub claim_ttl: Dur,
+    /// How long the cache remembers a finished id (capped at the source's
+    /// `dedup_window`). Default 24h.
+    pub cache_ttl: Dur,
+    /// How long a copy waits for the in-flight original before answering 409. Default 2s.
+    pub inflight_wait: Dur,
+    /// How often expired ledger rows are purged. Default 1h.
+    pub purge_interval: Dur,
+    /// How often per-instance counters are added to the ledger's stats table. Default 1s.
+    pub stats_flush_interval: Dur,
+}
+
+impl Default for RawDedup {
+    fn default() -> Self {
+        Self {
+            claim_ttl: Dur(Duration::from_secs(30)),
+            cache_ttl: Dur(Duration::from_secs(86_400)),
+            inflight_wait: Dur(Duration::from_secs(2)),
+            purge_interval: Dur(Duration::from_secs(3600)),
+            stats_flush_interval: Dur(Duration::from_secs(1)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawDelivery {
+    /// Run delivery workers in this process. Default true.
+    pub enabled: bool,
+    /// Most deliveries in flight at once in this process, all targets together. Default 64.
+    pub max_in_flight: usize,
+    /// Fallback poll interval (a local commit or NOTIFY wakes workers at once). Default 1s.
+    pub poll_interval: Dur,
+    /// First retry delay before jitter; doubles per attempt. Default 1s.
+    pub backoff_base: Dur,
+    /// Largest retry delay (also caps a target's Retry-After). Default 1h.
+    pub backoff_max: Dur,
+    /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
+    pub lease: Dur,
+}
+
+impl Default for RawDelivery {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_in_flight: 64,
+            poll_interval: Dur(Duration::from_secs(1)),
+            backoff_base: Dur(Duration::from_secs(1)),
+            backoff_max: Dur(Duration::from_secs(3600)),
+            lease: Dur(Duration::from_secs(120)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSource {
+    /// Name of a provider definition (built in, or from `server.providers_dir`).
+    pub provider: String,
+    /// Verification secrets; several = rotation, any may match.
+    #[serde(default)]
+    pub secrets: Vec<String>,
+    /// Timestamp window for timestamped schemes. Default: the provider's (usually 5m).
+    pub tolerance: Option<Dur>,
+    /// How long an event id counts as seen. Default 7d.
+    #[serde(default = "default_window")]
+    pub dedup_window: Dur,
+    /// Names of `[targets.*]` that receive this source's events.
+    #[serde(default)]
+    pub targets: Vec<String>,
+    /// The URL the provider was given, for schemes that sign the URL.
+    pub public_url: Option<String>,
+}
+
+fn default_window() -> Dur {
+    Dur(Duration::from_secs(7 * 86_400))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTarget {
+    /// `http://` or `https://` URL events are POSTed to.
+    pub url: String,
+    /// Deadline of one delivery attempt. Default 10s.
+    #[serde(default = "default_target_timeout")]
+    pub timeout: Dur,
+    /// Attempts before a delivery is dead. Default 12.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// Optional secret (Standard Webhooks `whsec_<base64>` or raw) to sign forwards.
+    pub signing_secret: Option<String>,
+    /// Most deliveries in flight to this target at once. Default 8.
+    #[serde(default = "default_target_concurrency")]
+    pub concurrency: usize,
+}
+
+fn default_target_timeout() -> Dur {
+    Dur(Duration::from_secs(10))
+}
+fn default_max_attempts() -> u32 {
+    12
+}
+fn default_target_concurrency() -> usize {
+    8
+}

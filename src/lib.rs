@@ -1,0 +1,17 @@
+//! hookgate: a webhook receiver gateway.
+//!
+//! # Layout, in request order
+//! - [`config`]: TOML + environment → validated [`config::Config`]; secrets redacted.
+//! - [`ingest`]: `POST /webhooks/{source}`; orchestrates the steps below.
+//! - [`verify`]: provider definitions (data, `providers/*.toml`) and signature
+//!   schemes; builds the only type dedup accepts, [`verify::Verified`].
+//! - [`dedup`]: the claim state machine over a fast [`dedup::cache::ClaimCache`]
+//!   (Redis or in-process) and the durable ledger.
+//! - [`store`]: the [`store::Ledger`] (PostgreSQL or SQLite): events, delivery
+//!   rows and counters, written with group commit.
+//! - [`deliver`]: outbox workers that forward events to targets.
+//! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
+//! - [`app`], [`http`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
+
+pub mod config;
+pub mod verify;

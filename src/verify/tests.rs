@@ -1,0 +1,238 @@
+//! Unit tests: public test vectors (source cited on each) and header parsing.
+
+use super::provider::Registry;
+use super::scheme::SigningKey;
+use super::sign::{SignRequest, sign};
+use super::*;
+use crate::config::secret::Secret;
+use http::{HeaderName, HeaderValue};
+use std::time::Duration;
+
+fn source(provider: &str, secrets: &[&str]) -> Arc<Source> {
+    let p = Registry::builtin().get(provider).unwrap();
+    let keys = secrets
+        .iter()
+        .map(|s| p.signing_key(&Secret::new(*s)).unwrap())
+        .collect();
+    Arc::new(Source {
+        name: "test".into(),
+        tolerance: p.default_tolerance(),
+        provider: p,
+        keys,
+        dedup_window: Duration::from_secs(60),
+        targets: vec![],
+        public_url: None,
+    })
+}
+
+fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(
+            HeaderName::from_bytes(k.as_bytes()).unwrap(),
+            HeaderValue::from_str(v).unwrap(),
+        );
+    }
+    h
+}
+
+fn check(src: &Arc<Source>, h: &[(&str, &str)], body: &str, now: i64) -> Result<Verified, VerifyError> {
+    verify(src, &headers(h), Bytes::from(body.to_owned()), now)
+}
+
+// Stripe derived vector (PROVIDERS.md, appendix A7): stripe-python
+// tests/test_webhook.py constants (DUMMY_WEBHOOK_PAYLOAD, secret
+// whsec_test_secret, t=12345); the test `test_timestamp_off_but_no_tolerance`
+// verifies exactly this header.
+const STRIPE_A7: &str = "{\n  \"id\": \"evt_test_webhook\",\n  \"object\": \"event\",\n  \"data\": { \"object\": { \"id\": \"rdr_123\", \"object\": \"terminal.reader\" } }\n}";
+const STRIPE_A7_SIG: &str =
+    "t=12345,v1=07b1ede164afb7b5de91267ffa656f568c65d6e0783ce0ac55ee094643578eda";
+
+#[test]
+fn stripe_sdk_vector_verifies_and_yields_event_id() {
+    assert_eq!(STRIPE_A7.len(), 125);
+    let src = source("stripe", &["whsec_test_secret"]);
+    let v = check(&src, &[("stripe-signature", STRIPE_A7_SIG)], STRIPE_A7, 12345).unwrap();
+    assert_eq!(v.event_id().as_str(), "evt_test_webhook");
+}
+
+#[test]
+fn stripe_accepts_any_v1_and_ignores_v0_and_unknown_schemes() {
+    let src = source("stripe", &["whsec_test_secret"]);
+    let sig = format!(
+        "t=12345,v0=deadbeef,v1={},v1=07b1ede164afb7b5de91267ffa656f568c65d6e0783ce0ac55ee094643578eda,v9=zz",
+        "0".repeat(64)
+    );
+    assert!(check(&src, &[("stripe-signature", &sig)], STRIPE_A7, 12345).is_ok());
+}
+
+#[test]
+fn stripe_rejects_stale_and_future_timestamps() {
+    let src = source("stripe", &["whsec_test_secret"]);
+    let h = [("stripe-signature", STRIPE_A7_SIG)];
+    assert_eq!(
+        check(&src, &h, STRIPE_A7, 12345 + 301).unwrap_err(),
+        VerifyError::TimestampOutOfTolerance
+    );
+    assert_eq!(
+        check(&src, &h, STRIPE_A7, 12345 - 301).unwrap_err(),
+        VerifyError::TimestampOutOfTolerance
+    );
+    assert!(check(&src, &h, STRIPE_A7, 12345 + 300).is_ok());
+}
+
+#[test]
+fn stripe_header_parsing_errors_are_malformed() {
+    let src = source("stripe", &["whsec_test_secret"]);
+    for bad in ["garbage", "t=1", "t=1,v1=nothex", "t=1,v1=abcd"] {
+        let e = check(&src, &[("stripe-signature", bad)], STRIPE_A7, 1).unwrap_err();
+        assert!(matches!(e, VerifyError::MalformedSignature(_)), "{bad}: {e:?}");
+    }
+    let e = check(&src, &[], STRIPE_A7, 1).unwrap_err();
+    assert_eq!(e, VerifyError::MissingSignature);
+}
+
+// GitHub V1: docs.github.com "Validating webhook deliveries" example.
+#[test]
+fn github_docs_vector() {
+    let src = source("github", &["It's a Secret to Everybody"]);
+    let h = [
+        (
+            "x-hub-signature-256",
+            "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17",
+        ),
+        ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
+    ];
+    let v = check(&src, &h, "Hello, World!", 0).unwrap();
+    assert_eq!(v.event_id().as_str(), "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+}
+
+// GitHub V2: octokit/webhooks-methods.js test/sign.test.ts.
+#[test]
+fn github_octokit_vector_and_rotation() {
+    let src = source("github", &["old-secret", "mysecret"]);
+    let h = [
+        (
+            "x-hub-signature-256",
+            "sha256=4864d2759938a15468b5df9ade20bf161da9b4f737ea61794142f3484236bda3",
+        ),
+        ("x-github-delivery", "d1"),
+    ];
+    assert!(check(&src, &h, r#"{"foo":"bar"}"#, 0).is_ok());
+    let only_old = source("github", &["old-secret"]);
+    assert_eq!(
+        check(&only_old, &h, r#"{"foo":"bar"}"#, 0).unwrap_err(),
+        VerifyError::InvalidSignature
+    );
+    let no_prefix = [("x-hub-signature-256", "4864"), ("x-github-delivery", "d1")];
+    assert!(matches!(
+        check(&src, &no_prefix, "{}", 0).unwrap_err(),
+        VerifyError::MalformedSignature(_)
+    ));
+}
+
+// Standard Webhooks V3: standard-webhooks libraries/python/tests/test_webhooks.py::test_sign_function.
+#[test]
+fn standard_webhooks_spec_vector_with_both_header_families() {
+    let src = source("standard-webhooks", &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+    let body = r#"{"test": 2432232314}"#;
+    let sig = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
+    for family in ["webhook", "svix"] {
+        let h = [
+            (format!("{family}-id"), "msg_p5jXN8AQM9LWM0D4loKWxJek"),
+            (format!("{family}-timestamp"), "1614265330"),
+            (format!("{family}-signature"), sig),
+        ];
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+        let v = check(&src, &h, body, 1614265330).unwrap();
+        assert_eq!(v.event_id().as_str(), "msg_p5jXN8AQM9LWM0D4loKWxJek");
+    }
+    // Several signatures in one header (rotation), unknown versions ignored.
+    let multi = format!("v1a,AAAA v1,{} {sig}", "A".repeat(44));
+    let h = [
+        ("webhook-id", "msg_p5jXN8AQM9LWM0D4loKWxJek"),
+        ("webhook-timestamp", "1614265330"),
+        ("webhook-signature", multi.as_str()),
+    ];
+    assert!(check(&src, &h, body, 1614265330).is_ok());
+}
+
+#[test]
+fn shopify_signature_built_in_test_and_event_id_fallback() {
+    let src = source("shopify", &["shpss_secret"]);
+    let mac = src.provider.signature.algorithm.mac(b"shpss_secret", &[b"{}"]);
+    let b64 = src.provider.signature.encoding.encode(&mac);
+    let h = [
+        ("x-shopify-hmac-sha256", b64.as_str()),
+        ("x-shopify-webhook-id", "wh-1"),
+    ];
+    assert_eq!(check(&src, &h, "{}", 0).unwrap().event_id().as_str(), "wh-1");
+    let h2 = [
+        ("x-shopify-hmac-sha256", b64.as_str()),
+        ("x-shopify-webhook-id", "wh-1"),
+        ("x-shopify-event-id", "ev-9"),
+    ];
+    assert_eq!(check(&src, &h2, "{}", 0).unwrap().event_id().as_str(), "ev-9");
+    assert_eq!(
+        check(&src, &h[..1], "{}", 0).unwrap_err(),
+        VerifyError::MissingEventId
+    );
+}
+
+#[test]
+fn sign_round_trips_for_every_builtin_provider() {
+    for name in Registry::builtin().names() {
+        let src = source(name, &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+        let body = br#"{"id":"evt_1"}"#;
+        let req = SignRequest {
+            body,
+            timestamp: 1_700_000_000,
+            event_id: Some("evt_1".into()),
+            url: None,
+        };
+        let h = sign(&src.provider, &src.keys[0], &req).unwrap();
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let v = check(&src, &h, r#"{"id":"evt_1"}"#, 1_700_000_000)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        assert_eq!(v.event_id().as_str(), "evt_1", "{name}");
+        let tampered = check(&src, &h, r#"{"id":"evt_2"}"#, 1_700_000_000);
+        assert_eq!(tampered.unwrap_err(), VerifyError::InvalidSignature, "{name}");
+    }
+}
+
+#[test]
+fn event_ids_are_bounded_and_printable() {
+    assert!(EventId::parse(&"a".repeat(256)).is_ok());
+    assert!(matches!(
+        EventId::parse(&"a".repeat(257)),
+        Err(VerifyError::InvalidEventId(_))
+    ));
+    assert!(matches!(
+        EventId::parse("evt\n1"),
+        Err(VerifyError::InvalidEventId(_))
+    ));
+    assert_eq!(EventId::parse(""), Err(VerifyError::MissingEventId));
+}
+
+#[test]
+fn json_event_id_errors_are_clear() {
+    let src = source("stripe", &["k"]);
+    let key = SigningKey::from_bytes(b"k".to_vec());
+    for (body, want) in [
+        ("[1,2]", "JSON body is not an object"),
+        ("not json", "body is not valid JSON"),
+        ("{\"x\":1}", "missing event id"),
+    ] {
+        let req = SignRequest {
+            body: body.as_bytes(),
+            timestamp: 10,
+            event_id: None,
+            url: None,
+        };
+        let h = sign(&src.provider, &key, &req).unwrap();
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let e = check(&src, &h, body, 10).unwrap_err();
+        assert_eq!(e.to_string(), want);
+        assert_eq!(e.status(), 400);
+    }
+}
