@@ -13,5 +13,15 @@
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`app`], [`http`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
+pub mod admin;
+pub mod app;
+pub mod cli;
 pub mod config;
+pub mod dedup;
+pub mod deliver;
+pub mod http;
+pub mod ingest;
+pub mod shutdown;
+pub mod store;
+pub mod telemetry;
 pub mod verify;

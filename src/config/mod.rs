@@ -236,7 +236,10 @@ impl Config {
         let listen = raw.server.listen.parse().unwrap_or_else(|_| {
             v.problem(
                 "server.listen",
-                format!("`{}` is not an address like 127.0.0.1:8080", raw.server.listen),
+                format!(
+                    "`{}` is not an address like 127.0.0.1:8080",
+                    raw.server.listen
+                ),
             );
             SocketAddr::from(([127, 0, 0, 1], 8080))
         });
@@ -292,7 +295,10 @@ impl Config {
             },
         };
         if !valid_name(&raw.storage.key_prefix) {
-            v.problem("storage.key_prefix", "use letters, digits, `-` and `_`".into());
+            v.problem(
+                "storage.key_prefix",
+                "use letters, digits, `-` and `_`".into(),
+            );
         }
         let storage = Storage {
             database: database.unwrap_or(Database::Sqlite("sqlite://hookgate.db".into())),
@@ -329,7 +335,10 @@ impl Config {
                 v.problem(&key, "target names use letters, digits, `-` and `_`".into());
             }
             if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
-                v.problem(&format!("{key}.url"), "must be an http:// or https:// URL".into());
+                v.problem(
+                    &format!("{key}.url"),
+                    "must be an http:// or https:// URL".into(),
+                );
             }
             if t.max_attempts == 0 {
                 v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
@@ -369,7 +378,10 @@ impl Config {
                 continue;
             };
             if s.secrets.is_empty() && provider.needs_secret() {
-                v.problem(&format!("{key}.secrets"), "at least one secret is required".into());
+                v.problem(
+                    &format!("{key}.secrets"),
+                    "at least one secret is required".into(),
+                );
             }
             let mut keys = Vec::new();
             for (i, r) in s.secrets.iter().enumerate() {

@@ -20,7 +20,9 @@ signing_secret = "whsec_aGVsbG8="
 "#;
 
 fn problems(text: &str) -> Vec<(String, String)> {
-    Config::from_toml_str(text, Path::new(".")).unwrap_err().problems
+    Config::from_toml_str(text, Path::new("."))
+        .unwrap_err()
+        .problems
 }
 
 #[test]
@@ -72,7 +74,9 @@ fn missing_env_and_file_secrets_are_errors_without_values() {
 
 #[test]
 fn unknown_database_scheme_is_rejected() {
-    let p = problems(&format!("{GOOD}\n[storage]\ndatabase_url = \"mysql://x\"\n"));
+    let p = problems(&format!(
+        "{GOOD}\n[storage]\ndatabase_url = \"mysql://x\"\n"
+    ));
     assert_eq!(p[0].0, "storage.database_url");
     assert!(p[0].1.contains("mysql"));
 }
@@ -103,9 +107,16 @@ fn file_and_environment_layers_with_errors_naming_the_file() {
         let c = Config::load(Some(Path::new("hookgate.toml"))).unwrap();
         assert_eq!(c.server.max_body_bytes, 2048);
 
-        jail.create_file("bad.toml", &GOOD.replace("[server]", "[server]\nlisten2 = 1"))?;
+        jail.create_file(
+            "bad.toml",
+            &GOOD.replace("[server]", "[server]\nlisten2 = 1"),
+        )?;
         let e = Config::load(Some(Path::new("bad.toml"))).unwrap_err();
-        assert!(e.to_string().starts_with("bad.toml: `server.listen2`: unknown key"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("bad.toml: `server.listen2`: unknown key"),
+            "{e}"
+        );
         Ok(())
     });
 }

@@ -59,10 +59,14 @@ impl EventId {
             return Err(VerifyError::MissingEventId);
         }
         if text.len() > MAX_EVENT_ID {
-            return Err(VerifyError::InvalidEventId("event id longer than 256 bytes"));
+            return Err(VerifyError::InvalidEventId(
+                "event id longer than 256 bytes",
+            ));
         }
         if text.chars().any(char::is_control) {
-            return Err(VerifyError::InvalidEventId("event id has control characters"));
+            return Err(VerifyError::InvalidEventId(
+                "event id has control characters",
+            ));
         }
         Ok(Self(text.to_owned()))
     }
@@ -176,7 +180,10 @@ pub fn verify(
     }
 
     if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp) {
-        let ts: i64 = ts.trim().parse().map_err(|_| VerifyError::MalformedTimestamp)?;
+        let ts: i64 = ts
+            .trim()
+            .parse()
+            .map_err(|_| VerifyError::MalformedTimestamp)?;
         let tolerance = source.tolerance.as_secs() as i64;
         let too_old = ts < now - tolerance;
         let too_new = spec.reject_future && ts > now + tolerance;
@@ -265,9 +272,9 @@ fn parse_candidates(
         HeaderFormat::Tagged => {
             for v in values {
                 for item in v.split(sig.separator.as_str()).filter(|s| !s.is_empty()) {
-                    let (tag, s) = item
-                        .split_once(',')
-                        .ok_or(VerifyError::MalformedSignature("expected tag,signature items"))?;
+                    let (tag, s) = item.split_once(',').ok_or(VerifyError::MalformedSignature(
+                        "expected tag,signature items",
+                    ))?;
                     if sig.keys.iter().any(|k| k == tag) {
                         texts.push(s);
                     }
@@ -276,7 +283,9 @@ fn parse_candidates(
         }
     }
     if texts.is_empty() {
-        return Err(VerifyError::MalformedSignature("no signature of a known version"));
+        return Err(VerifyError::MalformedSignature(
+            "no signature of a known version",
+        ));
     }
     if texts.len() > MAX_CANDIDATES {
         return Err(VerifyError::MalformedSignature("too many signatures"));
@@ -288,7 +297,9 @@ fn parse_candidates(
         .filter(|d| d.len() == want)
         .collect();
     if decoded.is_empty() {
-        return Err(VerifyError::MalformedSignature("signature is not valid encoding"));
+        return Err(VerifyError::MalformedSignature(
+            "signature is not valid encoding",
+        ));
     }
     Ok(decoded)
 }

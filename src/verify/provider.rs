@@ -315,7 +315,8 @@ impl Provider {
         if content.contains(&Segment::Timestamp) && timestamp.is_none() {
             return Err("signed_content uses {timestamp} but [timestamp] is missing".into());
         }
-        let event_id = Lookup::parse(&f.event_id.from).map_err(|e| format!("event_id.from: {e}"))?;
+        let event_id =
+            Lookup::parse(&f.event_id.from).map_err(|e| format!("event_id.from: {e}"))?;
         if !(100..=599).contains(&f.response.status) {
             return Err("response.status must be an HTTP status".into());
         }

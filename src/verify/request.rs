@@ -113,6 +113,8 @@ pub fn forwardable(headers: &HeaderMap) -> Vec<(String, String)> {
             let n = name.as_str();
             !HOP_BY_HOP.contains(&n) && !n.starts_with("hookgate-")
         })
-        .filter_map(|(name, value)| Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned())))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
+        })
         .collect()
 }

@@ -129,7 +129,10 @@ impl SigningKey {
     /// value is used as raw bytes (so a plain password works too).
     pub fn standard_webhooks(secret: &Secret) -> Self {
         let text = secret.expose();
-        match text.strip_prefix("whsec_").map(|b| BASE64_LENIENT.decode(b)) {
+        match text
+            .strip_prefix("whsec_")
+            .map(|b| BASE64_LENIENT.decode(b))
+        {
             Some(Ok(bytes)) if !bytes.is_empty() => Self(bytes),
             _ => Self(text.as_bytes().to_vec()),
         }

@@ -36,7 +36,12 @@ fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     h
 }
 
-fn check(src: &Arc<Source>, h: &[(&str, &str)], body: &str, now: i64) -> Result<Verified, VerifyError> {
+fn check(
+    src: &Arc<Source>,
+    h: &[(&str, &str)],
+    body: &str,
+    now: i64,
+) -> Result<Verified, VerifyError> {
     verify(src, &headers(h), Bytes::from(body.to_owned()), now)
 }
 
@@ -52,7 +57,13 @@ const STRIPE_A7_SIG: &str =
 fn stripe_sdk_vector_verifies_and_yields_event_id() {
     assert_eq!(STRIPE_A7.len(), 125);
     let src = source("stripe", &["whsec_test_secret"]);
-    let v = check(&src, &[("stripe-signature", STRIPE_A7_SIG)], STRIPE_A7, 12345).unwrap();
+    let v = check(
+        &src,
+        &[("stripe-signature", STRIPE_A7_SIG)],
+        STRIPE_A7,
+        12345,
+    )
+    .unwrap();
     assert_eq!(v.event_id().as_str(), "evt_test_webhook");
 }
 
@@ -86,7 +97,10 @@ fn stripe_header_parsing_errors_are_malformed() {
     let src = source("stripe", &["whsec_test_secret"]);
     for bad in ["garbage", "t=1", "t=1,v1=nothex", "t=1,v1=abcd"] {
         let e = check(&src, &[("stripe-signature", bad)], STRIPE_A7, 1).unwrap_err();
-        assert!(matches!(e, VerifyError::MalformedSignature(_)), "{bad}: {e:?}");
+        assert!(
+            matches!(e, VerifyError::MalformedSignature(_)),
+            "{bad}: {e:?}"
+        );
     }
     let e = check(&src, &[], STRIPE_A7, 1).unwrap_err();
     assert_eq!(e, VerifyError::MissingSignature);
@@ -104,7 +118,10 @@ fn github_docs_vector() {
         ("x-github-delivery", "72d3162e-cc78-11e3-81ab-4c9367dc0958"),
     ];
     let v = check(&src, &h, "Hello, World!", 0).unwrap();
-    assert_eq!(v.event_id().as_str(), "72d3162e-cc78-11e3-81ab-4c9367dc0958");
+    assert_eq!(
+        v.event_id().as_str(),
+        "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+    );
 }
 
 // GitHub V2: octokit/webhooks-methods.js test/sign.test.ts.
@@ -134,7 +151,10 @@ fn github_octokit_vector_and_rotation() {
 // Standard Webhooks V3: standard-webhooks libraries/python/tests/test_webhooks.py::test_sign_function.
 #[test]
 fn standard_webhooks_spec_vector_with_both_header_families() {
-    let src = source("standard-webhooks", &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"]);
+    let src = source(
+        "standard-webhooks",
+        &["whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"],
+    );
     let body = r#"{"test": 2432232314}"#;
     let sig = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=";
     for family in ["webhook", "svix"] {
@@ -160,19 +180,29 @@ fn standard_webhooks_spec_vector_with_both_header_families() {
 #[test]
 fn shopify_signature_built_in_test_and_event_id_fallback() {
     let src = source("shopify", &["shpss_secret"]);
-    let mac = src.provider.signature.algorithm.mac(b"shpss_secret", &[b"{}"]);
+    let mac = src
+        .provider
+        .signature
+        .algorithm
+        .mac(b"shpss_secret", &[b"{}"]);
     let b64 = src.provider.signature.encoding.encode(&mac);
     let h = [
         ("x-shopify-hmac-sha256", b64.as_str()),
         ("x-shopify-webhook-id", "wh-1"),
     ];
-    assert_eq!(check(&src, &h, "{}", 0).unwrap().event_id().as_str(), "wh-1");
+    assert_eq!(
+        check(&src, &h, "{}", 0).unwrap().event_id().as_str(),
+        "wh-1"
+    );
     let h2 = [
         ("x-shopify-hmac-sha256", b64.as_str()),
         ("x-shopify-webhook-id", "wh-1"),
         ("x-shopify-event-id", "ev-9"),
     ];
-    assert_eq!(check(&src, &h2, "{}", 0).unwrap().event_id().as_str(), "ev-9");
+    assert_eq!(
+        check(&src, &h2, "{}", 0).unwrap().event_id().as_str(),
+        "ev-9"
+    );
     assert_eq!(
         check(&src, &h[..1], "{}", 0).unwrap_err(),
         VerifyError::MissingEventId
@@ -196,7 +226,11 @@ fn sign_round_trips_for_every_builtin_provider() {
             .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         assert_eq!(v.event_id().as_str(), "evt_1", "{name}");
         let tampered = check(&src, &h, r#"{"id":"evt_2"}"#, 1_700_000_000);
-        assert_eq!(tampered.unwrap_err(), VerifyError::InvalidSignature, "{name}");
+        assert_eq!(
+            tampered.unwrap_err(),
+            VerifyError::InvalidSignature,
+            "{name}"
+        );
     }
 }
 

@@ -1,0 +1,49 @@
+//! Admin endpoints: stats, metrics, health, replay. Everything that reveals
+//! or changes state sits behind the bearer `admin_token`.
+
+pub mod health;
+pub mod metrics;
+pub mod replay;
+pub mod stats;
+
+use crate::app::AppState;
+use crate::http::ApiError;
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+
+/// Constant-time check of `Authorization: Bearer <admin_token>`. With no
+/// token configured, nobody is authorized.
+pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let expected = state
+        .config
+        .server
+        .admin_token
+        .as_ref()
+        .ok_or(ApiError::Unauthorized)?;
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(ApiError::Unauthorized)?;
+    if crate::verify::scheme::mac_eq(expected.expose().as_bytes(), given.trim().as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// `GET /stats`.
+pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize(&state, &headers) {
+        return e.into_response();
+    }
+    match stats::snapshot(&state.config, &state.counters, state.ledger.as_ref()).await {
+        Ok(doc) => Json(doc).into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "stats unavailable");
+            ApiError::Unavailable.into_response()
+        }
+    }
+}

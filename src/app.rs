@@ -1,0 +1,174 @@
+//! Wiring: `App::build(config)` connects the backends and starts background
+//! work; `run_until_stopped(listener, stop)` serves until `stop` and then
+//! shuts down in order (HTTP drains, deliveries finish or release their
+//! leases, counters flush).
+
+use crate::admin::stats::{self, Counters};
+use crate::config::{Config, Database};
+use crate::dedup::cache::ClaimCache;
+use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
+use crate::deliver::{self, Wake};
+use crate::store::{self, Ledger, batch::GroupCommit};
+use crate::{http, telemetry};
+use anyhow::Context;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::ops::Deref;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// Largest group-commit batch.
+const MAX_BATCH: usize = 128;
+
+/// Handles shared by every request; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub ledger: Arc<dyn Ledger>,
+    pub dedup: Arc<Dedup>,
+    pub counters: Arc<Counters>,
+    pub wake: Wake,
+    pub metrics: PrometheusHandle,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+pub struct App {
+    state: AppState,
+    /// Cancelled after the HTTP server drained: stops workers and loops.
+    stop: CancellationToken,
+    background: JoinSet<()>,
+    delivery: JoinSet<()>,
+}
+
+impl App {
+    pub async fn build(config: Config) -> anyhow::Result<Self> {
+        let config = Arc::new(config);
+        let ledger = store::connect(&config.storage.database, config.storage.max_connections)
+            .await
+            .with_context(|| format!("opening ledger {}", config.storage.database.display()))?;
+        if config.storage.migrate {
+            ledger
+                .migrate()
+                .await
+                .with_context(|| format!("migrating {}", config.storage.database.display()))?;
+        }
+        let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
+            Some(url) => Arc::new(
+                RedisCache::connect(url, config.storage.redis_timeout)
+                    .context("configuring the Redis client")?,
+            ),
+            None => Arc::new(MemoryCache::new(config.storage.cache_capacity)),
+        };
+        let writers = match config.storage.database {
+            Database::Postgres(_) => 4,
+            // SQLite has one writer; more tasks would only queue on its lock.
+            Database::Sqlite(_) => 1,
+        };
+        let group = GroupCommit::start(ledger.clone(), writers, MAX_BATCH);
+        let dedup = Arc::new(Dedup::new(
+            cache,
+            group,
+            config.dedup.clone(),
+            config.storage.key_prefix.clone(),
+        ));
+        let counters = Arc::new(Counters::new(&config));
+        let wake = Wake::new(&config);
+        let stop = CancellationToken::new();
+
+        let mut background = JoinSet::new();
+        background.spawn(stats::flush_loop(
+            counters.clone(),
+            ledger.clone(),
+            config.dedup.stats_flush_interval,
+            stop.clone(),
+        ));
+        background.spawn(purge_loop(
+            ledger.clone(),
+            config.dedup.purge_interval,
+            stop.clone(),
+        ));
+        let delivery = if config.delivery.enabled {
+            let w = wake.clone();
+            let l = ledger.clone();
+            let s = stop.clone();
+            background.spawn(async move {
+                l.listen(Arc::new(move |t: &str| w.notify(&[t])), s).await;
+            });
+            deliver::start(
+                &config,
+                ledger.clone(),
+                counters.clone(),
+                wake.clone(),
+                stop.clone(),
+            )
+        } else {
+            JoinSet::new()
+        };
+
+        let state = AppState(Arc::new(Shared {
+            config,
+            ledger,
+            dedup,
+            counters,
+            wake,
+            metrics: telemetry::metrics_handle(),
+        }));
+        Ok(Self {
+            state,
+            stop,
+            background,
+            delivery,
+        })
+    }
+
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves on `listener` until `shutdown` is cancelled, then stops in order.
+    pub async fn run_until_stopped(
+        mut self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let grace = self.state.config.server.shutdown_grace;
+        let addr = listener.local_addr()?;
+        tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
+        let server = axum::serve(listener, http::router(self.state.clone()))
+            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        tokio::select! {
+            r = server => r.context("HTTP server")?,
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::warn!("shutdown grace period over; dropping open connections");
+            }
+        }
+        self.stop.cancel();
+        while self.delivery.join_next().await.is_some() {}
+        while self.background.join_next().await.is_some() {}
+        tracing::info!("hookgate stopped");
+        Ok(())
+    }
+}
+
+async fn purge_loop(ledger: Arc<dyn Ledger>, every: std::time::Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        match ledger.purge(store::now_ms()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "purged events past their dedup window"),
+            Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! The fast path of dedup: a claim cache keyed by source + event id.
+//!
+//! A key holds `pending:<token>` while one request owns the event, then
+//! `done:<sha256 hex of the first body>` for `cache_ttl`. The cache is an
+//! accelerator: losing it (flush, restart, outage) never changes an answer,
+//! because the ledger decides whenever the cache cannot.
+
+use async_trait::async_trait;
+use std::time::Duration;
+
+/// What a claim attempt found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free; this request now owns the event.
+    Owned,
+    /// The event is committed; the body hash recorded with it.
+    Done { body_sha256: String },
+    /// Another request owns the event and has not finished.
+    InFlight,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("cache timed out")]
+    Timeout,
+}
+
+#[async_trait]
+pub trait ClaimCache: Send + Sync + 'static {
+    /// `SET key pending:<token> NX PX ttl`, returning what was there if not set.
+    async fn claim(&self, key: &str, token: &str, ttl: Duration) -> Result<Claim, CacheError>;
+    /// `SET key done:<hash> PX ttl` after the ledger committed (or found the id).
+    async fn finish(&self, key: &str, body_sha256: &str, ttl: Duration) -> Result<(), CacheError>;
+    /// Deletes the key only if it still holds our claim (compare-and-delete).
+    async fn release(&self, key: &str, token: &str) -> Result<(), CacheError>;
+    /// One round trip proving the cache answers.
+    async fn ping(&self) -> Result<(), CacheError>;
+    /// `redis` or `memory`, for readiness and logs.
+    fn kind(&self) -> &'static str;
+}
+
+/// Parses a stored value into a [`Claim`] seen by someone else.
+pub fn parse_value(value: &str) -> Claim {
+    match value.strip_prefix("done:") {
+        Some(hash) => Claim::Done {
+            body_sha256: hash.to_owned(),
+        },
+        None => Claim::InFlight,
+    }
+}

@@ -1,0 +1,241 @@
+//! Dedup: the state machine of DESIGN.md, per source + event id.
+//!
+//! ```text
+//! claim (cache SET NX) ─ Owned ──→ ledger INSERT … ON CONFLICT DO NOTHING (+ deliveries), COMMIT
+//!                      │             ├ inserted → New,       cache := done
+//!                      │             ├ conflict → Duplicate, cache := done   (cache had lost it)
+//!                      │             └ error    → release our claim → 503
+//!                      ├ Done ───→ Duplicate (no database work)
+//!                      ├ InFlight → wait ≤ inflight_wait, re-claiming; then 409
+//!                      └ error ──→ straight to the ledger (it is the truth)
+//! ```
+//! Crash safety: a claim dies with its TTL, so a crash before COMMIT lets the
+//! provider's retry through; after COMMIT every copy is a duplicate. The
+//! owned section runs in its own task so a client hanging up mid-request
+//! cannot cut it between COMMIT and the cache update.
+
+pub mod cache;
+pub mod memory;
+pub mod redis;
+
+use crate::config;
+use crate::store::batch::GroupCommit;
+use crate::store::{NewEvent, Recorded, StoreError};
+use crate::verify::Verified;
+use cache::{Claim, ClaimCache};
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Where a duplicate was caught.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    Cache,
+    Ledger,
+}
+
+/// The answer for a verified request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    New,
+    /// `conflict`: the stored body differs from this one (provider bug or attack).
+    Duplicate {
+        layer: Layer,
+        conflict: bool,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DedupError {
+    /// Another request still owns this event after `inflight_wait`: 409.
+    #[error("the same event is being processed by another request")]
+    InFlight,
+    /// The ledger could not commit: 503, nothing was written.
+    #[error("durable storage unavailable")]
+    Unavailable(#[source] StoreError),
+}
+
+/// How often a waiting copy looks at the key again.
+const INFLIGHT_POLL: Duration = Duration::from_millis(20);
+
+pub struct Dedup {
+    cache: Arc<dyn ClaimCache>,
+    ledger: GroupCommit,
+    settings: config::Dedup,
+    key_prefix: String,
+    /// Last cache state seen, so an outage logs once, not once per request.
+    cache_down: AtomicBool,
+}
+
+impl Dedup {
+    pub fn new(
+        cache: Arc<dyn ClaimCache>,
+        ledger: GroupCommit,
+        settings: config::Dedup,
+        key_prefix: String,
+    ) -> Self {
+        Self {
+            cache,
+            ledger,
+            settings,
+            key_prefix,
+            cache_down: AtomicBool::new(false),
+        }
+    }
+
+    pub fn cache(&self) -> &Arc<dyn ClaimCache> {
+        &self.cache
+    }
+
+    /// Decides whether `v` is new (and then durably records it) or a duplicate.
+    #[tracing::instrument(skip_all, fields(source = %v.source().name, event.id = v.event_id().as_str()))]
+    pub async fn admit(
+        self: &Arc<Self>,
+        v: Verified,
+        cache_ttl: Duration,
+        now_ms: i64,
+    ) -> Result<Outcome, DedupError> {
+        let key = format!(
+            "{}:v1:{}:{}",
+            self.key_prefix,
+            v.source().name,
+            v.event_id().as_str()
+        );
+        let hash = hex::encode(Sha256::digest(v.body()));
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        let deadline = Instant::now() + self.settings.inflight_wait;
+        loop {
+            let claim = self
+                .cache
+                .claim(&key, &token, self.settings.claim_ttl)
+                .await;
+            match claim {
+                Ok(Claim::Owned) => {
+                    self.cache_up();
+                    return self
+                        .owned(v, key, token, hash, cache_ttl, now_ms, true)
+                        .await;
+                }
+                Ok(Claim::Done { body_sha256 }) => {
+                    self.cache_up();
+                    let conflict = body_sha256 != hash;
+                    if conflict {
+                        log_conflict(&v, &body_sha256, &hash);
+                    }
+                    return Ok(Outcome::Duplicate {
+                        layer: Layer::Cache,
+                        conflict,
+                    });
+                }
+                Ok(Claim::InFlight) => {
+                    self.cache_up();
+                    if Instant::now() + INFLIGHT_POLL > deadline {
+                        return Err(DedupError::InFlight);
+                    }
+                    tokio::time::sleep(INFLIGHT_POLL).await;
+                }
+                Err(e) => {
+                    self.cache_failed(&e);
+                    return self
+                        .owned(v, key, token, hash, cache_ttl, now_ms, false)
+                        .await;
+                }
+            }
+        }
+    }
+
+    /// The section that must not be cut short: ledger write, then cache update
+    /// (or claim release). Runs in its own task.
+    #[allow(clippy::too_many_arguments)]
+    async fn owned(
+        self: &Arc<Self>,
+        v: Verified,
+        key: String,
+        token: String,
+        hash: String,
+        cache_ttl: Duration,
+        now_ms: i64,
+        have_claim: bool,
+    ) -> Result<Outcome, DedupError> {
+        let this = self.clone();
+        let task = tokio::spawn(async move {
+            let source = v.source();
+            let mut sha = [0u8; 32];
+            // `hash` is our own hex of 32 bytes.
+            hex::decode_to_slice(&hash, &mut sha).expect("sha256 hex");
+            let event = NewEvent {
+                source: source.name.clone(),
+                event_id: v.event_id().as_str().to_owned(),
+                body: v.body().clone(),
+                body_sha256: sha,
+                headers: serde_json::to_string(v.headers()).unwrap_or_else(|_| "[]".into()),
+                received_at: now_ms,
+                expires_at: now_ms.saturating_add(source.dedup_window.as_millis() as i64),
+                targets: source.targets.clone(),
+            };
+            match this.ledger.record(event).await {
+                Ok(Recorded::New) => {
+                    this.mark_done(&key, &hash, cache_ttl).await;
+                    Ok(Outcome::New)
+                }
+                Ok(Recorded::Duplicate { stored_sha256 }) => {
+                    let stored = hex::encode(&stored_sha256);
+                    this.mark_done(&key, &stored, cache_ttl).await;
+                    let conflict = stored != hash;
+                    if conflict {
+                        log_conflict(&v, &stored, &hash);
+                    }
+                    Ok(Outcome::Duplicate {
+                        layer: Layer::Ledger,
+                        conflict,
+                    })
+                }
+                Err(e) => {
+                    if have_claim {
+                        // Let the provider's retry claim at once instead of
+                        // waiting out claim_ttl.
+                        if let Err(ce) = this.cache.release(&key, &token).await {
+                            this.cache_failed(&ce);
+                        }
+                    }
+                    tracing::warn!(error = %e, "ledger write failed; answering 503");
+                    Err(DedupError::Unavailable(e))
+                }
+            }
+        });
+        task.await
+            .unwrap_or_else(|_| Err(DedupError::Unavailable(StoreError::Closed)))
+    }
+
+    async fn mark_done(&self, key: &str, hash: &str, ttl: Duration) {
+        if let Err(e) = self.cache.finish(key, hash, ttl).await {
+            // The ledger already holds the truth; the next copy pays one
+            // ledger lookup instead of a cache hit.
+            self.cache_failed(&e);
+        }
+    }
+
+    fn cache_failed(&self, e: &cache::CacheError) {
+        metrics::counter!("hookgate_cache_errors_total").increment(1);
+        if !self.cache_down.swap(true, Ordering::Relaxed) {
+            tracing::warn!(error = %e, "dedup cache unavailable; deciding in the ledger");
+        }
+    }
+
+    fn cache_up(&self) {
+        if self.cache_down.swap(false, Ordering::Relaxed) {
+            tracing::info!("dedup cache reachable again");
+        }
+    }
+}
+
+fn log_conflict(v: &Verified, stored: &str, received: &str) {
+    tracing::warn!(
+        source = %v.source().name,
+        event.id = v.event_id().as_str(),
+        body.sha256.stored = stored,
+        body.sha256.received = received,
+        "same event id with a different body: answered duplicate, not forwarded"
+    );
+}

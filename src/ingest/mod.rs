@@ -1,0 +1,166 @@
+//! Ingest: `POST /webhooks/{source}`. Orchestrates only, in the order
+//! DESIGN.md fixes: source → body (bounded) → verify → dedup + store →
+//! wake delivery → respond. One log line per request.
+
+use crate::admin::stats::Counter;
+use crate::app::AppState;
+use crate::dedup::{DedupError, Layer, Outcome};
+use crate::http::ApiError;
+use crate::store::now_ms;
+use crate::verify::{self, VerifyError};
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use std::time::Instant;
+
+/// Response header telling the caller what dedup decided.
+pub const DEDUP_HEADER: &str = "hookgate-dedup";
+
+pub async fn receive(
+    State(state): State<AppState>,
+    Path(source): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let deadline = state.config.server.request_timeout;
+    let mut event_id = None;
+    let result = tokio::time::timeout(
+        deadline,
+        handle(&state, &source, &headers, body, &mut event_id),
+    )
+    .await
+    .unwrap_or(Err(ApiError::Timeout));
+    let known = state.config.sources.contains_key(&source);
+    let label_source = if known { source.as_str() } else { "_unknown" };
+    let (outcome, response) = match result {
+        Ok((outcome, res)) => (outcome, res),
+        Err(e) => {
+            let outcome = match &e {
+                ApiError::Rejected(v) => v.label(),
+                ApiError::TooLarge => "body_too_large",
+                ApiError::UnknownSource => "unknown_source",
+                ApiError::InFlight => "in_flight",
+                ApiError::Unavailable => "unavailable",
+                ApiError::Timeout => "timeout",
+                _ => "bad_request",
+            };
+            (outcome, e.into_response())
+        }
+    };
+    let latency = started.elapsed();
+    metrics::counter!("hookgate_requests_total", "source" => label_source.to_owned(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!("hookgate_request_duration_seconds", "source" => label_source.to_owned())
+        .record(latency.as_secs_f64());
+    tracing::info!(
+        source = label_source,
+        event.id = event_id.as_deref().unwrap_or(""),
+        outcome,
+        status = response.status().as_u16(),
+        latency_ms = latency.as_secs_f64() * 1000.0,
+        "webhook"
+    );
+    response
+}
+
+async fn handle(
+    state: &AppState,
+    source_name: &str,
+    headers: &HeaderMap,
+    body: Body,
+    event_id: &mut Option<String>,
+) -> Result<(&'static str, Response), ApiError> {
+    let source = state
+        .config
+        .sources
+        .get(source_name)
+        .ok_or(ApiError::UnknownSource)?;
+    let counters = &state.counters;
+    counters.add(source_name, Counter::Received);
+
+    let max = state.config.server.max_body_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        counters.reject(source_name, "body_too_large");
+        return Err(ApiError::TooLarge);
+    }
+    let bytes = axum::body::to_bytes(body, max).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            counters.reject(source_name, "body_too_large");
+            ApiError::TooLarge
+        } else {
+            ApiError::BadBody
+        }
+    })?;
+
+    let now = now_ms();
+    let verify_started = Instant::now();
+    let verified = verify::verify(source, headers, bytes, now / 1000);
+    metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
+        .record(verify_started.elapsed().as_secs_f64());
+    let verified =
+        verified.inspect_err(|e: &VerifyError| counters.reject(source_name, e.label()))?;
+    *event_id = Some(verified.event_id().as_str().to_owned());
+
+    let cache_ttl = state.config.cache_ttl(source);
+    let (label, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
+        Ok(Outcome::New) => {
+            counters.add(source_name, Counter::Unique);
+            if !source.targets.is_empty() {
+                state.wake.notify(&source.targets);
+            }
+            ("new", "new")
+        }
+        Ok(Outcome::Duplicate { layer, conflict }) => {
+            counters.add(
+                source_name,
+                match layer {
+                    Layer::Cache => Counter::DuplicateCache,
+                    Layer::Ledger => Counter::DuplicateLedger,
+                },
+            );
+            if conflict {
+                counters.add(source_name, Counter::Conflict);
+            }
+            let label = match (layer, conflict) {
+                (_, true) => "duplicate_conflict",
+                (Layer::Cache, _) => "duplicate_cache",
+                (Layer::Ledger, _) => "duplicate_ledger",
+            };
+            (label, "duplicate")
+        }
+        Err(DedupError::InFlight) => {
+            counters.add(source_name, Counter::InFlight);
+            return Err(ApiError::InFlight);
+        }
+        Err(DedupError::Unavailable(_)) => {
+            counters.add(source_name, Counter::Unavailable);
+            return Err(ApiError::Unavailable);
+        }
+    };
+    Ok((label, provider_response(source, dedup)))
+}
+
+/// The provider's required answer; identical for new events and duplicates
+/// (only `Hookgate-Dedup` differs).
+fn provider_response(source: &crate::config::Source, dedup: &'static str) -> Response {
+    let r = &source.provider.response;
+    let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
+    let mut res = (status, r.body.clone()).into_response();
+    let h = res.headers_mut();
+    h.insert(DEDUP_HEADER, HeaderValue::from_static(dedup));
+    if let Some(ct) = r
+        .content_type
+        .as_deref()
+        .and_then(|c| HeaderValue::from_str(c).ok())
+    {
+        h.insert(header::CONTENT_TYPE, ct);
+    }
+    res
+}

@@ -1,0 +1,215 @@
+//! Store: the durable ledger (PostgreSQL, or SQLite for the embedded default).
+//!
+//! Rule: an event row and its delivery rows are written in one transaction,
+//! and a request is answered 2xx only after that transaction committed.
+//! Concurrent requests share transactions through [`batch::GroupCommit`].
+
+pub mod batch;
+pub mod postgres;
+pub mod sqlite;
+
+use crate::config::Database;
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+use tokio_util::sync::CancellationToken;
+
+/// A verified event ready to be written.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub source: String,
+    pub event_id: String,
+    pub body: Bytes,
+    pub body_sha256: [u8; 32],
+    /// JSON array of `[name, value]` pairs.
+    pub headers: String,
+    pub received_at: i64,
+    pub expires_at: i64,
+    /// One delivery row per target is written with the event.
+    pub targets: Vec<String>,
+}
+
+/// What the ledger did with one event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recorded {
+    /// First time: the row and its deliveries are committed.
+    New,
+    /// Already there; `stored_sha256` is the hash of the body first recorded.
+    Duplicate { stored_sha256: Vec<u8> },
+}
+
+/// The ledger could not be reached or refused the write. Always a 503 for
+/// ingest: the provider's retry will be accepted later.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("ledger writer stopped")]
+    Closed,
+    /// The failure of a group-commit batch this event was part of.
+    #[error("{0}")]
+    Shared(Arc<StoreError>),
+}
+
+/// A delivery a worker has leased.
+#[derive(Debug, Clone)]
+pub struct DueDelivery {
+    pub id: i64,
+    pub source: String,
+    pub target: String,
+    pub event_id: String,
+    pub body: Vec<u8>,
+    pub headers: String,
+    pub received_at: i64,
+    /// Attempts made before this one.
+    pub attempts: i32,
+}
+
+/// Where a delivery goes after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NextState {
+    Delivered,
+    RetryAt(i64),
+    Dead,
+}
+
+/// One attempt, as recorded.
+#[derive(Debug, Clone)]
+pub struct AttemptRecord {
+    pub started_at: i64,
+    pub latency_ms: i64,
+    pub status: Option<i32>,
+    pub error: Option<String>,
+    pub next: NextState,
+}
+
+/// Deliveries grouped by source, target and state (`retrying` = pending
+/// with at least one failed attempt).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryCount {
+    pub source: String,
+    pub target: String,
+    pub state: String,
+    pub count: i64,
+}
+
+/// Which dead deliveries to replay; `None` fields match everything.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayFilter {
+    pub source: Option<String>,
+    pub event_id: Option<String>,
+    pub target: Option<String>,
+}
+
+/// One recorded attempt, for `/admin` and tests.
+#[derive(Debug, Clone)]
+pub struct AttemptRow {
+    pub attempt: i32,
+    pub status: Option<i32>,
+    pub error: Option<String>,
+    pub latency_ms: i64,
+}
+
+/// Called with a target name when deliveries for it were committed.
+pub type OnCommit = Arc<dyn for<'a> Fn(&'a str) + Send + Sync>;
+
+/// The durable truth. Sized to what dedup, delivery and stats need.
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    /// Applies the backend's migrations.
+    async fn migrate(&self) -> Result<(), StoreError>;
+    /// One round trip that proves the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+    /// Inserts every event not already present, with its delivery rows, in
+    /// ONE transaction. Results are in input order.
+    async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError>;
+    /// Adds `(source, counter, delta)` to the cluster-wide counters.
+    async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError>;
+    /// All cluster-wide counters.
+    async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError>;
+    /// Deletes events past their window whose deliveries are all delivered.
+    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError>;
+
+    /// Leases up to `limit` due deliveries of `target` to the caller.
+    async fn claim_due(
+        &self,
+        target: &str,
+        now_ms: i64,
+        lease_until: i64,
+        token: &str,
+        limit: i64,
+    ) -> Result<Vec<DueDelivery>, StoreError>;
+    /// Records an attempt and moves the delivery on; `false` when the lease
+    /// was lost (another worker owns the row now).
+    async fn finish_attempt(
+        &self,
+        delivery_id: i64,
+        token: &str,
+        rec: &AttemptRecord,
+    ) -> Result<bool, StoreError>;
+    /// Gives back every lease held under `token` (graceful shutdown).
+    async fn release_leases(&self, token: &str) -> Result<u64, StoreError>;
+    /// Earliest `next_attempt_at` among pending deliveries of `target`.
+    async fn next_due(&self, target: &str) -> Result<Option<i64>, StoreError>;
+    async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
+    /// Turns matching dead deliveries back into pending ones, due now.
+    async fn replay(&self, filter: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError>;
+    /// Attempts of one event's delivery to one target, oldest first.
+    async fn attempts(
+        &self,
+        source: &str,
+        event_id: &str,
+        target: &str,
+    ) -> Result<Vec<AttemptRow>, StoreError>;
+    /// Calls `on_commit(target)` whenever any process commits deliveries for
+    /// `target`, until `stop`. Single-process backends have nothing to hear.
+    async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {
+        let _ = on_commit;
+        stop.cancelled().await;
+    }
+    /// Number of event rows (tests and diagnostics).
+    async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError>;
+}
+
+/// Opens the ledger named by the config.
+pub async fn connect(
+    db: &Database,
+    max_connections: Option<u32>,
+) -> Result<Arc<dyn Ledger>, StoreError> {
+    Ok(match db {
+        Database::Postgres(url) => Arc::new(postgres::PgLedger::connect(url, max_connections)?),
+        Database::Sqlite(url) => {
+            Arc::new(sqlite::SqliteLedger::connect(url, max_connections).await?)
+        }
+    })
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// In-batch duplicates: the index of the first event with the same key, for
+/// each event that repeats an earlier one.
+pub(crate) fn first_occurrence(batch: &[NewEvent]) -> Vec<Option<usize>> {
+    let mut seen = std::collections::HashMap::new();
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let key = (e.source.as_str(), e.event_id.as_str());
+            match seen.get(&key) {
+                Some(&first) => Some(first),
+                None => {
+                    seen.insert(key, i);
+                    None
+                }
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,319 @@
+//! SQLite ledger: the embedded default (one process, one file).
+//!
+//! WAL with `synchronous = FULL`: a commit is on disk before the 2xx. SQLite
+//! has one writer at a time, so group commit (one writer task) is what makes
+//! concurrent requests cheap here.
+
+use super::postgres::{COUNTS_SQL, attempt_from_row, count_from_row, due_from_row, next_columns};
+use super::*;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use sqlx::{Executor, Row};
+use std::str::FromStr;
+use std::time::Duration;
+
+pub struct SqliteLedger {
+    pool: SqlitePool,
+}
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+impl SqliteLedger {
+    pub async fn connect(url: &str, max_connections: Option<u32>) -> Result<Self, StoreError> {
+        let opts = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(max_connections.unwrap_or(4))
+            .acquire_timeout(Duration::from_secs(5))
+            .connect_with(opts)
+            .await?;
+        Ok(Self { pool })
+    }
+}
+
+#[async_trait]
+impl Ledger for SqliteLedger {
+    async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        self.pool.execute("SELECT 1").await?;
+        Ok(())
+    }
+
+    async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
+        let repeats = first_occurrence(batch);
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (e, rep) in batch.iter().zip(&repeats) {
+            if let Some(first) = rep {
+                out.push(Recorded::Duplicate {
+                    stored_sha256: batch[*first].body_sha256.to_vec(),
+                });
+                continue;
+            }
+            let pk: Option<i64> = sqlx::query_scalar(
+                "INSERT INTO hookgate_events
+                     (source, event_id, body, body_sha256, headers, received_at, expires_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (source, event_id) DO NOTHING
+                 RETURNING id",
+            )
+            .bind(&e.source)
+            .bind(&e.event_id)
+            .bind(e.body.as_ref())
+            .bind(&e.body_sha256[..])
+            .bind(&e.headers)
+            .bind(e.received_at)
+            .bind(e.expires_at)
+            .fetch_optional(&mut *tx)
+            .await?;
+            match pk {
+                Some(pk) => {
+                    for t in &e.targets {
+                        sqlx::query(
+                            "INSERT INTO hookgate_deliveries
+                                 (event_pk, source, target, next_attempt_at, updated_at)
+                             VALUES (?, ?, ?, ?, ?)",
+                        )
+                        .bind(pk)
+                        .bind(&e.source)
+                        .bind(t)
+                        .bind(e.received_at)
+                        .bind(e.received_at)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    out.push(Recorded::New);
+                }
+                None => {
+                    let stored: Vec<u8> = sqlx::query_scalar(
+                        "SELECT body_sha256 FROM hookgate_events WHERE source = ? AND event_id = ?",
+                    )
+                    .bind(&e.source)
+                    .bind(&e.event_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    out.push(Recorded::Duplicate {
+                        stored_sha256: stored,
+                    });
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for (source, name, delta) in deltas {
+            sqlx::query(
+                "INSERT INTO hookgate_counters (source, name, value) VALUES (?, ?, ?)
+                 ON CONFLICT (source, name) DO UPDATE
+                     SET value = hookgate_counters.value + excluded.value",
+            )
+            .bind(source)
+            .bind(name)
+            .bind(delta)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let rows = sqlx::query("SELECT source, name, value FROM hookgate_counters")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect()
+    }
+
+    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "DELETE FROM hookgate_events WHERE expires_at < ? AND NOT EXISTS (
+                 SELECT 1 FROM hookgate_deliveries d
+                 WHERE d.event_pk = hookgate_events.id AND d.state <> 'delivered')",
+        )
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn claim_due(
+        &self,
+        target: &str,
+        now_ms: i64,
+        lease_until: i64,
+        token: &str,
+        limit: i64,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        // One writer at a time in SQLite makes this UPDATE the whole claim.
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "UPDATE hookgate_deliveries SET lease_until = ?, lease_token = ?
+             WHERE id IN (
+                 SELECT id FROM hookgate_deliveries
+                 WHERE target = ? AND state = 'pending' AND next_attempt_at <= ?
+                   AND (lease_until IS NULL OR lease_until < ?)
+                 ORDER BY next_attempt_at LIMIT ?)
+             RETURNING id",
+        )
+        .bind(lease_until)
+        .bind(token)
+        .bind(target)
+        .bind(now_ms)
+        .bind(now_ms)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = sqlx::query(
+                "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
+                        d.attempts
+                 FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+                 WHERE d.id = ?",
+            )
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+            out.push(due_from_row(&row)?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn finish_attempt(
+        &self,
+        delivery_id: i64,
+        token: &str,
+        rec: &AttemptRecord,
+    ) -> Result<bool, StoreError> {
+        let (state, next_at) = next_columns(rec);
+        let mut tx = self.pool.begin().await?;
+        let attempt: Option<i32> = sqlx::query_scalar(
+            "UPDATE hookgate_deliveries
+             SET state = ?, attempts = attempts + 1, next_attempt_at = COALESCE(?, next_attempt_at),
+                 lease_until = NULL, lease_token = NULL, last_status = ?, last_error = ?,
+                 updated_at = ?
+             WHERE id = ? AND lease_token = ?
+             RETURNING attempts",
+        )
+        .bind(state)
+        .bind(next_at)
+        .bind(rec.status)
+        .bind(rec.error.as_deref())
+        .bind(rec.started_at + rec.latency_ms)
+        .bind(delivery_id)
+        .bind(token)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(attempt) = attempt else {
+            return Ok(false);
+        };
+        sqlx::query(
+            "INSERT INTO hookgate_attempts (delivery_id, attempt, started_at, latency_ms, status, error)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(delivery_id)
+        .bind(attempt)
+        .bind(rec.started_at)
+        .bind(rec.latency_ms)
+        .bind(rec.status)
+        .bind(rec.error.as_deref())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE hookgate_deliveries SET lease_until = NULL, lease_token = NULL
+             WHERE lease_token = ?",
+        )
+        .bind(token)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn next_due(&self, target: &str) -> Result<Option<i64>, StoreError> {
+        let v: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt_at) FROM hookgate_deliveries
+             WHERE target = ? AND state = 'pending'",
+        )
+        .bind(target)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(v)
+    }
+
+    async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {
+        let rows = sqlx::query(COUNTS_SQL).fetch_all(&self.pool).await?;
+        rows.iter().map(count_from_row).collect()
+    }
+
+    async fn replay(&self, f: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE hookgate_deliveries
+             SET state = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1,
+                 lease_until = NULL, lease_token = NULL
+             WHERE state = 'dead'
+               AND (?2 IS NULL OR source = ?2)
+               AND (?4 IS NULL OR target = ?4)
+               AND (?3 IS NULL OR event_pk IN
+                    (SELECT id FROM hookgate_events WHERE event_id = ?3))",
+        )
+        .bind(now_ms)
+        .bind(f.source.as_deref())
+        .bind(f.event_id.as_deref())
+        .bind(f.target.as_deref())
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn attempts(
+        &self,
+        source: &str,
+        event_id: &str,
+        target: &str,
+    ) -> Result<Vec<AttemptRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.attempt, a.status, a.error, a.latency_ms
+             FROM hookgate_attempts a
+             JOIN hookgate_deliveries d ON d.id = a.delivery_id
+             JOIN hookgate_events e ON e.id = d.event_pk
+             WHERE e.source = ? AND e.event_id = ? AND d.target = ?
+             ORDER BY a.id",
+        )
+        .bind(source)
+        .bind(event_id)
+        .bind(target)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
+    async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM hookgate_events WHERE source = ? AND event_id = ?",
+        )
+        .bind(source)
+        .bind(event_id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+}
