@@ -1,0 +1,290 @@
+//! Test harness: the real gateway on a loopback port, a fresh Postgres
+//! database (or SQLite file) per test, a unique Redis key prefix per test,
+//! and recording targets. Logs stay quiet unless `TEST_LOG` is set.
+
+pub mod db;
+pub mod process;
+pub mod signers;
+pub mod target;
+
+use hookgate::app::App;
+use hookgate::config::Config;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+pub use db::TestDb;
+pub use target::TestTarget;
+
+pub const ADMIN_TOKEN: &str = "test-admin-token";
+pub const STRIPE_SECRET: &str = "whsec_test_stripe_secret";
+pub const GITHUB_SECRET: &str = "gh-test-secret";
+/// Standard Webhooks secret; its key bytes are `hookgate-test-key-123456` (24 bytes).
+pub const SW_SECRET: &str = "whsec_aG9va2dhdGUtdGVzdC1rZXktMTIzNDU2";
+pub const SW_KEY: &[u8] = b"hookgate-test-key-123456";
+pub const SHOPIFY_SECRET: &str = "shpss_test_secret";
+
+pub fn redis_url() -> String {
+    std::env::var("HOOKGATE_TEST_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into())
+}
+
+/// Which deployment a contract test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// PostgreSQL + Redis (production).
+    Production,
+    /// SQLite + in-process cache (embedded default).
+    Embedded,
+}
+
+/// Knobs of a test gateway; `Default` gives the four built-in sources
+/// (no targets) on fast timings.
+#[derive(Clone)]
+pub struct Opts {
+    pub backend: Backend,
+    /// Extra TOML appended (more `[sources.*]` / `[targets.*]`).
+    pub extra: String,
+    /// Targets of the built-in `stripe` source.
+    pub stripe_targets: Vec<String>,
+    pub claim_ttl: &'static str,
+    pub inflight_wait: &'static str,
+    pub max_body_bytes: usize,
+    pub delivery: bool,
+    /// Override the database URL (fault tests point it at a proxy).
+    pub database_url: Option<String>,
+    /// Override the Redis URL (fault tests point it at a throwaway server).
+    pub redis_url: Option<String>,
+}
+
+impl Opts {
+    pub fn new(backend: Backend) -> Self {
+        Self {
+            backend,
+            extra: String::new(),
+            stripe_targets: vec![],
+            claim_ttl: "5s",
+            inflight_wait: "2s",
+            max_body_bytes: 64 * 1024,
+            delivery: true,
+            database_url: None,
+            redis_url: None,
+        }
+    }
+
+    /// The config file text for `db` and Redis key prefix `prefix`.
+    pub fn toml(&self, db: &TestDb, prefix: &str, listen: &str) -> String {
+        let db_url = self.database_url.clone().unwrap_or_else(|| db.url.clone());
+        let redis = match (&self.redis_url, self.backend) {
+            (Some(u), _) => format!("redis_url = \"{u}\""),
+            (None, Backend::Production) => format!("redis_url = \"{}\"", redis_url()),
+            (None, Backend::Embedded) => String::new(),
+        };
+        let targets = self
+            .stripe_targets
+            .iter()
+            .map(|t| format!("\"{t}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            r#"
+[server]
+listen = "{listen}"
+admin_token = "{ADMIN_TOKEN}"
+max_body_bytes = {max_body}
+shutdown_grace = "5s"
+
+[storage]
+database_url = "{db_url}"
+{redis}
+key_prefix = "{prefix}"
+redis_timeout = "300ms"
+
+[dedup]
+claim_ttl = "{claim_ttl}"
+inflight_wait = "{inflight_wait}"
+stats_flush_interval = "200ms"
+
+[delivery]
+enabled = {delivery}
+poll_interval = "200ms"
+backoff_base = "20ms"
+backoff_max = "200ms"
+lease = "10s"
+
+[sources.stripe]
+provider = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+targets = [{targets}]
+
+[sources.github]
+provider = "github"
+secrets = ["{GITHUB_SECRET}"]
+
+[sources.svix]
+provider = "standard-webhooks"
+secrets = ["{SW_SECRET}"]
+
+[sources.shopify]
+provider = "shopify"
+secrets = ["{SHOPIFY_SECRET}"]
+
+{extra}
+"#,
+            max_body = self.max_body_bytes,
+            claim_ttl = self.claim_ttl,
+            inflight_wait = self.inflight_wait,
+            delivery = self.delivery,
+            extra = self.extra,
+        )
+    }
+}
+
+/// A gateway running in this test process.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub client: reqwest::Client,
+    pub db: TestDb,
+    pub prefix: String,
+    pub opts: Opts,
+    stop: CancellationToken,
+    handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    pub state: hookgate::app::AppState,
+}
+
+pub fn init_logs() {
+    if std::env::var_os("TEST_LOG").is_some() {
+        hookgate::telemetry::init_logs(hookgate::config::raw::LogFormat::Human, "debug");
+    }
+}
+
+pub async fn spawn_app(opts: Opts) -> TestApp {
+    let db = TestDb::create(opts.backend).await;
+    spawn_on(opts, db, unique_prefix()).await
+}
+
+pub fn unique_prefix() -> String {
+    format!("hgtest-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Starts a gateway on an existing database and key prefix (a second
+/// replica, or a restart).
+pub async fn spawn_on(opts: Opts, db: TestDb, prefix: String) -> TestApp {
+    init_logs();
+    let text = opts.toml(&db, &prefix, "127.0.0.1:0");
+    let config = Config::from_toml_str(&text, Path::new(".")).expect("test config is valid");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = App::build(config).await.expect("app builds");
+    let state = app.state().clone();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(app.run_until_stopped(listener, stop.clone()));
+    TestApp {
+        addr,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap(),
+        db,
+        prefix,
+        opts,
+        stop,
+        handle: Some(handle),
+        state,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// POSTs `body` with `headers` to `/webhooks/<source>`.
+    pub async fn post(&self, source: &str, headers: &[(String, String)], body: &[u8]) -> reqwest::Response {
+        let mut req = self
+            .client
+            .post(self.url(&format!("/webhooks/{source}")))
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        req.body(body.to_vec()).send().await.expect("request sent")
+    }
+
+    /// A Stripe event with id `id`, freshly signed now.
+    pub async fn post_stripe(&self, id: &str) -> reqwest::Response {
+        let body = stripe_body(id);
+        let h = signers::stripe(STRIPE_SECRET, now(), &body);
+        self.post("stripe", &h, &body).await
+    }
+
+    pub async fn stats(&self) -> serde_json::Value {
+        self.client
+            .get(self.url("/stats"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .map(|b| serde_json::from_slice(&b).expect("stats are JSON"))
+            .unwrap()
+    }
+
+    /// Rows in the ledger for one event.
+    pub async fn rows(&self, source: &str, event_id: &str) -> i64 {
+        self.state.ledger.event_count(source, event_id).await.unwrap()
+    }
+
+    /// Stops the server (graceful) and waits for it.
+    pub async fn stop(mut self) -> TestDb {
+        self.stop.cancel();
+        if let Some(h) = self.handle.take() {
+            h.await.unwrap().unwrap();
+        }
+        self.db.clone()
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+pub fn stripe_body(id: &str) -> Vec<u8> {
+    format!(r#"{{"id":"{id}","object":"event","type":"charge.succeeded","data":{{"object":{{"id":"ch_1"}}}}}}"#)
+        .into_bytes()
+}
+
+pub fn dedup_header(res: &reqwest::Response) -> String {
+    res.headers()
+        .get("hookgate-dedup")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// Polls `check` every 20 ms until it is true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

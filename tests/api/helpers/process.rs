@@ -1,0 +1,174 @@
+//! Things a fault test starts and stops by PID itself: gateway processes
+//! (the real binary), throwaway redis-servers, and a cuttable TCP proxy in
+//! front of the shared Postgres. Shared services are never touched.
+
+use super::{Opts, TestDb};
+use std::net::{SocketAddr, TcpListener as StdListener};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+
+/// A free loopback port (bound, read, released).
+pub fn free_port() -> u16 {
+    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `hookgate serve` child process.
+pub struct Gateway {
+    pub addr: SocketAddr,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Gateway {
+    pub async fn start(opts: &Opts, db: &TestDb, prefix: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let path = dir.path().join("hookgate.toml");
+        std::fs::write(&path, opts.toml(db, prefix, &addr.to_string())).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+            .arg("--config")
+            .arg(&path)
+            .arg("serve")
+            .env("RUST_LOG", if std::env::var_os("TEST_LOG").is_some() { "info" } else { "warn" })
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("hookgate binary starts");
+        let g = Self { addr, child, _dir: dir };
+        let ok = super::eventually(Duration::from_secs(20), || async {
+            reqwest::get(format!("http://{addr}/healthz")).await.is_ok()
+        })
+        .await;
+        assert!(ok, "gateway process did not come up on {addr}");
+        g
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// SIGKILL: no graceful anything.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a clean exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A throwaway redis-server on its own port.
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub async fn start() -> Self {
+        let mut s = Self { port: free_port(), child: None };
+        s.restart().await;
+        s
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port.
+    pub async fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed");
+        self.child = Some(child);
+        let port = self.port;
+        let up = super::eventually(Duration::from_secs(10), || async move {
+            TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+        })
+        .await;
+        assert!(up, "throwaway redis-server did not start");
+    }
+
+    /// Kills the server by its PID.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A TCP proxy that can be cut: while cut, open connections are dropped
+/// and new ones are closed at once, so the client sees the server as down.
+pub struct ChaosProxy {
+    pub port: u16,
+    cut: Arc<AtomicBool>,
+    generation: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl ChaosProxy {
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let (c, g) = (cut.clone(), generation.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                if c.load(Ordering::SeqCst) {
+                    drop(inbound);
+                    continue;
+                }
+                let born = g.load(Ordering::SeqCst);
+                let (c2, g2) = (c.clone(), g.clone());
+                tokio::spawn(async move {
+                    let Ok(mut out) = TcpStream::connect(upstream).await else { return };
+                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut out);
+                    let watch = async {
+                        loop {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            if c2.load(Ordering::SeqCst) || g2.load(Ordering::SeqCst) != born {
+                                return;
+                            }
+                        }
+                    };
+                    tokio::select! { _ = copy => {}, _ = watch => {} }
+                });
+            }
+        });
+        Self { port, cut, generation }
+    }
+
+    pub fn cut(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,33 @@
+//! HTTP-level tests: the real gateway on loopback, real PostgreSQL and Redis
+//! (or the embedded default), real target servers.
+
+mod helpers;
+
+mod dedup;
+mod delivery;
+mod faults;
+mod ingest;
+
+/// Generates a `production` and an `embedded` test per listed
+/// `async fn name(backend: Backend)`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod production {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Production).await
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::helpers::Backend::Embedded).await
+                }
+            )*
+        }
+    };
+}
