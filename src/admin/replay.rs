@@ -33,7 +33,8 @@ pub async fn handler(
         match serde_json::from_slice(&body) {
             Ok(r) => r,
             Err(e) => {
-                return ApiError::BadRequest(format!("invalid replay request: {e}")).into_response();
+                return ApiError::BadRequest(format!("invalid replay request: {e}"))
+                    .into_response();
             }
         }
     };

@@ -6,7 +6,8 @@ use sqlx::Connection;
 use std::sync::Arc;
 
 fn pg_base() -> String {
-    std::env::var("HOOKGATE_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+    std::env::var("HOOKGATE_TEST_PG")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
 #[derive(Clone)]

@@ -200,7 +200,12 @@ impl TestApp {
     }
 
     /// POSTs `body` with `headers` to `/webhooks/<source>`.
-    pub async fn post(&self, source: &str, headers: &[(String, String)], body: &[u8]) -> reqwest::Response {
+    pub async fn post(
+        &self,
+        source: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+    ) -> reqwest::Response {
         let mut req = self
             .client
             .post(self.url(&format!("/webhooks/{source}")))
@@ -233,7 +238,11 @@ impl TestApp {
 
     /// Rows in the ledger for one event.
     pub async fn rows(&self, source: &str, event_id: &str) -> i64 {
-        self.state.ledger.event_count(source, event_id).await.unwrap()
+        self.state
+            .ledger
+            .event_count(source, event_id)
+            .await
+            .unwrap()
     }
 
     /// Stops the server (graceful) and waits for it.

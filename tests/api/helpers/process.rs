@@ -12,7 +12,11 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// A free loopback port (bound, read, released).
 pub fn free_port() -> u16 {
-    StdListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    StdListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// A `hookgate serve` child process.
@@ -33,12 +37,23 @@ impl Gateway {
             .arg("--config")
             .arg(&path)
             .arg("serve")
-            .env("RUST_LOG", if std::env::var_os("TEST_LOG").is_some() { "info" } else { "warn" })
+            .env(
+                "RUST_LOG",
+                if std::env::var_os("TEST_LOG").is_some() {
+                    "info"
+                } else {
+                    "warn"
+                },
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
             .expect("hookgate binary starts");
-        let g = Self { addr, child, _dir: dir };
+        let g = Self {
+            addr,
+            child,
+            _dir: dir,
+        };
         let ok = super::eventually(Duration::from_secs(20), || async {
             reqwest::get(format!("http://{addr}/healthz")).await.is_ok()
         })
@@ -80,7 +95,10 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub async fn start() -> Self {
-        let mut s = Self { port: free_port(), child: None };
+        let mut s = Self {
+            port: free_port(),
+            child: None,
+        };
         s.restart().await;
         s
     }
@@ -138,7 +156,9 @@ impl ChaosProxy {
         let (c, g) = (cut.clone(), generation.clone());
         tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else { return };
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
                 if c.load(Ordering::SeqCst) {
                     drop(inbound);
                     continue;
@@ -146,7 +166,9 @@ impl ChaosProxy {
                 let born = g.load(Ordering::SeqCst);
                 let (c2, g2) = (c.clone(), g.clone());
                 tokio::spawn(async move {
-                    let Ok(mut out) = TcpStream::connect(upstream).await else { return };
+                    let Ok(mut out) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let copy = tokio::io::copy_bidirectional(&mut inbound, &mut out);
                     let watch = async {
                         loop {
@@ -160,7 +182,11 @@ impl ChaosProxy {
                 });
             }
         });
-        Self { port, cut, generation }
+        Self {
+            port,
+            cut,
+            generation,
+        }
     }
 
     pub fn cut(&self) {

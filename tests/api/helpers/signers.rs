@@ -22,7 +22,10 @@ pub fn stripe(secret: &str, ts: i64, body: &[u8]) -> Vec<(String, String)> {
     let msg = [format!("{ts}.").as_bytes(), body].concat();
     vec![h(
         "Stripe-Signature",
-        format!("t={ts},v1={}", hex::encode(hmac256(secret.as_bytes(), &msg))),
+        format!(
+            "t={ts},v1={}",
+            hex::encode(hmac256(secret.as_bytes(), &msg))
+        ),
     )]
 }
 
@@ -44,14 +47,20 @@ pub fn standard(key: &[u8], id: &str, ts: i64, body: &[u8]) -> Vec<(String, Stri
     vec![
         h("webhook-id", id.to_owned()),
         h("webhook-timestamp", ts.to_string()),
-        h("webhook-signature", format!("v1,{}", STANDARD.encode(hmac256(key, &msg)))),
+        h(
+            "webhook-signature",
+            format!("v1,{}", STANDARD.encode(hmac256(key, &msg))),
+        ),
     ]
 }
 
 /// Shopify: `base64(HMAC(secret, body))` + event id.
 pub fn shopify(secret: &str, event_id: &str, body: &[u8]) -> Vec<(String, String)> {
     vec![
-        h("X-Shopify-Hmac-Sha256", STANDARD.encode(hmac256(secret.as_bytes(), body))),
+        h(
+            "X-Shopify-Hmac-Sha256",
+            STANDARD.encode(hmac256(secret.as_bytes(), body)),
+        ),
         h("X-Shopify-Event-Id", event_id.to_owned()),
         h("X-Shopify-Topic", "orders/create".to_owned()),
     ]

@@ -80,6 +80,10 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .or(*inner.always.lock().unwrap())
         .unwrap_or(200);
     // Only a request answered 2xx counts as received by the application.
-    inner.received.lock().unwrap().push(Received { headers, body });
+    inner
+        .received
+        .lock()
+        .unwrap()
+        .push(Received { headers, body });
     StatusCode::from_u16(status).unwrap()
 }

@@ -1,0 +1,266 @@
+//! Ingest and verify over HTTP: every provider's valid, tampered, wrong
+//! secret, rotated secret, missing and malformed header cases; timestamps;
+//! body limit; unknown source; missing event id; admin endpoints.
+
+use crate::helpers::*;
+use base64::Engine;
+
+type Headers = Vec<(String, String)>;
+
+fn set(h: &mut Headers, name: &str, value: &str) {
+    h.retain(|(k, _)| !k.eq_ignore_ascii_case(name));
+    h.push((name.to_owned(), value.to_owned()));
+}
+
+fn without(h: &Headers, name: &str) -> Headers {
+    h.iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case(name))
+        .cloned()
+        .collect()
+}
+
+/// One provider's signing recipe for the shared cases.
+struct Case {
+    source: &'static str,
+    sig_header: &'static str,
+    sign: fn(secret_or_key: &str, id: &str, ts: i64, body: &[u8]) -> Headers,
+    secret: &'static str,
+    /// A header value that cannot be parsed.
+    malformed: &'static str,
+    timestamped: bool,
+}
+
+fn sw_key_str(secret: &str) -> Vec<u8> {
+    // Tests pass the whsec_ form; decode like a Standard Webhooks library.
+    base64::engine::general_purpose::STANDARD
+        .decode(secret.trim_start_matches("whsec_"))
+        .unwrap_or_else(|_| secret.as_bytes().to_vec())
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            source: "stripe",
+            sig_header: "Stripe-Signature",
+            sign: |s, _id, ts, body| signers::stripe(s, ts, body),
+            secret: STRIPE_SECRET,
+            malformed: "this is not a stripe header",
+            timestamped: true,
+        },
+        Case {
+            source: "github",
+            sig_header: "X-Hub-Signature-256",
+            sign: |s, id, _ts, body| signers::github(s, id, body),
+            secret: GITHUB_SECRET,
+            malformed: "sha1=abc",
+            timestamped: false,
+        },
+        Case {
+            source: "svix",
+            sig_header: "webhook-signature",
+            sign: |s, id, ts, body| signers::standard(&sw_key_str(s), id, ts, body),
+            secret: SW_SECRET,
+            malformed: "v1",
+            timestamped: true,
+        },
+        Case {
+            source: "shopify",
+            sig_header: "X-Shopify-Hmac-Sha256",
+            sign: |s, id, _ts, body| signers::shopify(s, id, body),
+            secret: SHOPIFY_SECRET,
+            malformed: "%%%not-base64%%%",
+            timestamped: false,
+        },
+    ]
+}
+
+fn body_for(id: &str) -> Vec<u8> {
+    stripe_body(id)
+}
+
+async fn status(app: &TestApp, source: &str, h: &Headers, body: &[u8]) -> (u16, String) {
+    let r = app.post(source, h, body).await;
+    let s = r.status().as_u16();
+    (s, r.text().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_provider_accepts_valid_and_rejects_forged_requests() {
+    let app = spawn_app(Opts::new(Backend::Embedded)).await;
+    for c in cases() {
+        let id = format!("evt_{}_{}", c.source, uuid::Uuid::new_v4().simple());
+        let body = body_for(&id);
+        let now = now();
+        let good = (c.sign)(c.secret, &id, now, &body);
+
+        let (s, _) = status(&app, c.source, &good, &body).await;
+        assert_eq!(s, 200, "{}: valid request", c.source);
+
+        let mut tampered = body.clone();
+        tampered[5] ^= 1;
+        let (s, text) = status(&app, c.source, &good, &tampered).await;
+        assert_eq!(
+            (s, text.trim()),
+            (401, "invalid signature"),
+            "{}: tampered",
+            c.source
+        );
+
+        let wrong = (c.sign)("whsec_d3Jvbmctc2VjcmV0LWtleS1ieXRlcw==", &id, now, &body);
+        let (s, _) = status(&app, c.source, &wrong, &body).await;
+        assert_eq!(s, 401, "{}: wrong secret", c.source);
+
+        let (s, text) = status(&app, c.source, &without(&good, c.sig_header), &body).await;
+        assert_eq!(
+            (s, text.trim()),
+            (401, "missing signature header"),
+            "{}",
+            c.source
+        );
+
+        let mut bad = good.clone();
+        set(&mut bad, c.sig_header, c.malformed);
+        let (s, text) = status(&app, c.source, &bad, &body).await;
+        assert_eq!(s, 401, "{}: malformed header", c.source);
+        assert!(
+            text.starts_with("malformed signature header"),
+            "{}: {text}",
+            c.source
+        );
+
+        if c.timestamped {
+            for skew in [-301, 301] {
+                let h = (c.sign)(c.secret, &id, now + skew, &body);
+                let (s, text) = status(&app, c.source, &h, &body).await;
+                assert_eq!(
+                    (s, text.trim()),
+                    (401, "timestamp outside tolerance"),
+                    "{} {skew}",
+                    c.source
+                );
+            }
+        }
+
+        // No response ever reveals the expected signature.
+        let expected = (c.sign)(c.secret, &id, now, &tampered);
+        let (_, text) = status(&app, c.source, &good, &tampered).await;
+        for (_, v) in expected {
+            assert!(
+                !text.contains(&v),
+                "{}: response echoes a signature",
+                c.source
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_secrets_are_all_tried() {
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = format!(
+        r#"
+[sources.stripe-rotating]
+provider = "stripe"
+secrets = ["whsec_old_secret", "{STRIPE_SECRET}"]
+
+[sources.gh-rotating]
+provider = "github"
+secrets = ["new-github-secret", "{GITHUB_SECRET}"]
+"#
+    );
+    let app = spawn_app(opts).await;
+    for (source, old, new) in [
+        ("stripe-rotating", "whsec_old_secret", STRIPE_SECRET),
+        ("gh-rotating", "new-github-secret", GITHUB_SECRET),
+    ] {
+        for (i, secret) in [old, new].into_iter().enumerate() {
+            let id = format!("evt_rot_{i}_{source}");
+            let body = body_for(&id);
+            let h = if source.starts_with("stripe") {
+                signers::stripe(secret, now(), &body)
+            } else {
+                signers::github(secret, &id, &body)
+            };
+            let (s, _) = status(&app, source, &h, &body).await;
+            assert_eq!(s, 200, "{source} with secret #{i}");
+        }
+    }
+    // Stripe during a roll: two v1 signatures in one header, one per secret.
+    let body = body_for("evt_two_sigs");
+    let ts = now();
+    let one = signers::stripe("whsec_unknown", ts, &body);
+    let two = signers::stripe(STRIPE_SECRET, ts, &body);
+    let v1 = two[0].1.split(",v1=").nth(1).unwrap();
+    let header = format!("{},v1={v1}", one[0].1);
+    let h = vec![("Stripe-Signature".to_owned(), header)];
+    assert_eq!(status(&app, "stripe", &h, &body).await.0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_source_oversized_body_and_missing_event_id() {
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.max_body_bytes = 1024;
+    let app = spawn_app(opts).await;
+
+    let body = body_for("evt_x");
+    let h = signers::stripe(STRIPE_SECRET, now(), &body);
+    assert_eq!(status(&app, "nope", &h, &body).await.0, 404);
+
+    let big = vec![b'a'; 2048];
+    let h = signers::stripe(STRIPE_SECRET, now(), &big);
+    let (s, text) = status(&app, "stripe", &h, &big).await;
+    assert_eq!((s, text.trim()), (413, "body too large"));
+
+    // Verified, but Stripe's event id is missing from the body.
+    let no_id = br#"{"object":"event"}"#;
+    let h = signers::stripe(STRIPE_SECRET, now(), no_id);
+    let (s, text) = status(&app, "stripe", &h, no_id).await;
+    assert_eq!((s, text.trim()), (400, "missing event id"));
+
+    // GitHub without its delivery header.
+    let h = signers::github(GITHUB_SECRET, "d-1", b"{}");
+    let (s, _) = status(&app, "github", &without(&h, "X-GitHub-Delivery"), b"{}").await;
+    assert_eq!(s, 400);
+
+    // Event ids that are too long or carry control characters.
+    for bad in ["a".repeat(257), "evt\u{7}bell".to_owned()] {
+        let body = serde_json::to_vec(&serde_json::json!({ "id": bad })).unwrap();
+        let h = signers::stripe(STRIPE_SECRET, now(), &body);
+        assert_eq!(status(&app, "stripe", &h, &body).await.0, 400, "{bad:?}");
+    }
+
+    let stats = app.stats().await;
+    let st = &stats["sources"]["stripe"];
+    assert_eq!(st["rejected_by_reason"]["body_too_large"], 1);
+    assert_eq!(st["rejected_by_reason"]["missing_event_id"], 1);
+    assert_eq!(st["rejected_by_reason"]["invalid_event_id"], 2);
+    assert_eq!(st["received"], 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_readiness_metrics_and_stats_auth() {
+    let app = spawn_app(Opts::new(Backend::Production)).await;
+    let get = |p: &str| app.client.get(app.url(p)).send();
+    assert_eq!(get("/healthz").await.unwrap().status(), 200);
+    let ready = get("/readyz").await.unwrap();
+    assert_eq!(ready.status(), 200);
+    let doc: serde_json::Value = serde_json::from_slice(&ready.bytes().await.unwrap()).unwrap();
+    assert_eq!(doc["status"], "ready");
+    assert_eq!(doc["cache_kind"], "redis");
+
+    app.post_stripe("evt_metrics_1").await;
+    let metrics = get("/metrics").await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("hookgate_requests_total"), "{metrics}");
+    assert!(metrics.contains("hookgate_verify_duration_seconds_bucket"));
+
+    assert_eq!(get("/stats").await.unwrap().status(), 401);
+    let wrong = app
+        .client
+        .get(app.url("/stats"))
+        .bearer_auth("nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+    assert_eq!(app.stats().await["sources"]["stripe"]["unique"], 1);
+}
