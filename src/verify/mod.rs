@@ -209,11 +209,14 @@ fn event_id(fields: &Fields<'_>, lookup: &Lookup) -> Result<EventId, VerifyError
     EventId::parse(&id)
 }
 
+/// Raw signature header values, and their `k=v` pairs (`pairs` format).
+type HeaderParts<'h> = (Vec<&'h str>, Vec<(&'h str, &'h str)>);
+
 /// The raw signature header values, and `k=v` pairs for the `pairs` format.
 fn signature_values<'h>(
     sig: &provider::Signature,
     headers: &'h HeaderMap,
-) -> Result<(Vec<&'h str>, Vec<(&'h str, &'h str)>), VerifyError> {
+) -> Result<HeaderParts<'h>, VerifyError> {
     let name = sig
         .headers
         .iter()

@@ -216,7 +216,7 @@ fn parse_template(text: &str) -> Result<Vec<Segment>, String> {
     let mut rest = text;
     while let Some(open) = rest.find('{') {
         if open > 0 {
-            out.push(Segment::Literal(rest[..open].as_bytes().to_vec()));
+            out.push(Segment::Literal(rest.as_bytes()[..open].to_vec()));
         }
         let close = rest[open..]
             .find('}')

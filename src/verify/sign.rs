@@ -86,10 +86,10 @@ fn value_for(
     fields: &Fields<'_>,
 ) -> Result<String, String> {
     for l in &lookup.0 {
-        if let Locator::Header(h) = l {
-            if let Some((_, v)) = out.iter().find(|(n, _)| n == h) {
-                return Ok(v.clone());
-            }
+        if let Locator::Header(h) = l
+            && let Some((_, v)) = out.iter().find(|(n, _)| n == h)
+        {
+            return Ok(v.clone());
         }
     }
     if let Some(v) = fields.lookup(lookup, &[]) {

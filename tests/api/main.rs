@@ -3,6 +3,10 @@
 
 mod helpers;
 
+mod dedup;
+mod delivery;
+mod faults;
+
 mod ingest;
 
 /// Generates a `production` and an `embedded` test per listed

@@ -13,7 +13,6 @@ fn pg_base() -> String {
 #[derive(Clone)]
 pub struct TestDb {
     pub url: String,
-    pub backend: Backend,
     _guard: Arc<Guard>,
 }
 
@@ -36,7 +35,6 @@ impl TestDb {
                     .unwrap();
                 Self {
                     url: format!("{}/{name}", pg_base()),
-                    backend,
                     _guard: Arc::new(Guard::Pg(name)),
                 }
             }
@@ -45,7 +43,6 @@ impl TestDb {
                 let url = format!("sqlite://{}", dir.path().join("hookgate.db").display());
                 Self {
                     url,
-                    backend,
                     _guard: Arc::new(Guard::Sqlite(dir)),
                 }
             }
@@ -75,4 +72,19 @@ impl Drop for Guard {
             .join();
         }
     }
+}
+
+impl TestDb {
+    /// The database name (Postgres) — the last path segment of the URL.
+    pub fn name(&self) -> &str {
+        self.url.rsplit('/').next().unwrap_or_default()
+    }
+}
+
+/// host:port of the test Postgres, for a proxy in front of it.
+pub fn pg_addr() -> std::net::SocketAddr {
+    let base = pg_base();
+    let hostport = base.rsplit('@').next().unwrap_or(&base);
+    let hostport = hostport.trim_start_matches("postgres://");
+    hostport.parse().expect("HOOKGATE_TEST_PG has host:port")
 }

@@ -141,9 +141,12 @@ impl Drop for RedisServer {
 
 /// A TCP proxy that can be cut: while cut, open connections are dropped
 /// and new ones are closed at once, so the client sees the server as down.
+/// While stalled, new connections are accepted and then never answered
+/// (a hung database).
 pub struct ChaosProxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
+    stalled: Arc<AtomicBool>,
     generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -152,8 +155,9 @@ impl ChaosProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
+        let stalled = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let (c, g) = (cut.clone(), generation.clone());
+        let (c, st, g) = (cut.clone(), stalled.clone(), generation.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((mut inbound, _)) = listener.accept().await else {
@@ -161,6 +165,16 @@ impl ChaosProxy {
                 };
                 if c.load(Ordering::SeqCst) {
                     drop(inbound);
+                    continue;
+                }
+                if st.load(Ordering::SeqCst) {
+                    let st2 = st.clone();
+                    tokio::spawn(async move {
+                        while st2.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                        drop(inbound);
+                    });
                     continue;
                 }
                 let born = g.load(Ordering::SeqCst);
@@ -185,8 +199,13 @@ impl ChaosProxy {
         Self {
             port,
             cut,
+            stalled,
             generation,
         }
+    }
+
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
     }
 
     pub fn cut(&self) {
@@ -194,7 +213,14 @@ impl ChaosProxy {
         self.cut.store(true, Ordering::SeqCst);
     }
 
+    /// Drops open connections; new ones hang without an answer.
+    pub fn stall(&self) {
+        self.stalled.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
+        self.stalled.store(false, Ordering::SeqCst);
     }
 }

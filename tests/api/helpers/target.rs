@@ -79,7 +79,7 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .pop_front()
         .or(*inner.always.lock().unwrap())
         .unwrap_or(200);
-    // Only a request answered 2xx counts as received by the application.
+    // Every request is recorded, whatever it is answered.
     inner
         .received
         .lock()

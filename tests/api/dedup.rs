@@ -1,0 +1,257 @@
+//! The dedup contract (DESIGN.md state machine), on PostgreSQL + Redis and
+//! on the embedded default.
+
+use crate::both_backends;
+use crate::helpers::*;
+use std::sync::Arc;
+
+both_backends!(
+    new_then_duplicate_then_retry_with_fresh_signature,
+    same_event_id_under_another_source_is_new,
+    forged_request_does_not_consume_the_event_id,
+    different_body_for_the_same_id_is_a_counted_conflict,
+    hundred_concurrent_copies_make_exactly_one_row,
+    a_lost_cache_still_answers_duplicate_from_the_ledger,
+    stats_are_cluster_wide_and_survive_restarts,
+);
+
+async fn new_then_duplicate_then_retry_with_fresh_signature(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    let body = stripe_body("evt_dup_1");
+
+    let first = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now(), &body),
+            &body,
+        )
+        .await;
+    assert_eq!(first.status(), 200);
+    assert_eq!(dedup_header(&first), "new");
+
+    let second = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now(), &body),
+            &body,
+        )
+        .await;
+    assert_eq!(second.status(), 200);
+    assert_eq!(dedup_header(&second), "duplicate");
+
+    // Stripe's retry an hour later carries a new timestamp and signature.
+    let retry = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now() - 200, &body),
+            &body,
+        )
+        .await;
+    assert_eq!(dedup_header(&retry), "duplicate");
+    assert_eq!(app.rows("stripe", "evt_dup_1").await, 1);
+
+    // Header-id providers too: GitHub redelivery, Standard Webhooks retry.
+    let gh = br#"{"zen":"hi"}"#;
+    for expect in ["new", "duplicate"] {
+        let r = app
+            .post(
+                "github",
+                &signers::github(GITHUB_SECRET, "gh-delivery-1", gh),
+                gh,
+            )
+            .await;
+        assert_eq!(dedup_header(&r), expect);
+    }
+    for (i, expect) in ["new", "duplicate"].iter().enumerate() {
+        let h = signers::standard(SW_KEY, "msg_1", now() - i as i64, gh);
+        assert_eq!(dedup_header(&app.post("svix", &h, gh).await), *expect);
+    }
+}
+
+async fn same_event_id_under_another_source_is_new(b: Backend) {
+    let mut opts = Opts::new(b);
+    opts.extra =
+        format!("[sources.stripe-eu]\nprovider = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n");
+    let app = spawn_app(opts).await;
+    let body = stripe_body("evt_shared_id");
+    let h = signers::stripe(STRIPE_SECRET, now(), &body);
+    assert_eq!(dedup_header(&app.post("stripe", &h, &body).await), "new");
+    assert_eq!(dedup_header(&app.post("stripe-eu", &h, &body).await), "new");
+    assert_eq!(
+        dedup_header(&app.post("stripe-eu", &h, &body).await),
+        "duplicate"
+    );
+}
+
+async fn forged_request_does_not_consume_the_event_id(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    let body = stripe_body("evt_target_of_forgery");
+    let forged = app
+        .post(
+            "stripe",
+            &signers::stripe("whsec_attacker", now(), &body),
+            &body,
+        )
+        .await;
+    assert_eq!(forged.status(), 401);
+    let stale = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now() - 3600, &body),
+            &body,
+        )
+        .await;
+    assert_eq!(stale.status(), 401);
+    assert_eq!(app.rows("stripe", "evt_target_of_forgery").await, 0);
+
+    let genuine = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now(), &body),
+            &body,
+        )
+        .await;
+    assert_eq!(genuine.status(), 200);
+    assert_eq!(dedup_header(&genuine), "new");
+}
+
+async fn different_body_for_the_same_id_is_a_counted_conflict(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    let a = stripe_body("evt_conflict");
+    let other = br#"{"id":"evt_conflict","object":"event","amount":999999}"#;
+    assert_eq!(
+        dedup_header(
+            &app.post("stripe", &signers::stripe(STRIPE_SECRET, now(), &a), &a)
+                .await
+        ),
+        "new"
+    );
+    let r = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now(), other),
+            other,
+        )
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(dedup_header(&r), "duplicate");
+    // Same body again: a duplicate but not a conflict.
+    app.post("stripe", &signers::stripe(STRIPE_SECRET, now(), &a), &a)
+        .await;
+
+    let s = &app.stats().await["sources"]["stripe"];
+    assert_eq!(s["conflicts"], 1, "{s}");
+    assert_eq!(s["duplicates"], 2);
+    assert_eq!(s["unique"], 1);
+}
+
+async fn hundred_concurrent_copies_make_exactly_one_row(b: Backend) {
+    let app = Arc::new(spawn_app(Opts::new(b)).await);
+    let body = Arc::new(stripe_body("evt_stampede"));
+    let mut tasks = Vec::new();
+    for _ in 0..100 {
+        let (app, body) = (app.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let r = app
+                .post(
+                    "stripe",
+                    &signers::stripe(STRIPE_SECRET, now(), &body),
+                    &body,
+                )
+                .await;
+            let retry_after = r.headers().contains_key("retry-after");
+            (r.status().as_u16(), dedup_header(&r), retry_after)
+        }));
+    }
+    let mut new = 0;
+    for t in tasks {
+        let (status, dedup, retry_after) = t.await.unwrap();
+        match status {
+            200 if dedup == "new" => new += 1,
+            200 => assert_eq!(dedup, "duplicate"),
+            409 => assert!(retry_after, "409 without Retry-After"),
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(new, 1, "exactly one copy is new");
+    assert_eq!(app.rows("stripe", "evt_stampede").await, 1);
+}
+
+async fn a_lost_cache_still_answers_duplicate_from_the_ledger(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    assert_eq!(
+        dedup_header(&app.post_stripe("evt_cache_lost").await),
+        "new"
+    );
+    let app = match b {
+        Backend::Production => {
+            // Flush only this test's keys: the shared Redis is not ours to flush.
+            let client = redis::Client::open(redis_url()).unwrap();
+            let mut c = client.get_multiplexed_async_connection().await.unwrap();
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("{}:*", app.prefix))
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            assert!(!keys.is_empty(), "the claim was cached");
+            let _: () = redis::cmd("DEL")
+                .arg(&keys)
+                .query_async(&mut c)
+                .await
+                .unwrap();
+            app
+        }
+        Backend::Embedded => {
+            // The in-process cache dies with the process.
+            let (opts, prefix) = (app.opts.clone(), app.prefix.clone());
+            let db = app.stop().await;
+            spawn_on(opts, db, prefix).await
+        }
+    };
+    let r = app.post_stripe("evt_cache_lost").await;
+    assert_eq!(dedup_header(&r), "duplicate");
+    assert_eq!(
+        app.stats().await["sources"]["stripe"]["duplicates_by_layer"]["ledger"],
+        1
+    );
+    // …and the ledger answer refilled the cache.
+    app.post_stripe("evt_cache_lost").await;
+    assert_eq!(
+        app.stats().await["sources"]["stripe"]["duplicates_by_layer"]["cache"],
+        1
+    );
+}
+
+async fn stats_are_cluster_wide_and_survive_restarts(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    app.post_stripe("evt_s1").await;
+    app.post_stripe("evt_s1").await;
+    let body = stripe_body("evt_s2");
+    app.post(
+        "stripe",
+        &signers::stripe("whsec_wrong", now(), &body),
+        &body,
+    )
+    .await;
+    let (opts, prefix) = (app.opts.clone(), app.prefix.clone());
+    let db = app.stop().await; // graceful stop flushes counters
+
+    let first = spawn_on(opts.clone(), db.clone(), prefix.clone()).await;
+    let s = &first.stats().await["sources"]["stripe"];
+    assert_eq!(s["received"], 3, "{s}");
+    assert_eq!(s["unique"], 1);
+    assert_eq!(s["duplicates"], 1);
+    assert_eq!(s["rejected_by_reason"]["invalid_signature"], 1);
+
+    if b == Backend::Production {
+        // A second replica on the same database sees the first one's counts
+        // once they are flushed (stats_flush_interval = 200ms in tests).
+        let second = spawn_on(opts, db, prefix).await;
+        second.post_stripe("evt_s3").await;
+        let ok = eventually(std::time::Duration::from_secs(5), || async {
+            first.stats().await["sources"]["stripe"]["unique"] == 2
+        })
+        .await;
+        assert!(ok, "replica counts reach the other replica's /stats");
+    }
+}

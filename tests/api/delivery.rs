@@ -1,0 +1,206 @@
+//! Delivery from the outbox to real loopback targets, on both backends.
+
+use crate::both_backends;
+use crate::helpers::*;
+use std::time::{Duration, Instant};
+
+both_backends!(
+    one_event_two_targets_each_get_it_once_with_identical_bytes,
+    failures_are_retried_and_every_attempt_is_recorded,
+    a_dead_delivery_is_replayed_once_after_the_target_recovers,
+    forwards_carry_a_standard_webhooks_signature_of_the_gateway,
+    a_hanging_target_does_not_delay_a_healthy_one,
+);
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn targets_toml(targets: &[(&str, &TestTarget, &str)]) -> String {
+    targets
+        .iter()
+        .map(|(name, t, extra)| format!("[targets.{name}]\nurl = \"{}\"\n{extra}\n", t.url))
+        .collect()
+}
+
+async fn one_event_two_targets_each_get_it_once_with_identical_bytes(b: Backend) {
+    let (billing, ledger) = (TestTarget::start().await, TestTarget::start().await);
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["billing".into(), "ledger".into()];
+    opts.extra = targets_toml(&[("billing", &billing, ""), ("ledger", &ledger, "")]);
+    let app = spawn_app(opts).await;
+
+    // Odd bytes on purpose: whitespace and key order must survive untouched.
+    let body = b"{ \"id\" : \"evt_fwd_1\",\n  \"object\":\"event\" }  ".to_vec();
+    let sent = Instant::now();
+    let r = app
+        .post(
+            "stripe",
+            &signers::stripe(STRIPE_SECRET, now(), &body),
+            &body,
+        )
+        .await;
+    assert_eq!(dedup_header(&r), "new");
+    assert!(
+        eventually(WAIT, || async {
+            billing.count() == 1 && ledger.count() == 1
+        })
+        .await
+    );
+    let latency = sent.elapsed();
+    // Woken by the commit, not by the 200ms poll: well under a poll interval.
+    assert!(
+        latency < Duration::from_millis(1000),
+        "first delivery took {latency:?}"
+    );
+
+    // A duplicate is never forwarded again.
+    app.post(
+        "stripe",
+        &signers::stripe(STRIPE_SECRET, now(), &body),
+        &body,
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for t in [&billing, &ledger] {
+        let got = t.received();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body.as_ref(), body.as_slice());
+        let h = &got[0].headers;
+        assert_eq!(h["hookgate-event-id"], "evt_fwd_1");
+        assert_eq!(h["hookgate-source"], "stripe");
+        assert_eq!(h["hookgate-attempt"], "1");
+        assert_eq!(h["content-type"], "application/json");
+        assert!(
+            h.contains_key("stripe-signature"),
+            "provider headers are forwarded"
+        );
+        assert_ne!(h["host"], app.addr.to_string());
+    }
+    let stats = app.stats().await;
+    let eventually_delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 2
+    })
+    .await;
+    assert!(eventually_delivered, "{stats}");
+}
+
+async fn failures_are_retried_and_every_attempt_is_recorded(b: Backend) {
+    let t = TestTarget::start().await;
+    t.plan(&[500, 500, 500]);
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["flaky".into()];
+    opts.extra = targets_toml(&[("flaky", &t, "max_attempts = 6")]);
+    let app = spawn_app(opts).await;
+    app.post_stripe("evt_flaky").await;
+
+    let done = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 1
+    })
+    .await;
+    assert!(done, "delivered after retries");
+    let attempts = app
+        .state
+        .ledger
+        .attempts("stripe", "evt_flaky", "flaky")
+        .await
+        .unwrap();
+    let statuses: Vec<_> = attempts.iter().map(|a| a.status).collect();
+    assert_eq!(statuses, vec![Some(500), Some(500), Some(500), Some(200)]);
+    assert_eq!(attempts.last().unwrap().attempt, 4);
+    let got = t.received();
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[3].headers["hookgate-attempt"], "4");
+}
+
+async fn a_dead_delivery_is_replayed_once_after_the_target_recovers(b: Backend) {
+    let t = TestTarget::start().await;
+    t.always(Some(503));
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["down".into()];
+    opts.extra = targets_toml(&[("down", &t, "max_attempts = 3")]);
+    let app = spawn_app(opts).await;
+    app.post_stripe("evt_dead").await;
+
+    let dead = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["dead"] == 1
+    })
+    .await;
+    assert!(dead, "dead after max_attempts");
+    assert_eq!(t.count(), 3);
+
+    t.always(None);
+    let replay = app
+        .client
+        .post(app.url("/admin/replay"))
+        .bearer_auth(ADMIN_TOKEN)
+        .body(r#"{"source":"stripe"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.text().await.unwrap(), r#"{"replayed":1}"#);
+    assert!(eventually(WAIT, || async { t.count() == 4 }).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(t.count(), 4, "delivered exactly once after replay");
+    let s = &app.stats().await["sources"]["stripe"];
+    assert_eq!(s["dead"], 0);
+    assert_eq!(s["delivered"], 1);
+
+    let unauth = app
+        .client
+        .post(app.url("/admin/replay"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauth.status(), 401);
+}
+
+async fn forwards_carry_a_standard_webhooks_signature_of_the_gateway(b: Backend) {
+    let t = TestTarget::start().await;
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["signed".into()];
+    // Key bytes "hookgate-test-key-123456", the Standard Webhooks way.
+    opts.extra = targets_toml(&[("signed", &t, &format!("signing_secret = \"{SW_SECRET}\""))]);
+    let app = spawn_app(opts).await;
+    app.post_stripe("evt_signed").await;
+    assert!(eventually(WAIT, || async { t.count() == 1 }).await);
+
+    let got = &t.received()[0];
+    let h = |n: &str| got.headers[n].to_str().unwrap().to_owned();
+    let (id, ts) = (
+        h("webhook-id"),
+        h("webhook-timestamp").parse::<i64>().unwrap(),
+    );
+    // Recompute with the test's own signer (independent of the gateway).
+    let expected = signers::standard(SW_KEY, &id, ts, &got.body);
+    assert_eq!(h("webhook-signature"), expected[2].1);
+    assert!((now() - ts).abs() < 60);
+    assert!(id.starts_with("msg_") && !id.contains('.'));
+}
+
+async fn a_hanging_target_does_not_delay_a_healthy_one(b: Backend) {
+    let (slow, fast) = (TestTarget::start().await, TestTarget::start().await);
+    slow.hang(Some(Duration::from_secs(30)));
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["slow".into(), "fast".into()];
+    opts.extra = targets_toml(&[
+        ("slow", &slow, "timeout = \"20s\"\nconcurrency = 2"),
+        ("fast", &fast, ""),
+    ]);
+    let app = spawn_app(opts).await;
+    let started = Instant::now();
+    for i in 0..10 {
+        let r = app.post_stripe(&format!("evt_hang_{i}")).await;
+        assert_eq!(
+            r.status(),
+            200,
+            "ingest is not slowed by the hanging target"
+        );
+    }
+    assert!(eventually(WAIT, || async { fast.count() == 10 }).await);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "healthy target got all events in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(slow.count(), 0);
+}

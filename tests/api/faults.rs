@@ -1,0 +1,321 @@
+//! Faults, each with throwaway pieces this test starts and stops by PID:
+//! a redis-server, a cuttable proxy in front of Postgres, gateway processes.
+//! The shared Postgres and Redis are never stopped.
+
+use crate::helpers::db::pg_addr;
+use crate::helpers::process::{ChaosProxy, Gateway, RedisServer};
+use crate::helpers::*;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+async fn readyz(app: &TestApp) -> (u16, serde_json::Value) {
+    let r = app.client.get(app.url("/readyz")).send().await.unwrap();
+    let s = r.status().as_u16();
+    (
+        s,
+        serde_json::from_slice(&r.bytes().await.unwrap()).unwrap(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_down_keeps_dedup_exact_and_readiness_degraded_until_it_returns() {
+    let mut redis = RedisServer::start().await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(redis.url());
+    let app = spawn_app(opts).await;
+    assert_eq!(dedup_header(&app.post_stripe("evt_r1").await), "new");
+
+    redis.kill();
+    assert_eq!(readyz(&app).await.1["status"], "degraded");
+    assert_eq!(readyz(&app).await.0, 200);
+    let r = app.post_stripe("evt_r2").await;
+    assert_eq!((r.status().as_u16(), dedup_header(&r)), (200, "new".into()));
+    for id in ["evt_r1", "evt_r2"] {
+        let r = app.post_stripe(id).await;
+        assert_eq!(
+            (r.status().as_u16(), dedup_header(&r)),
+            (200, "duplicate".into()),
+            "{id}"
+        );
+    }
+    // Concurrent copies with no cache: the ledger's unique key decides.
+    let app = Arc::new(app);
+    let mut tasks = vec![];
+    for _ in 0..20 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            dedup_header(&app.post_stripe("evt_r3").await)
+        }));
+    }
+    let mut new = 0;
+    for t in tasks {
+        if t.await.unwrap() == "new" {
+            new += 1;
+        }
+    }
+    assert_eq!(new, 1);
+    assert_eq!(app.rows("stripe", "evt_r3").await, 1);
+
+    redis.restart().await;
+    let back = eventually(Duration::from_secs(10), || async {
+        readyz(&app).await.1["status"] == "ready"
+    })
+    .await;
+    assert!(back, "readiness recovers when Redis returns");
+    assert_eq!(dedup_header(&app.post_stripe("evt_r2").await), "duplicate");
+    assert_eq!(dedup_header(&app.post_stripe("evt_r4").await), "new");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_unreachable_is_503_with_nothing_written_and_the_retry_is_new() {
+    let proxy = ChaosProxy::start(pg_addr()).await;
+    let db = TestDb::create(Backend::Production).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.database_url = Some(proxy.url(db.name()));
+    let app = spawn_on(opts, db, unique_prefix()).await;
+    assert_eq!(dedup_header(&app.post_stripe("evt_pg_ok").await), "new");
+
+    proxy.cut();
+    // The proxy drops open connections within 20 ms.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = app.post_stripe("evt_pg_down").await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "5");
+    assert_eq!(readyz(&app).await.0, 503);
+    // The claim was released: an immediate retry is not told "in flight".
+    let again = app.post_stripe("evt_pg_down").await;
+    assert_eq!(again.status(), 503);
+
+    proxy.restore();
+    let ok = eventually(Duration::from_secs(10), || async {
+        app.post_stripe("evt_pg_down").await.status() == 200
+    })
+    .await;
+    assert!(ok, "accepted after recovery");
+    assert_eq!(app.rows("stripe", "evt_pg_down").await, 1);
+    assert_eq!(
+        dedup_header(&app.post_stripe("evt_pg_down").await),
+        "duplicate"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl() {
+    let proxy = ChaosProxy::start(pg_addr()).await;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.claim_ttl = "2s";
+    opts.inflight_wait = "200ms";
+    opts.database_url = Some(proxy.url(db.name()));
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+
+    // The database hangs: the request claims the id, then waits in the ledger.
+    proxy.stall();
+    let body = stripe_body("evt_crash");
+    let h = signers::stripe(STRIPE_SECRET, now(), &body);
+    let client = reqwest::Client::new();
+    let url = first.url("/webhooks/stripe");
+    let (b2, h2) = (body.clone(), h.clone());
+    let pending = tokio::spawn(async move {
+        let mut req = client.post(url).body(b2);
+        for (k, v) in &h2 {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        req.send().await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.kill9();
+    assert!(
+        pending.await.unwrap().is_err(),
+        "the killed gateway never acknowledged"
+    );
+    proxy.restore();
+
+    let second = Gateway::start(&opts, &db, &prefix).await;
+    let client = reqwest::Client::new();
+    let send = || {
+        let mut req = client
+            .post(second.url("/webhooks/stripe"))
+            .body(body.clone());
+        for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        req.send()
+    };
+    // Within claim_ttl the dead process's claim still stands.
+    let early = send().await.unwrap();
+    assert_eq!(early.status(), 409);
+    assert!(early.headers().contains_key("retry-after"));
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let late = send().await.unwrap();
+    assert_eq!(late.status(), 200);
+    assert_eq!(late.headers()["hookgate-dedup"], "new");
+}
+
+/// Sends `body` signed for Stripe to `url`.
+async fn post_to(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+) -> reqwest::Result<reqwest::Response> {
+    let body = stripe_body(id);
+    let mut req = client.post(url).body(body.clone());
+    for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req.send().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_gateway_processes_share_one_ledger_and_deliver_each_event_once() {
+    let target = TestTarget::start().await;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!(
+        "[targets.sink]\nurl = \"{}\"\nconcurrency = 16\n",
+        target.url
+    );
+    let a = Gateway::start(&opts, &db, &prefix).await;
+    let b = Gateway::start(&opts, &db, &prefix).await;
+    let urls = [a.url("/webhooks/stripe"), b.url("/webhooks/stripe")];
+    let client = reqwest::Client::new();
+
+    // 100 copies of one event, alternating between the replicas.
+    let mut tasks = vec![];
+    for i in 0..100 {
+        let (client, url) = (client.clone(), urls[i % 2].clone());
+        tasks.push(tokio::spawn(async move {
+            let r = post_to(&client, &url, "evt_spread").await.unwrap();
+            (
+                r.status().as_u16(),
+                r.headers().get("hookgate-dedup").cloned(),
+            )
+        }));
+    }
+    let mut new = 0;
+    for t in tasks {
+        let (status, dedup) = t.await.unwrap();
+        assert!(status == 200 || status == 409, "status {status}");
+        if dedup.is_some_and(|d| d == "new") {
+            new += 1;
+        }
+    }
+    assert_eq!(new, 1);
+
+    // 1,000 distinct events spread over both replicas (workers in both).
+    let sem = Arc::new(tokio::sync::Semaphore::new(32));
+    let mut tasks = vec![];
+    for i in 0..1000 {
+        let (client, url, sem) = (client.clone(), urls[i % 2].clone(), sem.clone());
+        tasks.push(tokio::spawn(async move {
+            let _p = sem.acquire().await.unwrap();
+            post_to(&client, &url, &format!("evt_many_{i}"))
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 200);
+    }
+    let all = eventually(Duration::from_secs(60), || async { target.count() >= 1001 }).await;
+    assert!(all, "all events delivered ({} so far)", target.count());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ids: Vec<String> = target
+        .received()
+        .iter()
+        .map(|r| r.headers["hookgate-event-id"].to_str().unwrap().to_owned())
+        .collect();
+    let unique: HashSet<_> = ids.iter().collect();
+    assert_eq!(ids.len(), 1001, "no event was sent twice");
+    assert_eq!(unique.len(), 1001);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_killed_mid_load_loses_no_acknowledged_event() {
+    let target = TestTarget::start().await;
+    // The target is slow, so deliveries are still pending at the kill.
+    target.hang(Some(Duration::from_millis(300)));
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!(
+        "[targets.sink]\nurl = \"{}\"\nconcurrency = 2\n",
+        target.url
+    );
+    opts.claim_ttl = "1s";
+    let mut gw = Gateway::start(&opts, &db, &prefix).await;
+    let url = gw.url("/webhooks/stripe");
+    let client = reqwest::Client::new();
+
+    let acked = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = vec![];
+    for i in 0..300 {
+        let (client, url, acked) = (client.clone(), url.clone(), acked.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(i * 2)).await;
+            let id = format!("evt_kill_{i}");
+            if let Ok(r) = post_to(&client, &url, &id).await
+                && r.status() == 200
+            {
+                acked.lock().unwrap().push(id);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.kill9();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(
+        !acked.is_empty(),
+        "some events were acknowledged before the kill"
+    );
+    assert!(
+        target.count() < acked.len(),
+        "deliveries were still pending at the kill"
+    );
+
+    target.hang(None);
+    let _restarted = Gateway::start(&opts, &db, &prefix).await;
+    let delivered = || {
+        target
+            .received()
+            .iter()
+            .map(|r| r.headers["hookgate-event-id"].to_str().unwrap().to_owned())
+            .collect::<HashSet<_>>()
+    };
+    let ok = eventually(Duration::from_secs(60), || async {
+        acked.iter().all(|id| delivered().contains(id))
+    })
+    .await;
+    let missing: Vec<_> = acked
+        .iter()
+        .filter(|id| !delivered().contains(*id))
+        .collect();
+    assert!(ok, "acknowledged but never delivered: {missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_and_exits_cleanly() {
+    let target = TestTarget::start().await;
+    let db = TestDb::create(Backend::Production).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n", target.url);
+    let mut gw = Gateway::start(&opts, &db, &unique_prefix()).await;
+    let client = reqwest::Client::new();
+    let r = post_to(&client, &gw.url("/webhooks/stripe"), "evt_term")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(eventually(Duration::from_secs(10), || async { target.count() == 1 }).await);
+    let status = gw.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}
