@@ -54,12 +54,16 @@ impl Ledger for PgLedger {
 
     async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
         let repeats = first_occurrence(batch);
-        let unique: Vec<&NewEvent> = batch
+        let mut unique: Vec<&NewEvent> = batch
             .iter()
             .zip(&repeats)
             .filter(|(_, r)| r.is_none())
             .map(|(e, _)| e)
             .collect();
+        // One lock order for every writer: two batches holding the same ids
+        // (possible while the cache is down) wait for each other instead of
+        // deadlocking.
+        unique.sort_unstable_by(|a, b| (&a.source, &a.event_id).cmp(&(&b.source, &b.event_id)));
 
         let mut tx = self.pool.begin().await?;
         let inserted = sqlx::query(
