@@ -13,6 +13,7 @@ both_backends!(
     hundred_concurrent_copies_make_exactly_one_row,
     a_lost_cache_still_answers_duplicate_from_the_ledger,
     stats_are_cluster_wide_and_survive_restarts,
+    ids_are_forgotten_after_the_window_unless_a_delivery_is_unfinished,
 );
 
 async fn new_then_duplicate_then_retry_with_fresh_signature(b: Backend) {
@@ -254,4 +255,52 @@ async fn stats_are_cluster_wide_and_survive_restarts(b: Backend) {
         .await;
         assert!(ok, "replica counts reach the other replica's /stats");
     }
+}
+
+async fn ids_are_forgotten_after_the_window_unless_a_delivery_is_unfinished(b: Backend) {
+    let down = TestTarget::start().await;
+    down.always(Some(500));
+    let mut opts = Opts::new(b);
+    opts.extra = format!(
+        r#"
+[sources.short]
+provider = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+dedup_window = "1s"
+
+[sources.short-undelivered]
+provider = "stripe"
+secrets = ["{STRIPE_SECRET}"]
+dedup_window = "1s"
+targets = ["down"]
+
+[targets.down]
+url = "{}"
+max_attempts = 1000
+"#,
+        down.url
+    );
+    let app = spawn_app(opts).await;
+    let body = stripe_body("evt_window");
+    let send = |source: &'static str| {
+        let body = body.clone();
+        let app = &app;
+        async move {
+            let h = signers::stripe(STRIPE_SECRET, now(), &body);
+            dedup_header(&app.post(source, &h, &body).await)
+        }
+    };
+    for source in ["short", "short-undelivered"] {
+        assert_eq!(send(source).await, "new");
+        assert_eq!(send(source).await, "duplicate");
+    }
+    let purged = eventually(std::time::Duration::from_secs(10), || async {
+        app.rows("short", "evt_window").await == 0
+    })
+    .await;
+    assert!(purged, "the row is purged after its window");
+    assert_eq!(send("short").await, "new", "a forgotten id is new again");
+    // An event whose delivery is still retrying is kept (and stays a duplicate).
+    assert_eq!(app.rows("short-undelivered", "evt_window").await, 1);
+    assert_eq!(send("short-undelivered").await, "duplicate");
 }

@@ -3,10 +3,10 @@
 
 mod helpers;
 
+mod cli;
 mod dedup;
 mod delivery;
 mod faults;
-
 mod ingest;
 
 /// Generates a `production` and an `embedded` test per listed

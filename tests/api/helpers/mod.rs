@@ -103,6 +103,7 @@ redis_timeout = "300ms"
 [dedup]
 claim_ttl = "{claim_ttl}"
 cache_ttl = "10m"
+purge_interval = "200ms"
 inflight_wait = "{inflight_wait}"
 stats_flush_interval = "200ms"
 

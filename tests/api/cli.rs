@@ -1,0 +1,156 @@
+//! The `hookgate` binary's commands, run as a user would.
+
+use crate::helpers::*;
+use std::process::Command;
+
+fn hookgate(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_prints_the_resolved_config_without_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "whsec_from_a_file\n").unwrap();
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        r#"
+[server]
+admin_token = "super-secret-admin"
+[storage]
+database_url = "postgres://app:pg-password@db.internal:5432/hooks"
+[sources.stripe]
+provider = "stripe"
+secrets = ["whsec_literal_secret", "file:secret.txt"]
+targets = ["billing"]
+[targets.billing]
+url = "http://billing.internal/hook"
+signing_secret = "whsec_c2lnbmluZw=="
+"#,
+    )
+    .unwrap();
+    let (ok, out, err) = hookgate(&["check-config"], dir.path());
+    assert!(ok, "{err}");
+    assert!(out.contains("POST /webhooks/stripe"), "{out}");
+    assert!(out.contains("secrets=2"));
+    assert!(out.contains("postgres://***@db.internal:5432/hooks"));
+    for secret in [
+        "super-secret-admin",
+        "pg-password",
+        "whsec_literal",
+        "whsec_from_a_file",
+        "c2lnbmluZw",
+    ] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret} leaked"
+        );
+    }
+}
+
+#[test]
+fn check_config_names_the_file_and_key_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "[sources.a]\nprovider = \"nope\"\nsecrets = [\"x\"]\n",
+            "sources.a.provider",
+        ),
+        (
+            "[sources.a]\nprovider = \"github\"\nsecrets = [\"env:HOOKGATE_T_UNSET_VAR\"]\n",
+            "sources.a.secrets[0]",
+        ),
+        (
+            "[sources.a]\nprovider = \"github\"\nsecrets = [\"x\"]\ntargets = [\"t\"]\n",
+            "sources.a.targets",
+        ),
+        ("[dedup]\nclaim_ttl = \"soon\"\n", "dedup.claim_ttl"),
+        ("[server]\nlisten_on = \"x\"\n", "server.listen_on"),
+        (
+            "[sources.a]\nprovider = \"github\"\nsecrets = [\"file:missing.txt\"]\n",
+            "sources.a.secrets[0]",
+        ),
+    ];
+    for (text, key) in cases {
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, text).unwrap();
+        let (ok, _, err) = hookgate(&["--config", "bad.toml", "check-config"], dir.path());
+        assert!(!ok, "{text}");
+        assert!(
+            err.contains("bad.toml") && err.contains(key),
+            "{key}: {err}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_produces_a_request_the_gateway_accepts() {
+    let app = spawn_app(Opts::new(Backend::Embedded)).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("event.json"), stripe_body("evt_cli_sign")).unwrap();
+    for (provider, source, secret) in [
+        ("stripe", "stripe", STRIPE_SECRET),
+        ("github", "github", GITHUB_SECRET),
+        ("standard-webhooks", "svix", SW_SECRET),
+        ("shopify", "shopify", SHOPIFY_SECRET),
+    ] {
+        let to = app.url(&format!("/webhooks/{source}"));
+        let (ok, out, err) = hookgate(
+            &[
+                "sign",
+                "--provider",
+                provider,
+                "--secret",
+                secret,
+                "--body",
+                "event.json",
+                "--to",
+                &to,
+            ],
+            dir.path(),
+        );
+        assert!(ok, "{err}");
+        assert!(!out.contains(secret), "sign printed the secret");
+        let curl = out.lines().last().unwrap();
+        assert!(curl.starts_with("curl ") && curl.contains(&to), "{curl}");
+        let headers: Vec<(String, String)> = out
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        let body = std::fs::read(dir.path().join("event.json")).unwrap();
+        let r = app.post(source, &headers, &body).await;
+        assert_eq!(r.status(), 200, "{provider}: {}", r.text().await.unwrap());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_applies_the_schema_on_both_backends() {
+    for backend in [Backend::Production, Backend::Embedded] {
+        let db = TestDb::create(backend).await;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("hookgate.toml"),
+            format!("[storage]\ndatabase_url = \"{}\"\n", db.url),
+        )
+        .unwrap();
+        let (ok, out, err) = hookgate(&["migrate"], dir.path());
+        assert!(ok, "{err}");
+        assert!(out.starts_with("migrated"), "{out}");
+        // Idempotent.
+        assert!(hookgate(&["migrate"], dir.path()).0);
+    }
+}
