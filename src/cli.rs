@@ -84,6 +84,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Serve { no_migrate } => {
             let mut config = load(&cli.config)?;
             telemetry::init_logs(config.server.log_format, &config.server.log_level);
+            for w in &config.warnings {
+                tracing::warn!("{w}");
+            }
             if no_migrate {
                 config.storage.migrate = false;
             }
@@ -98,6 +101,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig => {
             let config = load(&cli.config)?;
             print!("{}", describe(&config));
+            for w in &config.warnings {
+                eprintln!("warning: {w}");
+            }
             Ok(())
         }
         Command::Sign {

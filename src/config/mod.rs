@@ -36,6 +36,8 @@ pub struct Config {
     pub sources: BTreeMap<String, Arc<Source>>,
     pub targets: BTreeMap<String, Arc<Target>>,
     pub providers: Registry,
+    /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +199,10 @@ impl Config {
                 .split("__"),
         );
         let mut raw: RawConfig = fig.extract().map_err(|e| figment_error(&origin, e))?;
+        let text = file
+            .as_deref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .unwrap_or_default();
         if raw.storage.database_url.is_none() && std::env::var_os("DATABASE_URL").is_some() {
             raw.storage.database_url = Some("env:DATABASE_URL".into());
         }
@@ -208,7 +214,9 @@ impl Config {
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        Self::validate(raw, &origin, &base)
+        let mut config = Self::validate(raw, &origin, &base)?;
+        config.warnings.extend(unused_env_vars(&text));
+        Ok(config)
     }
 
     /// Parses a TOML string without consulting the environment (tests,
@@ -431,6 +439,7 @@ impl Config {
                 sources,
                 targets,
                 providers,
+                warnings: Vec::new(),
             })
         } else {
             Err(ConfigError {
@@ -462,6 +471,18 @@ impl Validator<'_> {
             .map_err(|e| self.problem(key, e.to_string()))
             .ok()
     }
+}
+
+/// `HOOKGATE_*` variables that are neither `SECTION__KEY` overrides,
+/// `HOOKGATE_CONFIG`, nor named by an `env:` reference in the config text:
+/// most likely typos.
+fn unused_env_vars(config_text: &str) -> Vec<String> {
+    std::env::vars_os()
+        .filter_map(|(k, _)| k.into_string().ok())
+        .filter(|k| k.starts_with("HOOKGATE_") && !k.contains("__") && k != "HOOKGATE_CONFIG")
+        .filter(|k| !config_text.contains(&format!("env:{k}")))
+        .map(|k| format!("environment variable `{k}` is not used by this config"))
+        .collect()
 }
 
 fn valid_name(name: &str) -> bool {

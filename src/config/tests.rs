@@ -110,6 +110,15 @@ fn file_and_environment_layers_with_errors_naming_the_file() {
         jail.set_env("HOOKGATE_ADMIN_TOKEN", "used-by-env-reference");
         let c = Config::load(Some(Path::new("hookgate.toml"))).unwrap();
         assert_eq!(c.server.max_body_bytes, 2048);
+        // Nothing references HOOKGATE_ADMIN_TOKEN: probably a mistake, said once.
+        assert!(
+            c.warnings
+                .iter()
+                .any(|w| w.contains("HOOKGATE_ADMIN_TOKEN")),
+            "{:?}",
+            c.warnings
+        );
+        assert!(!c.warnings.iter().any(|w| w.contains("MAX_BODY_BYTES")));
 
         jail.create_file(
             "bad.toml",
