@@ -235,14 +235,15 @@ async fn two_gateway_processes_share_one_ledger_and_deliver_each_event_once() {
     assert_eq!(unique.len(), 1001);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gateway_killed_mid_load_loses_no_acknowledged_event() {
+crate::both_backends!(a_gateway_killed_mid_load_loses_no_acknowledged_event);
+
+async fn a_gateway_killed_mid_load_loses_no_acknowledged_event(b: Backend) {
     let target = TestTarget::start().await;
     // The target is slow, so deliveries are still pending at the kill.
     target.hang(Some(Duration::from_millis(300)));
-    let db = TestDb::create(Backend::Production).await;
+    let db = TestDb::create(b).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(Backend::Production);
+    let mut opts = Opts::new(b);
     opts.stripe_targets = vec!["sink".into()];
     opts.extra = format!(
         "[targets.sink]\nurl = \"{}\"\nconcurrency = 2\n",
@@ -318,4 +319,45 @@ async fn sigterm_drains_and_exits_cleanly() {
     assert!(eventually(Duration::from_secs(10), || async { target.count() == 1 }).await);
     let status = gw.terminate();
     assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_releases_unfinished_deliveries_to_other_workers() {
+    let target = TestTarget::start().await;
+    target.hang(Some(Duration::from_secs(60)));
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!(
+        "[targets.sink]\nurl = \"{}\"\ntimeout = \"50s\"\n",
+        target.url
+    );
+    opts.lease = "120s";
+    opts.shutdown_grace = "1s";
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+    let client = reqwest::Client::new();
+    let r = post_to(&client, &first.url("/webhooks/stripe"), "evt_handover")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            target.times().len() == 1
+        })
+        .await
+    );
+
+    let stopping = std::time::Instant::now();
+    assert!(first.terminate().success());
+    assert!(stopping.elapsed() < Duration::from_secs(10), "grace is 1s");
+
+    // Without the release, the row would stay leased for 120s.
+    target.hang(None);
+    let _second = Gateway::start(&opts, &db, &prefix).await;
+    let handed_over = eventually(Duration::from_secs(15), || async { target.count() == 1 }).await;
+    assert!(
+        handed_over,
+        "the released delivery was taken by another worker"
+    );
 }

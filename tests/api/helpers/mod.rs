@@ -55,6 +55,11 @@ pub struct Opts {
     pub database_url: Option<String>,
     /// Override the Redis URL (fault tests point it at a throwaway server).
     pub redis_url: Option<String>,
+    pub poll_interval: &'static str,
+    pub lease: &'static str,
+    pub shutdown_grace: &'static str,
+    /// Largest retry delay (also caps Retry-After).
+    pub backoff_max: &'static str,
 }
 
 impl Opts {
@@ -69,6 +74,10 @@ impl Opts {
             delivery: true,
             database_url: None,
             redis_url: None,
+            poll_interval: "200ms",
+            lease: "10s",
+            shutdown_grace: "5s",
+            backoff_max: "200ms",
         }
     }
 
@@ -92,7 +101,7 @@ impl Opts {
 listen = "{listen}"
 admin_token = "{ADMIN_TOKEN}"
 max_body_bytes = {max_body}
-shutdown_grace = "5s"
+shutdown_grace = "{shutdown_grace}"
 
 [storage]
 database_url = "{db_url}"
@@ -109,10 +118,10 @@ stats_flush_interval = "200ms"
 
 [delivery]
 enabled = {delivery}
-poll_interval = "200ms"
+poll_interval = "{poll_interval}"
 backoff_base = "20ms"
-backoff_max = "200ms"
-lease = "10s"
+backoff_max = "{backoff_max}"
+lease = "{lease}"
 
 [sources.stripe]
 provider = "stripe"
@@ -137,6 +146,10 @@ secrets = ["{SHOPIFY_SECRET}"]
             claim_ttl = self.claim_ttl,
             inflight_wait = self.inflight_wait,
             delivery = self.delivery,
+            poll_interval = self.poll_interval,
+            lease = self.lease,
+            shutdown_grace = self.shutdown_grace,
+            backoff_max = self.backoff_max,
             extra = self.extra,
         )
     }

@@ -24,6 +24,10 @@ struct Inner {
     /// Answer every request with this status (after the plan).
     always: Mutex<Option<u16>>,
     hang: Mutex<Option<Duration>>,
+    /// `Retry-After` seconds sent with non-2xx answers.
+    retry_after: Mutex<Option<u64>>,
+    /// When each request arrived.
+    times: Mutex<Vec<std::time::Instant>>,
 }
 
 #[derive(Clone)]
@@ -61,13 +65,27 @@ impl TestTarget {
         *self.inner.always.lock().unwrap() = status;
     }
 
+    pub fn retry_after(&self, secs: Option<u64>) {
+        *self.inner.retry_after.lock().unwrap() = secs;
+    }
+
+    /// Arrival times of every request, in order.
+    pub fn times(&self) -> Vec<std::time::Instant> {
+        self.inner.times.lock().unwrap().clone()
+    }
+
     /// Every request waits this long before answering.
     pub fn hang(&self, d: Option<Duration>) {
         *self.inner.hang.lock().unwrap() = d;
     }
 }
 
-async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes) -> StatusCode {
+async fn handle(
+    State(inner): State<Arc<Inner>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, HeaderMap) {
+    inner.times.lock().unwrap().push(std::time::Instant::now());
     let hang = *inner.hang.lock().unwrap();
     if let Some(d) = hang {
         tokio::time::sleep(d).await;
@@ -85,5 +103,11 @@ async fn handle(State(inner): State<Arc<Inner>>, headers: HeaderMap, body: Bytes
         .lock()
         .unwrap()
         .push(Received { headers, body });
-    StatusCode::from_u16(status).unwrap()
+    let mut out = HeaderMap::new();
+    if status >= 300
+        && let Some(secs) = *inner.retry_after.lock().unwrap()
+    {
+        out.insert("retry-after", secs.to_string().parse().unwrap());
+    }
+    (StatusCode::from_u16(status).unwrap(), out)
 }
