@@ -25,7 +25,7 @@ use crate::verify::Verified;
 use cache::{Claim, ClaimCache};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Where a duplicate was caught.
@@ -58,6 +58,9 @@ pub enum DedupError {
 
 /// How often a waiting copy looks at the key again.
 const INFLIGHT_POLL: Duration = Duration::from_millis(20);
+/// While the cache is failing, one request per this interval tries it; the
+/// rest go straight to the ledger instead of each paying the cache deadline.
+const CACHE_PROBE_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Dedup {
     cache: Arc<dyn ClaimCache>,
@@ -66,6 +69,9 @@ pub struct Dedup {
     key_prefix: String,
     /// Last cache state seen, so an outage logs once, not once per request.
     cache_down: AtomicBool,
+    /// Milliseconds since `epoch` of the last cache probe during an outage.
+    last_probe_ms: AtomicU64,
+    epoch: Instant,
 }
 
 impl Dedup {
@@ -81,6 +87,8 @@ impl Dedup {
             settings,
             key_prefix,
             cache_down: AtomicBool::new(false),
+            last_probe_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
         }
     }
 
@@ -105,6 +113,12 @@ impl Dedup {
         let hash = hex::encode(Sha256::digest(v.body()));
         let token = uuid::Uuid::new_v4().simple().to_string();
         let deadline = Instant::now() + self.settings.inflight_wait;
+        if !self.try_cache() {
+            // Skipping the cache is always safe: the ledger's unique key decides.
+            return self
+                .owned(v, key, token, hash, cache_ttl, now_ms, false)
+                .await;
+        }
         loop {
             let claim = self
                 .cache
@@ -209,11 +223,29 @@ impl Dedup {
     }
 
     async fn mark_done(&self, key: &str, hash: &str, ttl: Duration) {
+        if self.cache_down.load(Ordering::Relaxed) {
+            return;
+        }
         if let Err(e) = self.cache.finish(key, hash, ttl).await {
             // The ledger already holds the truth; the next copy pays one
             // ledger lookup instead of a cache hit.
             self.cache_failed(&e);
         }
+    }
+
+    /// False while the cache is failing, except for one probe per
+    /// [`CACHE_PROBE_EVERY`].
+    fn try_cache(&self) -> bool {
+        if !self.cache_down.load(Ordering::Relaxed) {
+            return true;
+        }
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.last_probe_ms.load(Ordering::Relaxed);
+        now.saturating_sub(last) >= CACHE_PROBE_EVERY.as_millis() as u64
+            && self
+                .last_probe_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     fn cache_failed(&self, e: &cache::CacheError) {
