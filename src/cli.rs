@@ -31,6 +31,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would only obscure the clap definition"
+)]
 pub enum Command {
     /// Run the gateway.
     Serve {
@@ -221,15 +225,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             target,
         } => {
             let config = load(&cli.config)?;
-            if let Some(s) = &source {
-                if !config.sources.contains_key(s) {
-                    bail!("unknown source `{s}`");
-                }
+            if let Some(s) = &source
+                && !config.sources.contains_key(s)
+            {
+                bail!("unknown source `{s}`");
             }
-            if let Some(t) = &target {
-                if !config.targets.contains_key(t) {
-                    bail!("unknown target `{t}`");
-                }
+            if let Some(t) = &target
+                && !config.targets.contains_key(t)
+            {
+                bail!("unknown target `{t}`");
             }
             let ledger = store::connect(&config.storage.database, Some(1)).await?;
             let filter = ReplayFilter {

@@ -236,10 +236,10 @@ impl Config {
             problems: Vec::new(),
         };
         let mut providers = Registry::builtin();
-        if let Some(dir) = &raw.server.providers_dir {
-            if let Err(e) = providers.load_dir(&base.join(dir)) {
-                v.problem("server.providers_dir", e.to_string());
-            }
+        if let Some(dir) = &raw.server.providers_dir
+            && let Err(e) = providers.load_dir(&base.join(dir))
+        {
+            v.problem("server.providers_dir", e.to_string());
         }
 
         let listen = raw.server.listen.parse().unwrap_or_else(|_| {

@@ -99,6 +99,10 @@ fn redact_url_hides_credentials() {
 }
 
 #[test]
+#[expect(
+    clippy::result_large_err,
+    reason = "figment::Jail's closure returns figment::Error"
+)]
 fn file_and_environment_layers_with_errors_naming_the_file() {
     figment::Jail::expect_with(|jail| {
         jail.create_file("hookgate.toml", GOOD)?;

@@ -48,10 +48,10 @@ fn hashed(bytes: &[u8]) -> String {
 
 /// The event id per `rule`: `from`, then `composite`, then the body hash.
 pub fn resolve(fields: &Fields<'_>, rule: &EventIdRule) -> Result<EventId, VerifyError> {
-    if let Some(from) = &rule.from {
-        if let Some(id) = fields.lookup(from, &[]) {
-            return EventId::parse(&id);
-        }
+    if let Some(from) = &rule.from
+        && let Some(id) = fields.lookup(from, &[])
+    {
+        return EventId::parse(&id);
     }
     if !rule.composite.is_empty() {
         let parts: Option<Vec<String>> = rule
@@ -61,7 +61,7 @@ pub fn resolve(fields: &Fields<'_>, rule: &EventIdRule) -> Result<EventId, Verif
             .collect();
         if let Some(parts) = parts.filter(|p| p.iter().all(|s| !s.is_empty())) {
             let joined = parts.join(":");
-            if joined.len() > MAX_EVENT_ID || joined.chars().any(char::is_control) {
+            if rule.digest || joined.len() > MAX_EVENT_ID || joined.chars().any(char::is_control) {
                 return EventId::parse(&hashed(joined.as_bytes()));
             }
             return EventId::parse(&joined);
@@ -93,6 +93,7 @@ mod tests {
                 .iter()
                 .map(|c| Lookup::parse(c).unwrap())
                 .collect(),
+            digest: false,
             body_hash,
         }
     }

@@ -174,10 +174,8 @@ pub fn check_with(
             .headers
             .iter()
             .any(|h| incoming.headers.contains_key(h.as_str()));
-    if unsigned {
-        if let Some(answer) = reply::control(provider, &fields, false, None) {
-            return Ok(Checked::Answer(answer));
-        }
+    if unsigned && let Some(answer) = reply::control(provider, &fields, false, None) {
+        return Ok(Checked::Answer(answer));
     }
 
     let url = source

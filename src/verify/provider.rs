@@ -156,6 +156,10 @@ pub struct EventIdSpec {
     /// every part must be present. Ids over 256 bytes become `sha256:<hex>`.
     #[serde(default)]
     pub composite: Vec<String>,
+    /// Always store the composite as `sha256:<hex>` (large signed blobs
+    /// such as Braintree's payload).
+    #[serde(default)]
+    pub digest: bool,
     /// Last resort: `sha256:<hex of the body>`.
     #[serde(default)]
     pub body_hash: bool,
@@ -258,6 +262,7 @@ pub struct Timestamp {
 pub struct EventIdRule {
     pub from: Option<Lookup>,
     pub composite: Vec<Lookup>,
+    pub digest: bool,
     pub body_hash: bool,
 }
 
@@ -486,6 +491,7 @@ fn check_event_id(e: &EventIdSpec) -> Result<EventIdRule, String> {
     Ok(EventIdRule {
         from,
         composite,
+        digest: e.digest,
         body_hash: e.body_hash,
     })
 }

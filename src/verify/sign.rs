@@ -266,10 +266,10 @@ fn value_for(
     fields: &Fields<'_>,
 ) -> Result<String, String> {
     for l in &lookup.alternatives {
-        if let Locator::Header(h) = l {
-            if let Some((_, v)) = out.iter().find(|(n, _)| n == h) {
-                return Ok(v.clone());
-            }
+        if let Locator::Header(h) = l
+            && let Some((_, v)) = out.iter().find(|(n, _)| n == h)
+        {
+            return Ok(v.clone());
         }
     }
     if let Some(v) = fields.lookup(lookup, &[]) {

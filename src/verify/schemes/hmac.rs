@@ -68,11 +68,14 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     Ok(key)
 }
 
+/// Header values, and the `k=v` pairs parsed from them.
+type Values<'h> = (Vec<&'h str>, Vec<(&'h str, &'h str)>);
+
 /// The raw signature header values, and `k=v` pairs for the `pairs` format.
 pub fn signature_values<'h>(
     sig: &Signature,
     headers: &'h HeaderMap,
-) -> Result<(Vec<&'h str>, Vec<(&'h str, &'h str)>), VerifyError> {
+) -> Result<Values<'h>, VerifyError> {
     let name = sig
         .headers
         .iter()

@@ -157,7 +157,7 @@ impl Settings {
                 .parse::<std::net::IpAddr>()
                 .is_ok_and(|ip| ip.is_loopback());
         let scheme_ok = u.scheme() == "https" || (u.scheme() == "http" && loopback);
-        let listed = self.cert_hosts.iter().any(|h| *h == authority);
+        let listed = self.cert_hosts.contains(&authority);
         if !scheme_ok
             || !listed
             || !u.username().is_empty()
@@ -243,12 +243,12 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
     let sig_b64 = header(headers, TRANSMISSION_SIG)?;
     let id = header(headers, TRANSMISSION_ID)?;
     let time = header(headers, TRANSMISSION_TIME)?;
-    if let Ok(algo) = header(headers, AUTH_ALGO) {
-        if !algo.eq_ignore_ascii_case("SHA256withRSA") {
-            return Err(VerifyError::MalformedSignature(
-                "unsupported auth algorithm",
-            ));
-        }
+    if let Ok(algo) = header(headers, AUTH_ALGO)
+        && !algo.eq_ignore_ascii_case("SHA256withRSA")
+    {
+        return Err(VerifyError::MalformedSignature(
+            "unsupported auth algorithm",
+        ));
     }
     if id.contains('|') || time.contains('|') {
         return Err(VerifyError::MalformedSignature(

@@ -68,6 +68,11 @@ fn run(
     check_with(src, incoming, now, None)
 }
 
+fn payments_headers(h: &[(String, String)]) -> HeaderMap {
+    let v: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    headers(&v)
+}
+
 fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
     let mut h = HeaderMap::new();
     for (k, v) in pairs {
