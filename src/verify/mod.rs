@@ -16,6 +16,7 @@ pub mod request;
 pub mod scheme;
 pub mod schemes;
 pub mod sign;
+pub mod spec;
 
 use crate::config::Source;
 use bytes::Bytes;

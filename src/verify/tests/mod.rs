@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod payments;
+mod paypal;
 mod saas;
 
 use super::provider::Registry;

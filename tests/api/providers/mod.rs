@@ -4,28 +4,27 @@
 //! pinned certificate and with a loopback certificate host, and bad input.
 //! Signatures are computed here from the providers' docs, not by hookgate.
 
+mod bad_input;
+mod paypal;
+
 use crate::helpers::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use hmac::{KeyInit, Mac};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-type Headers = Vec<(String, String)>;
+pub(super) type Headers = Vec<(String, String)>;
 
-const ADYEN_HEX: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
-const PAYPAL_KEY: &str = include_str!("../fixtures/paypal/test-key.pem");
-const PAYPAL_CERT: &str = include_str!("../fixtures/paypal/test-cert.pem");
-const PAYPAL_OTHER_CERT: &str = include_str!("../fixtures/paypal/other-cert.pem");
+pub(super) const ADYEN_HEX: &str =
+    "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 
-fn h(pairs: &[(&str, &str)]) -> Headers {
+pub(super) fn h(pairs: &[(&str, &str)]) -> Headers {
     pairs
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect()
 }
 
-fn hex256(key: &[u8], msg: &[u8]) -> String {
+pub(super) fn hex256(key: &[u8], msg: &[u8]) -> String {
     hex::encode(signers::hmac256(key, msg))
 }
 
@@ -125,13 +124,18 @@ cert = "file:tests/fixtures/paypal/test-cert.pem"
     )
 }
 
-async fn app() -> TestApp {
+pub(super) async fn app() -> TestApp {
     let mut opts = Opts::new(Backend::Embedded);
     opts.extra = extra();
     spawn_app(opts).await
 }
 
-async fn send(app: &TestApp, path: &str, headers: &Headers, body: &[u8]) -> (u16, String, String) {
+pub(super) async fn send(
+    app: &TestApp,
+    path: &str,
+    headers: &Headers,
+    body: &[u8],
+) -> (u16, String, String) {
     let mut req = app.client.post(app.url(&format!("/webhooks/{path}")));
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
@@ -184,7 +188,7 @@ async fn payment_providers_verify_and_answer_per_provider() {
     assert_eq!(app.rows("adyen", "PSP-HTTP-1:AUTHORISATION:true").await, 1);
 
     // GoCardless V11 (gocardless-pro-python tests): batch key; 498 when forged.
-    let gc = include_bytes!("../fixtures/vectors/gocardless_a5.json");
+    let gc = include_bytes!("../../fixtures/vectors/gocardless_a5.json");
     // V11's signature was made with another endpoint secret: forged here.
     let gc_src_sig = "2693754819d3e32d7e8fcb13c729631f316c6de8dc1cf634d6527f1c07276e7e";
     let sig = hex256(b"gc-secret", gc);
@@ -269,7 +273,7 @@ async fn payment_providers_verify_and_answer_per_provider() {
     );
 
     // Razorpay V10 (razorpay-python tests): event id from x-razorpay-event-id.
-    let rz = include_bytes!("../fixtures/vectors/razorpay_a4.json");
+    let rz = include_bytes!("../../fixtures/vectors/razorpay_a4.json");
     let hdr = h(&[
         (
             "X-Razorpay-Signature",
@@ -452,206 +456,4 @@ async fn allow_ips_guard_unsigned_and_signed_sources() {
         stats["sources"]["gh-allow"]["rejected_by_reason"]["ip_not_allowed"],
         1
     );
-}
-
-/// PayPal's signature, computed here with the test key.
-fn paypal_headers(webhook_id: &str, cert_url: &str, ts: i64, body: &[u8]) -> Headers {
-    use rsa::pkcs8::DecodePrivateKey;
-    use rsa::signature::{SignatureEncoding, Signer};
-    let key = rsa::RsaPrivateKey::from_pkcs8_pem(PAYPAL_KEY).unwrap();
-    let id = uuid::Uuid::new_v4().to_string();
-    let time = humantime::format_rfc3339_seconds(
-        std::time::UNIX_EPOCH + std::time::Duration::from_secs(ts as u64),
-    )
-    .to_string();
-    let msg = format!("{id}|{time}|{webhook_id}|{}", crc32fast::hash(body));
-    let sig = rsa::pkcs1v15::SigningKey::<rsa::sha2::Sha256>::new(key).sign(msg.as_bytes());
-    h(&[
-        ("PAYPAL-TRANSMISSION-ID", &id),
-        ("PAYPAL-TRANSMISSION-TIME", &time),
-        ("PAYPAL-TRANSMISSION-SIG", &B64.encode(sig.to_bytes())),
-        ("PAYPAL-CERT-URL", cert_url),
-        ("PAYPAL-AUTH-ALGO", "SHA256withRSA"),
-    ])
-}
-
-const SANDBOX_CERT: &str =
-    "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270";
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paypal_with_a_pinned_certificate() {
-    let app = app().await;
-    let body = br#"{"id":"WH-HTTP-EVT-1","event_type":"PAYMENT.CAPTURE.COMPLETED"}"#;
-    let good = paypal_headers("WH-HTTP", SANDBOX_CERT, now(), body);
-    let (s, _, d) = send(&app, "paypal", &good, body).await;
-    assert_eq!((s, d.as_str()), (200, "new"));
-    assert_eq!(send(&app, "paypal", &good, body).await.2, "duplicate");
-    assert_eq!(app.rows("paypal", "WH-HTTP-EVT-1").await, 1);
-
-    let tampered = br#"{"id":"WH-HTTP-EVT-1","event_type":"PAYMENT.CAPTURE.REFUNDED"}"#;
-    assert_eq!(send(&app, "paypal", &good, tampered).await.0, 401);
-    let other_hook = paypal_headers("WH-OTHER", SANDBOX_CERT, now(), body);
-    assert_eq!(send(&app, "paypal", &other_hook, body).await.0, 401);
-    let stale = paypal_headers("WH-HTTP", SANDBOX_CERT, now() - 3600, body);
-    assert_eq!(
-        send(&app, "paypal", &stale, body).await.1.trim(),
-        "timestamp outside tolerance"
-    );
-    // A certificate URL off PayPal's hosts: refused before any fetch.
-    let off = paypal_headers(
-        "WH-HTTP",
-        "https://evil.example/v1/notifications/certs/X",
-        now(),
-        body,
-    );
-    let (s, text, _) = send(&app, "paypal", &off, body).await;
-    assert_eq!(s, 401);
-    assert!(text.contains("not on PayPal's hosts"), "{text}");
-}
-
-/// A loopback "certificate host" serving `pem` and counting requests.
-async fn cert_server(pem: &'static str) -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/v1/notifications/certs/{id}",
-        axum::routing::get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async move { pem }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr.to_string(), hits)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paypal_fetches_a_certificate_once_from_an_allowed_loopback_host() {
-    let (good_host, good_hits) = cert_server(PAYPAL_CERT).await;
-    let (bad_host, _) = cert_server(PAYPAL_OTHER_CERT).await;
-    let down_host = {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap().to_string()
-    };
-    let mut opts = Opts::new(Backend::Embedded);
-    opts.extra = format!(
-        r#"
-[sources.pp]
-provider = "paypal"
-[sources.pp.paypal]
-webhook_id = "WH-LOOP"
-cert_hosts = ["{good_host}", "{bad_host}", "{down_host}"]
-"#
-    );
-    let app = spawn_app(opts).await;
-    let url = format!("http://{good_host}/v1/notifications/certs/CERT-1");
-    for i in 0..3 {
-        let body = format!(r#"{{"id":"WH-LOOP-{i}"}}"#);
-        let hdr = paypal_headers("WH-LOOP", &url, now(), body.as_bytes());
-        assert_eq!(send(&app, "pp", &hdr, body.as_bytes()).await.0, 200, "#{i}");
-    }
-    assert_eq!(
-        good_hits.load(Ordering::SeqCst),
-        1,
-        "fetched once, then cached"
-    );
-
-    // A listed host serving a certificate that is not PayPal's.
-    let body = br#"{"id":"WH-LOOP-X"}"#;
-    let bad = format!("http://{bad_host}/v1/notifications/certs/CERT-2");
-    let (s, text, _) = send(
-        &app,
-        "pp",
-        &paypal_headers("WH-LOOP", &bad, now(), body),
-        body,
-    )
-    .await;
-    assert_eq!(s, 401, "{text}");
-    // A listed host that is down: 503 so that PayPal retries later.
-    let down = format!("http://{down_host}/v1/notifications/certs/CERT-3");
-    let (s, text, _) = send(
-        &app,
-        "pp",
-        &paypal_headers("WH-LOOP", &down, now(), body),
-        body,
-    )
-    .await;
-    assert_eq!((s, text.trim()), (503, "signing certificate unavailable"));
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_input_is_a_clear_4xx_never_a_5xx() {
-    let app = app().await;
-    let huge = "a".repeat(9_000);
-    let cases: Vec<(&str, Headers, Vec<u8>)> = vec![
-        (
-            "checkout",
-            h(&[("Cko-Signature", "zz-not-hex")]),
-            b"{}".to_vec(),
-        ),
-        ("checkout", h(&[("Cko-Signature", "abcd")]), b"{}".to_vec()),
-        ("checkout", h(&[("Cko-Signature", &huge)]), b"{}".to_vec()),
-        (
-            "square",
-            h(&[("x-square-hmacsha256-signature", "GF4YkrJgGBDZ9NIY")]),
-            b"{}".to_vec(),
-        ),
-        (
-            "paddle",
-            h(&[("Paddle-Signature", "ts=;h1=")]),
-            b"{}".to_vec(),
-        ),
-        (
-            "slack",
-            h(&[
-                ("X-Slack-Signature", "v0=abc"),
-                ("X-Slack-Request-Timestamp", "soon"),
-            ]),
-            b"{}".to_vec(),
-        ),
-        ("adyen", vec![], b"\xff\xfe\xfd".to_vec()),
-        ("adyen", vec![], b"[1,2,3]".to_vec()),
-        ("adyen", vec![], br#"{"notificationItems":"nope"}"#.to_vec()),
-        ("tbank", vec![], b"\"string\"".to_vec()),
-        (
-            "robokassa",
-            vec![],
-            b"OutSum=1&InvId=1&SignatureValue=%%".to_vec(),
-        ),
-        (
-            "paypal",
-            h(&[
-                (
-                    "PAYPAL-CERT-URL",
-                    "https://api.paypal.com/v1/notifications/certs/X",
-                ),
-                ("PAYPAL-TRANSMISSION-SIG", "!!"),
-            ]),
-            b"{}".to_vec(),
-        ),
-        (
-            "twilio?bodySHA256=00",
-            h(&[("X-Twilio-Signature", "AAAA")]),
-            b"{}".to_vec(),
-        ),
-    ];
-    for (source, hdr, body) in &cases {
-        let (s, text, _) = send(&app, source, hdr, body).await;
-        assert!((400..500).contains(&s), "{source}: {s} {text}");
-        assert!(!text.trim().is_empty(), "{source}: a reason is given");
-    }
-    // Valid signatures over unusable bodies: 400 with the reason.
-    for (body, reason) in [
-        (&b"[1,2]"[..], "JSON body is not an object"),
-        (b"\xff\xfe", "body is not UTF-8 JSON"),
-    ] {
-        let hdr = h(&[("Cko-Signature", &hex256(b"cko-key", body))]);
-        let (s, text, _) = send(&app, "checkout", &hdr, body).await;
-        assert_eq!((s, text.trim()), (400, reason));
-    }
-    // An absurdly long event id.
-    let body = format!(r#"{{"id":"{}"}}"#, "e".repeat(4096));
-    let hdr = h(&[("Cko-Signature", &hex256(b"cko-key", body.as_bytes()))]);
-    assert_eq!(send(&app, "checkout", &hdr, body.as_bytes()).await.0, 400);
 }
