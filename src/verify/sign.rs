@@ -52,6 +52,9 @@ pub fn sign(
     key: &SigningKey,
     req: &SignRequest<'_>,
 ) -> Result<Signed, String> {
+    if let Some(why) = &provider.incomplete {
+        return Err(why.clone());
+    }
     let sig = &provider.signature;
     let mut out = Signed::default();
     if let Some(h) = provider.event_id.header() {
@@ -230,7 +233,8 @@ fn sign_hmac(
         },
         HeaderFormat::Tagged => format!("{first_key},{mac}"),
     };
-    Ok((sig.headers[0].clone(), value))
+    let header = sig.headers.first().ok_or("the provider names no header")?;
+    Ok((header.clone(), value))
 }
 
 fn sign_paypal(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String, String)>, String> {
