@@ -143,7 +143,10 @@ impl App {
         let grace = self.state.config.server.shutdown_grace;
         let addr = listener.local_addr()?;
         tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
-        let server = axum::serve(listener, http::router(self.state.clone()))
+        // The peer address feeds per-source `allow_ips`.
+        let service = http::router(self.state.clone())
+            .into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let server = axum::serve(listener, service)
             .with_graceful_shutdown(shutdown.clone().cancelled_owned());
         tokio::select! {
             r = server => r.context("HTTP server")?,

@@ -6,7 +6,8 @@ use crate::config::secret::Secret;
 use crate::config::{Config, redact_url};
 use crate::store::{self, ReplayFilter};
 use crate::verify::provider::Registry;
-use crate::verify::sign::{SignRequest, sign};
+use crate::verify::scheme::SigningKey;
+use crate::verify::sign::{PaypalSign, SignRequest, sign};
 use crate::{shutdown, telemetry};
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -30,6 +31,10 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would only obscure the clap definition"
+)]
 pub enum Command {
     /// Run the gateway.
     Serve {
@@ -44,9 +49,10 @@ pub enum Command {
         /// Provider name (see `check-config` for the list).
         #[arg(long)]
         provider: String,
-        /// Secret as configured at the provider: literal, `env:NAME` or `file:PATH`.
+        /// Secret as configured at the provider: literal, `env:NAME` or `file:PATH`
+        /// (not used by PayPal, which signs with --private-key).
         #[arg(long)]
-        secret: String,
+        secret: Option<String>,
         /// File holding the exact body to sign.
         #[arg(long)]
         body: PathBuf,
@@ -65,6 +71,23 @@ pub enum Command {
         /// Directory of extra provider definitions.
         #[arg(long)]
         providers_dir: Option<PathBuf>,
+        /// PayPal only: an RSA private key (PEM file) matching the certificate
+        /// pinned in the source (PayPal's own key is PayPal's: tests only).
+        #[arg(long)]
+        private_key: Option<PathBuf>,
+        /// PayPal only: the webhook id the source is configured with.
+        #[arg(long, default_value = "WEBHOOK_ID")]
+        webhook_id: String,
+        /// PayPal only: the certificate URL to send.
+        #[arg(
+            long,
+            default_value = "https://api.paypal.com/v1/notifications/certs/CERT-hookgate-test"
+        )]
+        cert_url: String,
+        /// Where to write the signed body when signing changes it (Adyen,
+        /// T-Bank, Robokassa, Braintree). Default: next to --body, `.signed`.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Apply the ledger migrations and exit.
     Migrate,
@@ -115,6 +138,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             event_id,
             public_url,
             providers_dir,
+            private_key,
+            webhook_id,
+            cert_url,
+            out,
         } => {
             let mut registry = Registry::builtin();
             if let Some(dir) = providers_dir {
@@ -126,23 +153,57 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     registry.names().join(", ")
                 )
             })?;
-            let secret = Secret::resolve(&secret, std::path::Path::new("."))
-                .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
-            let key = p
-                .signing_key(&secret)
-                .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
+            let pem = match &private_key {
+                Some(p) => Some(
+                    std::fs::read_to_string(p)
+                        .with_context(|| format!("reading {}", p.display()))?,
+                ),
+                None => None,
+            };
+            let key = match (&secret, p.needs_secret()) {
+                (Some(secret), _) => {
+                    let secret = Secret::resolve(secret, std::path::Path::new("."))
+                        .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
+                    p.signing_key(&secret)
+                        .map_err(|e| anyhow::anyhow!("--secret: {e}"))?
+                }
+                (None, false) => SigningKey::from_bytes(Vec::new()),
+                (None, true) => bail!("--secret is required for provider `{provider}`"),
+            };
             let bytes =
                 std::fs::read(&body).with_context(|| format!("reading {}", body.display()))?;
             let to = to.replace("PROVIDER", &provider);
             let url = public_url.unwrap_or_else(|| to.clone());
             let ts = timestamp.unwrap_or_else(|| store::now_ms() / 1000);
+            let query = url.split_once('?').map(|(_, q)| q.to_owned());
             let req = SignRequest {
                 body: &bytes,
                 timestamp: ts,
                 event_id,
                 url: Some(&url),
+                query: query.as_deref(),
+                paypal: pem.as_deref().map(|pem| PaypalSign {
+                    private_key_pem: pem,
+                    webhook_id: &webhook_id,
+                    cert_url: &cert_url,
+                }),
             };
-            let headers = sign(&p, &key, &req).map_err(|e| anyhow::anyhow!(e))?;
+            let signed = sign(&p, &key, &req).map_err(|e| anyhow::anyhow!(e))?;
+            let headers = signed.headers;
+            let mut to = to;
+            if let Some(q) = &signed.query {
+                to.push(if to.contains('?') { '&' } else { '?' });
+                to.push_str(q);
+            }
+            let mut body = body;
+            if let Some(new_body) = &signed.body {
+                let path = out.unwrap_or_else(|| body.with_extension("signed"));
+                std::fs::write(&path, new_body)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("signed body written to {}", path.display());
+                body = path;
+            }
+            let bytes = signed.body.unwrap_or(bytes);
             let content_type = if serde_json::from_slice::<serde_json::Value>(&bytes).is_ok() {
                 "application/json"
             } else {

@@ -47,6 +47,8 @@ pub const REJECT_REASONS: &[&str] = &[
     "missing_event_id",
     "invalid_event_id",
     "bad_body",
+    "ip_not_allowed",
+    "certificate_unavailable",
     "body_too_large",
 ];
 

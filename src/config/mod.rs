@@ -8,10 +8,13 @@ pub mod duration;
 pub mod raw;
 pub mod secret;
 
+use crate::verify::client_ip::parse_net;
 use crate::verify::provider::{Provider, Registry};
 use crate::verify::scheme::SigningKey;
+use crate::verify::schemes::{Scheme, paypal};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
+use ipnet::IpNet;
 use raw::{LogFormat, RawConfig};
 use secret::Secret;
 use std::collections::BTreeMap;
@@ -49,6 +52,8 @@ pub struct Server {
     pub log_level: String,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone)]
@@ -132,6 +137,10 @@ pub struct Source {
     pub dedup_window: Duration,
     pub targets: Vec<String>,
     pub public_url: Option<String>,
+    /// Client address allowlist; empty = everyone.
+    pub allow_ips: Vec<IpNet>,
+    /// PayPal sources: webhook id and certificate handling.
+    pub paypal: Option<Arc<paypal::Settings>>,
 }
 
 /// An internal endpoint events are forwarded to.
@@ -259,7 +268,15 @@ impl Config {
             .admin_token
             .as_deref()
             .and_then(|r| v.secret("server.admin_token", r));
+        let mut trusted_proxies = Vec::new();
+        for (i, t) in raw.server.trusted_proxies.iter().enumerate() {
+            match parse_net(t) {
+                Ok(n) => trusted_proxies.push(n),
+                Err(e) => v.problem(&format!("server.trusted_proxies[{i}]"), e),
+            }
+        }
         let server = Server {
+            trusted_proxies,
             listen,
             max_body_bytes: raw.server.max_body_bytes as usize,
             admin_token,
@@ -374,7 +391,7 @@ impl Config {
             if !valid_name(&name) {
                 v.problem(&key, "source names use letters, digits, `-` and `_`".into());
             }
-            let Some(provider) = providers.get(&s.provider) else {
+            let Some(base) = providers.get(&s.provider) else {
                 v.problem(
                     &format!("{key}.provider"),
                     format!(
@@ -385,6 +402,25 @@ impl Config {
                 );
                 continue;
             };
+            let provider = if s.signature.is_some() || s.event_id.is_some() {
+                match base.customized(s.signature.as_ref(), s.event_id.as_ref()) {
+                    Ok(p) => Arc::new(p),
+                    Err(e) => {
+                        let k = if s.signature.is_some() {
+                            "signature"
+                        } else {
+                            "event_id"
+                        };
+                        v.problem(&format!("{key}.{k}"), e);
+                        continue;
+                    }
+                }
+            } else {
+                base
+            };
+            if let Some(why) = &provider.incomplete {
+                v.problem(&format!("{key}.signature"), why.clone());
+            }
             if s.secrets.is_empty() && provider.needs_secret() {
                 v.problem(
                     &format!("{key}.secrets"),
@@ -415,9 +451,45 @@ impl Config {
                     format!("provider `{}` signs the URL: set public_url", provider.name),
                 );
             }
+            let mut allow_ips = Vec::new();
+            for (i, a) in s.allow_ips.iter().enumerate() {
+                match parse_net(a) {
+                    Ok(n) => allow_ips.push(n),
+                    Err(e) => v.problem(&format!("{key}.allow_ips[{i}]"), e),
+                }
+            }
+            if provider.needs_allow_ips() && s.allow_ips.is_empty() {
+                v.problem(
+                    &format!("{key}.allow_ips"),
+                    format!(
+                        "provider `{}` sends unsigned requests: list the provider's addresses in allow_ips",
+                        provider.name
+                    ),
+                );
+            }
+            let paypal = match (&s.paypal, provider.signature.scheme) {
+                (Some(p), Scheme::Paypal) => v.paypal(&format!("{key}.paypal"), p),
+                (None, Scheme::Paypal) => {
+                    v.problem(
+                        &format!("{key}.paypal"),
+                        "set [sources.<name>.paypal] webhook_id".into(),
+                    );
+                    None
+                }
+                (Some(_), _) => {
+                    v.problem(
+                        &format!("{key}.paypal"),
+                        format!("provider `{}` is not PayPal", provider.name),
+                    );
+                    None
+                }
+                (None, _) => None,
+            };
             sources.insert(
                 name.clone(),
                 Arc::new(Source {
+                    allow_ips,
+                    paypal,
                     tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
                     name,
                     provider,
@@ -464,6 +536,22 @@ struct Validator<'a> {
 impl Validator<'_> {
     fn problem(&mut self, key: &str, msg: String) {
         self.problems.push((key.to_owned(), msg));
+    }
+
+    fn paypal(&mut self, key: &str, raw: &raw::RawPaypal) -> Option<Arc<paypal::Settings>> {
+        let webhook_id = self.secret(&format!("{key}.webhook_id"), &raw.webhook_id)?;
+        let cert = match &raw.cert {
+            Some(r) => Some(self.secret(&format!("{key}.cert"), r)?),
+            None => None,
+        };
+        paypal::Settings::new(
+            webhook_id.expose().to_owned(),
+            cert.as_ref().map(Secret::expose),
+            raw.cert_hosts.clone(),
+        )
+        .map(Arc::new)
+        .map_err(|e| self.problem(key, e))
+        .ok()
     }
 
     fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {

@@ -4,6 +4,7 @@
 //! Validation into typed values happens in `config/mod.rs`.
 
 use super::duration::Dur;
+use crate::verify::provider::{EventIdSpec, SignatureOverrides};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -49,6 +50,10 @@ pub struct RawServer {
     pub request_timeout: Dur,
     /// On SIGTERM: how long in-flight requests and deliveries may take to finish. Default 30s.
     pub shutdown_grace: Dur,
+    /// Reverse proxies (addresses or CIDR blocks) whose `X-Forwarded-For` is
+    /// believed when a source checks `allow_ips`. Default: none (the TCP peer
+    /// is the client).
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Default for RawServer {
@@ -62,6 +67,7 @@ impl Default for RawServer {
             providers_dir: None,
             request_timeout: Dur(Duration::from_secs(30)),
             shutdown_grace: Dur(Duration::from_secs(30)),
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -184,6 +190,30 @@ pub struct RawSource {
     pub targets: Vec<String>,
     /// The URL the provider was given, for schemes that sign the URL.
     pub public_url: Option<String>,
+    /// Client addresses / CIDR blocks allowed to post to this source (any
+    /// provider). Empty = everyone. Required for unsigned providers (YooKassa).
+    #[serde(default)]
+    pub allow_ips: Vec<String>,
+    /// Replaces fields of the provider's `[signature]` (required by the
+    /// generic `hmac` provider; `header`/`query` of `bearer`).
+    pub signature: Option<SignatureOverrides>,
+    /// Replaces the provider's `[event_id]` rule.
+    pub event_id: Option<EventIdSpec>,
+    /// PayPal: webhook id and certificate settings.
+    pub paypal: Option<RawPaypal>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPaypal {
+    /// The webhook's ID in the PayPal dashboard (literal or `env:NAME`).
+    pub webhook_id: String,
+    /// A pinned signing certificate (PEM, `file:PATH` or `env:NAME`): no
+    /// certificate is ever fetched (air-gapped installs).
+    pub cert: Option<String>,
+    /// Hosts certificates may be fetched from. Default: PayPal's live and
+    /// sandbox API hosts. Only change this for tests.
+    pub cert_hosts: Option<Vec<String>>,
 }
 
 fn default_window() -> Dur {

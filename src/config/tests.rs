@@ -133,3 +133,81 @@ fn file_and_environment_layers_with_errors_naming_the_file() {
         Ok(())
     });
 }
+
+#[test]
+fn provider_specific_source_settings_are_validated_with_their_keys() {
+    let p = problems(
+        r#"
+[server]
+trusted_proxies = ["10.0.0.0/8", "nope"]
+
+[sources.yk]
+provider = "yookassa"
+
+[sources.generic]
+provider = "hmac"
+secrets = ["k"]
+
+[sources.pp]
+provider = "paypal"
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+allow_ips = ["1.2.3.4/40"]
+[sources.gh.paypal]
+webhook_id = "WH"
+
+[sources.tw]
+provider = "twilio"
+secrets = ["k"]
+
+[sources.ad]
+provider = "adyen"
+secrets = ["not-hex"]
+"#,
+    );
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    for want in [
+        "server.trusted_proxies[1]",
+        "sources.yk.allow_ips",
+        "sources.generic.signature",
+        "sources.pp.paypal",
+        "sources.gh.allow_ips[0]",
+        "sources.gh.paypal",
+        "sources.tw.public_url",
+        "sources.ad.secrets[0]",
+    ] {
+        assert!(keys.contains(&want), "{want} not in {p:?}");
+    }
+}
+
+#[test]
+fn generic_and_paypal_sources_resolve() {
+    let c = Config::from_toml_str(
+        r#"
+[sources.acme]
+provider = "hmac"
+secrets = ["k"]
+allow_ips = ["192.0.2.0/24", "2001:db8::1"]
+[sources.acme.signature]
+header = "X-Sig"
+algorithm = "hmac-sha1"
+encoding = "base64"
+
+[sources.pp]
+provider = "paypal"
+[sources.pp.paypal]
+webhook_id = "WH-1"
+cert = "file:tests/fixtures/paypal/test-cert.pem"
+"#,
+        // Not ".": figment's Jail moves the working directory in other tests.
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+    .unwrap();
+    let acme = &c.sources["acme"];
+    assert_eq!(acme.provider.signature.headers, vec!["x-sig"]);
+    assert_eq!(acme.allow_ips.len(), 2);
+    assert!(c.sources["pp"].paypal.is_some());
+    assert!(c.sources["pp"].keys.is_empty());
+}

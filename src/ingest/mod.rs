@@ -7,11 +7,13 @@ use crate::app::AppState;
 use crate::dedup::{DedupError, Layer, Outcome};
 use crate::http::ApiError;
 use crate::store::now_ms;
-use crate::verify::{self, VerifyError};
+use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
+use axum::Extension;
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 /// Response header telling the caller what dedup decided.
@@ -20,23 +22,44 @@ pub const DEDUP_HEADER: &str = "hookgate-dedup";
 pub async fn receive(
     State(state): State<AppState>,
     Path(source): Path<String>,
+    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
     let deadline = state.config.server.request_timeout;
     let mut event_id = None;
-    let result = tokio::time::timeout(
-        deadline,
-        handle(&state, &source, &headers, body, &mut event_id),
-    )
-    .await
-    .unwrap_or(Err(ApiError::Timeout));
+    let client = client_ip::client_ip(
+        peer.map(|Extension(ConnectInfo(a))| a.ip()),
+        &headers,
+        &state.config.server.trusted_proxies,
+    );
+    let request = Request {
+        source: &source,
+        headers: &headers,
+        query: uri.query(),
+        client,
+    };
+    let result = tokio::time::timeout(deadline, handle(&state, &request, body, &mut event_id))
+        .await
+        .unwrap_or(Err(ApiError::Timeout));
     let known = state.config.sources.contains_key(&source);
     let label_source = if known { source.as_str() } else { "_unknown" };
     let (outcome, response) = match result {
         Ok((outcome, res)) => (outcome, res),
         Err(e) => {
+            // Some providers want their own status for a bad signature
+            // (GoCardless: 498 Token Invalid).
+            let reject_status = match &e {
+                ApiError::Rejected(v) if v.is_authenticity() => state
+                    .config
+                    .sources
+                    .get(&source)
+                    .and_then(|s| s.provider.response.reject_status)
+                    .and_then(|s| StatusCode::from_u16(s).ok()),
+                _ => None,
+            };
             let outcome = match &e {
                 ApiError::Rejected(v) => v.label(),
                 ApiError::TooLarge => "body_too_large",
@@ -46,7 +69,11 @@ pub async fn receive(
                 ApiError::Timeout => "timeout",
                 _ => "bad_request",
             };
-            (outcome, e.into_response())
+            let mut res = e.into_response();
+            if let Some(status) = reject_status {
+                *res.status_mut() = status;
+            }
+            (outcome, res)
         }
     };
     let latency = started.elapsed();
@@ -65,13 +92,22 @@ pub async fn receive(
     response
 }
 
+/// What the handler knows about a request before reading its body.
+struct Request<'a> {
+    source: &'a str,
+    headers: &'a HeaderMap,
+    query: Option<&'a str>,
+    client: Option<std::net::IpAddr>,
+}
+
 async fn handle(
     state: &AppState,
-    source_name: &str,
-    headers: &HeaderMap,
+    request: &Request<'_>,
     body: Body,
     event_id: &mut Option<String>,
 ) -> Result<(&'static str, Response), ApiError> {
+    let source_name = request.source;
+    let headers = request.headers;
     let source = state
         .config
         .sources
@@ -101,12 +137,23 @@ async fn handle(
 
     let now = now_ms();
     let verify_started = Instant::now();
-    let verified = verify::verify(source, headers, bytes, now / 1000);
+    let incoming = Incoming {
+        headers,
+        body: bytes,
+        query: request.query,
+        client_ip: request.client,
+    };
+    let checked = verify::check(source, incoming, now / 1000).await;
     metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
         .record(verify_started.elapsed().as_secs_f64());
-    let verified =
-        verified.inspect_err(|e: &VerifyError| counters.reject(source_name, e.label()))?;
+    let checked = checked.inspect_err(|e: &VerifyError| counters.reject(source_name, e.label()))?;
+    let verified = match checked {
+        Checked::Event(v) => v,
+        // A challenge or ping: authentic, answered, nothing stored.
+        Checked::Answer(reply) => return Ok(("answered", reply_response(&reply, None))),
+    };
     *event_id = Some(verified.event_id().as_str().to_owned());
+    let reply = verified.reply().clone();
 
     let cache_ttl = state.config.cache_ttl(source);
     let (label, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
@@ -144,17 +191,18 @@ async fn handle(
             return Err(ApiError::Unavailable);
         }
     };
-    Ok((label, provider_response(source, dedup)))
+    Ok((label, reply_response(&reply, Some(dedup))))
 }
 
 /// The provider's required answer; identical for new events and duplicates
 /// (only `Hookgate-Dedup` differs).
-fn provider_response(source: &crate::config::Source, dedup: &'static str) -> Response {
-    let r = &source.provider.response;
+fn reply_response(r: &Reply, dedup: Option<&'static str>) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
     let mut res = (status, r.body.clone()).into_response();
     let h = res.headers_mut();
-    h.insert(DEDUP_HEADER, HeaderValue::from_static(dedup));
+    if let Some(d) = dedup {
+        h.insert(DEDUP_HEADER, HeaderValue::from_static(d));
+    }
     if let Some(ct) = r
         .content_type
         .as_deref()

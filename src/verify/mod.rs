@@ -1,28 +1,33 @@
 //! Verify: the provider's signature over the exact raw body, then the event id.
 //!
-//! Rule: [`Verified`] can only be built by [`verify`], and dedup accepts only
-//! a `Verified`, so a request with a bad signature can never consume an event
-//! id. Nothing here is logged: bodies, signatures and keys stay inside.
+//! Rule: [`Verified`] can only be built here, and dedup accepts only a
+//! `Verified`, so a request with a bad signature can never consume an event
+//! id. Order inside: source IP allowlist → (unsigned pings) → signature →
+//! timestamp → (signed challenges) → event id → reply. Nothing here is
+//! logged: bodies, signatures and keys stay inside.
 
+pub mod client_ip;
+pub mod event_id;
+pub mod locator;
 pub mod provider;
+pub mod registry;
+pub mod reply;
 pub mod request;
 pub mod scheme;
+pub mod schemes;
 pub mod sign;
+pub mod spec;
 
 use crate::config::Source;
 use bytes::Bytes;
+pub use event_id::{EventId, MAX_EVENT_ID};
 use http::HeaderMap;
-use provider::{HeaderFormat, Lookup, Segment};
+pub use reply::Reply;
 use request::Fields;
-use scheme::mac_eq;
+use schemes::{Ctx, Scheme};
+use std::net::IpAddr;
 use std::sync::Arc;
-
-/// Longest signature header we parse; real ones are well under 1 KiB.
-const MAX_SIGNATURE_HEADER: usize = 8 * 1024;
-/// Most signatures considered in one header (rotation needs two or three).
-const MAX_CANDIDATES: usize = 16;
-/// Longest accepted event id, in bytes.
-pub const MAX_EVENT_ID: usize = 256;
+use std::time::Duration;
 
 /// A request whose signature matched one of the source's keys, with its event id.
 #[derive(Debug)]
@@ -31,6 +36,7 @@ pub struct Verified {
     event_id: EventId,
     body: Bytes,
     headers: Vec<(String, String)>,
+    reply: Reply,
 }
 
 impl Verified {
@@ -47,33 +53,29 @@ impl Verified {
     pub fn headers(&self) -> &[(String, String)] {
         &self.headers
     }
+    /// The provider's required answer: the same for a new event and a duplicate.
+    pub fn reply(&self) -> &Reply {
+        &self.reply
+    }
 }
 
-/// A provider event id: 1..=256 bytes, no control characters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct EventId(String);
+/// What `check` decided about an authentic request.
+#[derive(Debug)]
+pub enum Checked {
+    /// An event to dedupe, store and forward.
+    Event(Verified),
+    /// A challenge or ping answered directly; nothing is stored.
+    Answer(Reply),
+}
 
-impl EventId {
-    pub fn parse(text: &str) -> Result<Self, VerifyError> {
-        if text.is_empty() {
-            return Err(VerifyError::MissingEventId);
-        }
-        if text.len() > MAX_EVENT_ID {
-            return Err(VerifyError::InvalidEventId(
-                "event id longer than 256 bytes",
-            ));
-        }
-        if text.chars().any(char::is_control) {
-            return Err(VerifyError::InvalidEventId(
-                "event id has control characters",
-            ));
-        }
-        Ok(Self(text.to_owned()))
-    }
-
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
+/// One incoming request, as verification sees it.
+pub struct Incoming<'a> {
+    pub headers: &'a HeaderMap,
+    pub body: Bytes,
+    /// The request's query string, without `?`.
+    pub query: Option<&'a str>,
+    /// The client address (after trusted proxies), if known.
+    pub client_ip: Option<IpAddr>,
 }
 
 /// Why a request was rejected. Each maps to a status and a short fixed reason;
@@ -98,18 +100,31 @@ pub enum VerifyError {
     InvalidEventId(&'static str),
     #[error("{0}")]
     BadBody(&'static str),
+    #[error("client address not allowed")]
+    IpNotAllowed,
+    #[error("signing certificate unavailable")]
+    CertificateUnavailable,
 }
 
 impl VerifyError {
-    /// 401 for anything about authenticity, 400 for a verified but unusable request.
+    /// 401 for anything about authenticity, 403 for a refused address, 400
+    /// for a verified but unusable request, 503 when PayPal's certificate
+    /// cannot be fetched (PayPal retries later).
     pub fn status(self) -> u16 {
         match self {
             Self::MissingEventId | Self::InvalidEventId(_) | Self::BadBody(_) => 400,
+            Self::IpNotAllowed => 403,
+            Self::CertificateUnavailable => 503,
             _ => 401,
         }
     }
 
-    /// Bounded label for metrics and stats.
+    /// A signature problem: the provider's `reject_status` applies.
+    pub fn is_authenticity(self) -> bool {
+        self.status() == 401
+    }
+
+    /// Bounded label for metrics and stats (see `admin::stats::REJECT_REASONS`).
     pub fn label(self) -> &'static str {
         match self {
             Self::MissingSignature => "missing_signature",
@@ -120,191 +135,105 @@ impl VerifyError {
             Self::MissingEventId => "missing_event_id",
             Self::InvalidEventId(_) => "invalid_event_id",
             Self::BadBody(_) => "bad_body",
+            Self::IpNotAllowed => "ip_not_allowed",
+            Self::CertificateUnavailable => "certificate_unavailable",
         }
     }
 }
 
-/// Checks `body` + `headers` against `source`'s provider and keys at time `now`
-/// (unix seconds).
-pub fn verify(
+/// Checks a request against `source` at `now` (unix seconds). Async only
+/// because PayPal's certificate may have to be fetched (once, then cached).
+pub async fn check(
     source: &Arc<Source>,
-    headers: &HeaderMap,
-    body: Bytes,
+    incoming: Incoming<'_>,
     now: i64,
-) -> Result<Verified, VerifyError> {
+) -> Result<Checked, VerifyError> {
+    client_ip::check(&source.allow_ips, incoming.client_ip)?;
+    let paypal_key = match (&source.paypal, source.provider.signature.scheme) {
+        (Some(settings), Scheme::Paypal) => Some(settings.key_for(incoming.headers, now).await?),
+        _ => None,
+    };
+    check_with(source, incoming, now, paypal_key.as_deref())
+}
+
+/// [`check`] with PayPal's key already at hand (tests, and after the fetch).
+pub fn check_with(
+    source: &Arc<Source>,
+    incoming: Incoming<'_>,
+    now: i64,
+    paypal_key: Option<&rsa::RsaPublicKey>,
+) -> Result<Checked, VerifyError> {
+    client_ip::check(&source.allow_ips, incoming.client_ip)?;
     let provider = &source.provider;
     let sig = &provider.signature;
-    let fields = Fields::new(headers, &body);
+    let body = incoming.body;
+    let query = incoming.query.unwrap_or_default();
+    let fields = Fields::with_query(incoming.headers, &body, query);
 
-    let (values, pairs) = signature_values(sig, headers)?;
-    let candidates = parse_candidates(sig, &values, &pairs)?;
+    let unsigned = !sig.headers.is_empty()
+        && !sig
+            .headers
+            .iter()
+            .any(|h| incoming.headers.contains_key(h.as_str()));
+    if unsigned && let Some(answer) = reply::control(provider, &fields, false, None) {
+        return Ok(Checked::Answer(answer));
+    }
 
-    let timestamp = match &provider.timestamp {
-        Some(t) => Some(
-            fields
-                .lookup(&t.from, &pairs)
-                .ok_or(VerifyError::MissingTimestamp)?,
-        ),
-        None => None,
+    let url = source
+        .public_url
+        .as_deref()
+        .map(|u| effective_url(u, incoming.query));
+    let ctx = Ctx {
+        source,
+        sig,
+        fields: &fields,
+        now,
+        url: url.as_deref(),
+        paypal_key,
     };
+    let key = schemes::verify(&ctx)?.map(|i| (&source.keys[i], sig));
 
-    let url = source.public_url.as_deref().unwrap_or_default();
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(sig.content.len());
-    let mut owned: Vec<Vec<u8>> = Vec::new();
-    // Resolve owned pieces first so `parts` can borrow them all.
-    for seg in &sig.content {
-        if let Segment::Value(l) = seg {
-            let v = fields
-                .lookup(l, &pairs)
-                .ok_or(VerifyError::MalformedSignature("a signed value is missing"))?;
-            owned.push(v.into_bytes());
-        }
+    if let Some(answer) = reply::control(provider, &fields, true, key) {
+        return Ok(Checked::Answer(answer));
     }
-    let mut next_owned = owned.iter();
-    for seg in &sig.content {
-        parts.push(match seg {
-            Segment::Literal(b) => b,
-            Segment::Body => &body,
-            Segment::Timestamp => timestamp.as_deref().unwrap_or_default().as_bytes(),
-            Segment::Url => url.as_bytes(),
-            Segment::Value(_) => next_owned.next().map(Vec::as_slice).unwrap_or_default(),
-        });
-    }
-
-    let matched = source.keys.iter().any(|key| {
-        let expected = sig.algorithm.mac(key.bytes(), &parts);
-        candidates.iter().any(|c| mac_eq(&expected, c))
-    });
-    if !matched {
-        return Err(VerifyError::InvalidSignature);
-    }
-
-    if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp) {
-        let ts: i64 = ts
-            .trim()
-            .parse()
-            .map_err(|_| VerifyError::MalformedTimestamp)?;
-        let tolerance = source.tolerance.as_secs() as i64;
-        let too_old = ts < now - tolerance;
-        let too_new = spec.reject_future && ts > now + tolerance;
-        if too_old || too_new {
-            return Err(VerifyError::TimestampOutOfTolerance);
-        }
-    }
-
-    let event_id = event_id(&fields, &provider.event_id)?;
-    Ok(Verified {
+    let event_id = event_id::resolve(&fields, &provider.event_id)?;
+    let reply = reply::render(&provider.response, &fields, key);
+    Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
-        headers: request::forwardable(headers),
-        body,
-    })
+        headers: request::forwardable(incoming.headers),
+        body: body.clone(),
+        reply,
+    }))
 }
 
-fn event_id(fields: &Fields<'_>, lookup: &Lookup) -> Result<EventId, VerifyError> {
-    fields.check_body_for(lookup)?;
-    let id = fields
-        .lookup(lookup, &[])
-        .ok_or(VerifyError::MissingEventId)?;
-    EventId::parse(&id)
+/// Rejects `ts` outside `now ± tolerance` (future side only if asked).
+pub fn check_window(
+    ts: i64,
+    now: i64,
+    tolerance: Duration,
+    reject_future: bool,
+) -> Result<(), VerifyError> {
+    let tolerance = tolerance.as_secs() as i64;
+    let too_old = ts < now.saturating_sub(tolerance);
+    let too_new = reject_future && ts > now.saturating_add(tolerance);
+    if too_old || too_new {
+        return Err(VerifyError::TimestampOutOfTolerance);
+    }
+    Ok(())
 }
 
-/// Raw signature header values, and their `k=v` pairs (`pairs` format).
-type HeaderParts<'h> = (Vec<&'h str>, Vec<(&'h str, &'h str)>);
-
-/// The raw signature header values, and `k=v` pairs for the `pairs` format.
-fn signature_values<'h>(
-    sig: &provider::Signature,
-    headers: &'h HeaderMap,
-) -> Result<HeaderParts<'h>, VerifyError> {
-    let name = sig
-        .headers
-        .iter()
-        .find(|h| headers.contains_key(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
-    let mut values = Vec::new();
-    for v in headers.get_all(name.as_str()) {
-        if v.len() > MAX_SIGNATURE_HEADER {
-            return Err(VerifyError::MalformedSignature("header too long"));
+/// The URL the provider called: the configured public URL, with the
+/// request's own query string when it has one (Twilio's `bodySHA256`,
+/// Mercado Pago's `data.id`). Never derived from the Host header.
+pub fn effective_url(public_url: &str, query: Option<&str>) -> String {
+    match query.filter(|q| !q.is_empty()) {
+        Some(q) => {
+            let base = public_url.split(['?', '#']).next().unwrap_or(public_url);
+            format!("{base}?{q}")
         }
-        let v = v
-            .to_str()
-            .map_err(|_| VerifyError::MalformedSignature("not visible ASCII"))?;
-        values.push(v.trim());
+        None => public_url.to_owned(),
     }
-    let mut pairs = Vec::new();
-    if sig.format == HeaderFormat::Pairs {
-        for v in &values {
-            for item in v.split(sig.separator.as_str()) {
-                let item = item.trim();
-                if item.is_empty() {
-                    continue;
-                }
-                let (k, val) = item
-                    .split_once('=')
-                    .ok_or(VerifyError::MalformedSignature("expected key=value items"))?;
-                pairs.push((k.trim(), val.trim()));
-            }
-        }
-    }
-    Ok((values, pairs))
-}
-
-/// Every decodable signature in the header(s), capped at [`MAX_CANDIDATES`].
-fn parse_candidates(
-    sig: &provider::Signature,
-    values: &[&str],
-    pairs: &[(&str, &str)],
-) -> Result<Vec<Vec<u8>>, VerifyError> {
-    let mut texts: Vec<&str> = Vec::new();
-    match sig.format {
-        HeaderFormat::Value => {
-            for v in values {
-                match v.strip_prefix(sig.prefix.as_str()) {
-                    Some(s) => texts.push(s),
-                    None => return Err(VerifyError::MalformedSignature("missing prefix")),
-                }
-            }
-        }
-        HeaderFormat::Pairs => texts.extend(
-            pairs
-                .iter()
-                .filter(|(k, _)| sig.keys.iter().any(|key| key == k))
-                .map(|(_, v)| *v),
-        ),
-        HeaderFormat::Tagged => {
-            for v in values {
-                for item in v.split(sig.separator.as_str()).filter(|s| !s.is_empty()) {
-                    let (tag, s) = item.split_once(',').ok_or(VerifyError::MalformedSignature(
-                        "expected tag,signature items",
-                    ))?;
-                    if sig.keys.iter().any(|k| k == tag) {
-                        texts.push(s);
-                    }
-                }
-            }
-        }
-    }
-    if texts.is_empty() {
-        return Err(VerifyError::MalformedSignature(
-            "no signature of a known version",
-        ));
-    }
-    if texts.len() > MAX_CANDIDATES {
-        return Err(VerifyError::MalformedSignature("too many signatures"));
-    }
-    let want = sig.algorithm.output_len();
-    let decoded: Vec<Vec<u8>> = texts
-        .iter()
-        .filter_map(|t| sig.encoding.decode(t))
-        .filter(|d| d.len() == want)
-        .collect();
-    if decoded.is_empty() {
-        return Err(VerifyError::MalformedSignature(
-            "signature is not valid encoding",
-        ));
-    }
-    Ok(decoded)
 }
 
 #[cfg(test)]

@@ -3,58 +3,122 @@
 //! only after the signature has been checked or when the template needs it.
 
 use super::VerifyError;
-use super::provider::{Locator, Lookup};
+use super::locator::{Locator, Lookup};
 use http::HeaderMap;
+use serde_json::Value;
 use std::cell::OnceCell;
+
+/// Most values a `*` JSON pointer collects (a batch of 250 GoCardless events
+/// fits; anything larger is not a real webhook).
+const MAX_WILDCARD_VALUES: usize = 1000;
 
 pub struct Fields<'a> {
     headers: &'a HeaderMap,
     body: &'a [u8],
-    json: OnceCell<Option<serde_json::Value>>,
+    query: &'a str,
+    json: OnceCell<Option<Value>>,
     form: OnceCell<Vec<(String, String)>>,
+    query_pairs: OnceCell<Vec<(String, String)>>,
 }
 
 impl<'a> Fields<'a> {
     pub fn new(headers: &'a HeaderMap, body: &'a [u8]) -> Self {
+        Self::with_query(headers, body, "")
+    }
+
+    /// Fields of a request whose URL had `query` (without the `?`).
+    pub fn with_query(headers: &'a HeaderMap, body: &'a [u8], query: &'a str) -> Self {
         Self {
             headers,
             body,
+            query,
             json: OnceCell::new(),
             form: OnceCell::new(),
+            query_pairs: OnceCell::new(),
         }
     }
 
-    fn json(&self) -> Option<&serde_json::Value> {
+    pub fn headers(&self) -> &HeaderMap {
+        self.headers
+    }
+
+    pub fn body(&self) -> &[u8] {
+        self.body
+    }
+
+    /// The body as JSON (parsed at most once).
+    pub fn json(&self) -> Option<&Value> {
         self.json
             .get_or_init(|| serde_json::from_slice(self.body).ok())
             .as_ref()
     }
 
-    /// A clear 400 when the body cannot hold the value `lookup` wants.
-    pub fn check_body_for(&self, lookup: &Lookup) -> Result<(), VerifyError> {
-        let wants_json = lookup.0.iter().any(|l| matches!(l, Locator::Json(_)));
-        let wants_form = lookup.0.iter().any(|l| matches!(l, Locator::Form(_)));
-        if wants_json && self.lookup(lookup, &[]).is_none() {
+    /// The body as form fields, in order (parsed at most once).
+    pub fn form(&self) -> &[(String, String)] {
+        self.form.get_or_init(|| {
+            form_urlencoded::parse(self.body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+    }
+
+    fn query_pairs(&self) -> &[(String, String)] {
+        self.query_pairs.get_or_init(|| {
+            form_urlencoded::parse(self.query.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+    }
+
+    /// The first value of form field `name`.
+    pub fn form_value(&self, name: &str) -> Option<&str> {
+        self.form()
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Why the body cannot hold what a lookup wants, if it cannot.
+    pub fn body_problem(&self, lookup: &Lookup) -> Option<VerifyError> {
+        if lookup.wants_json() {
             match self.json() {
                 None if std::str::from_utf8(self.body).is_err() => {
-                    return Err(VerifyError::BadBody("body is not UTF-8 JSON"));
+                    return Some(VerifyError::BadBody("body is not UTF-8 JSON"));
                 }
-                None => return Err(VerifyError::BadBody("body is not valid JSON")),
+                None if !lookup.wants_form() => {
+                    return Some(VerifyError::BadBody("body is not valid JSON"));
+                }
                 Some(v) if !v.is_object() => {
-                    return Err(VerifyError::BadBody("JSON body is not an object"));
+                    return Some(VerifyError::BadBody("JSON body is not an object"));
                 }
-                Some(_) => {}
+                _ => {}
             }
         }
-        if wants_form && std::str::from_utf8(self.body).is_err() {
-            return Err(VerifyError::BadBody("form body is not UTF-8"));
+        if lookup.wants_form() && std::str::from_utf8(self.body).is_err() {
+            return Some(VerifyError::BadBody("form body is not UTF-8"));
         }
-        Ok(())
+        None
+    }
+
+    /// A clear 400 when the body cannot hold the value `lookup` wants.
+    pub fn check_body_for(&self, lookup: &Lookup) -> Result<(), VerifyError> {
+        if self.lookup(lookup, &[]).is_some() {
+            return Ok(());
+        }
+        self.body_problem(lookup).map_or(Ok(()), Err)
     }
 
     /// The first present alternative of `lookup`, as text.
     pub fn lookup(&self, lookup: &Lookup, pairs: &[(&str, &str)]) -> Option<String> {
-        lookup.0.iter().find_map(|l| self.locate(l, pairs))
+        let v = lookup
+            .alternatives
+            .iter()
+            .find_map(|l| self.locate(l, pairs))?;
+        Some(if lookup.lowercase {
+            v.to_lowercase()
+        } else {
+            v
+        })
     }
 
     fn locate(&self, locator: &Locator, pairs: &[(&str, &str)]) -> Option<String> {
@@ -68,23 +132,53 @@ impl<'a> Fields<'a> {
                 .iter()
                 .find(|(k, _)| k == key)
                 .map(|(_, v)| (*v).to_owned()),
-            Locator::Json(pointer) => match self.json()?.pointer(pointer)? {
-                serde_json::Value::String(s) => Some(s.clone()),
-                serde_json::Value::Number(n) => Some(n.to_string()),
-                serde_json::Value::Bool(b) => Some(b.to_string()),
-                _ => None,
-            },
-            Locator::Form(name) => self
-                .form
-                .get_or_init(|| {
-                    form_urlencoded::parse(self.body)
-                        .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                        .collect()
-                })
+            Locator::Json(pointer) if pointer.contains("/*") => {
+                let mut out = Vec::new();
+                collect(self.json()?, pointer, &mut out);
+                (!out.is_empty()).then(|| out.join(","))
+            }
+            Locator::Json(pointer) => scalar(self.json()?.pointer(pointer)?),
+            Locator::Form(name) => self.form_value(name).map(str::to_owned),
+            Locator::Query(name) => self
+                .query_pairs()
                 .iter()
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.clone()),
         }
+    }
+}
+
+/// A JSON scalar as text (`true`, `12`, `abc`); objects, arrays and null are
+/// not values.
+pub fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Values under a pointer with `*` segments, in document order.
+fn collect(v: &Value, pointer: &str, out: &mut Vec<String>) {
+    if out.len() >= MAX_WILDCARD_VALUES {
+        return;
+    }
+    let Some((head, tail)) = pointer.split_once("/*") else {
+        if let Some(s) = v.pointer(pointer).and_then(scalar) {
+            out.push(s);
+        }
+        return;
+    };
+    let Some(Value::Array(items)) = (if head.is_empty() {
+        Some(v)
+    } else {
+        v.pointer(head)
+    }) else {
+        return;
+    };
+    for item in items {
+        collect(item, tail, out);
     }
 }
 

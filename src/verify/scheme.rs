@@ -18,16 +18,46 @@ pub const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
 );
 
 /// MAC algorithm named in a provider file (`algorithm = "hmac-sha256"`).
+/// The plain digests are for schemes that put the secret into the hashed
+/// text themselves (T-Bank, Robokassa); the `hmac` scheme refuses them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
     HmacSha1,
     HmacSha256,
     HmacSha512,
+    Md5,
+    Sha1,
+    Sha256,
+    Sha384,
+    Sha512,
 }
 
 impl Algorithm {
-    /// MAC of the concatenation of `parts` (no copy of the signed content is made).
+    pub fn is_hmac(self) -> bool {
+        matches!(self, Self::HmacSha1 | Self::HmacSha256 | Self::HmacSha512)
+    }
+
+    /// Plain digest of the concatenation of `parts` (the key is not used).
+    pub fn digest(self, parts: &[&[u8]]) -> Vec<u8> {
+        fn run<D: sha2::Digest>(parts: &[&[u8]]) -> Vec<u8> {
+            let mut d = D::new();
+            for p in parts {
+                d.update(p);
+            }
+            d.finalize().to_vec()
+        }
+        match self {
+            Self::Md5 => run::<md5::Md5>(parts),
+            Self::Sha1 | Self::HmacSha1 => run::<sha1::Sha1>(parts),
+            Self::Sha256 | Self::HmacSha256 => run::<sha2::Sha256>(parts),
+            Self::Sha384 => run::<sha2::Sha384>(parts),
+            Self::Sha512 | Self::HmacSha512 => run::<sha2::Sha512>(parts),
+        }
+    }
+
+    /// MAC of the concatenation of `parts` (no copy of the signed content is
+    /// made); for a plain digest, the digest of `parts`.
     pub fn mac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
         fn run<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
             // HMAC accepts keys of any length, so this cannot fail.
@@ -41,14 +71,17 @@ impl Algorithm {
             Self::HmacSha1 => run::<hmac::Hmac<sha1::Sha1>>(key, parts),
             Self::HmacSha256 => run::<hmac::Hmac<sha2::Sha256>>(key, parts),
             Self::HmacSha512 => run::<hmac::Hmac<sha2::Sha512>>(key, parts),
+            plain => plain.digest(parts),
         }
     }
 
     pub fn output_len(self) -> usize {
         match self {
-            Self::HmacSha1 => 20,
-            Self::HmacSha256 => 32,
-            Self::HmacSha512 => 64,
+            Self::Md5 => 16,
+            Self::HmacSha1 | Self::Sha1 => 20,
+            Self::HmacSha256 | Self::Sha256 => 32,
+            Self::Sha384 => 48,
+            Self::HmacSha512 | Self::Sha512 => 64,
         }
     }
 }
@@ -89,6 +122,9 @@ pub enum SecretEncoding {
     Base64,
     /// Hex (Adyen HMAC keys).
     Hex,
+    /// The SHA-1 digest of the secret's UTF-8 bytes (Braintree keys its
+    /// HMAC with SHA-1 of the private key).
+    Sha1,
 }
 
 /// Key bytes derived from a secret. Prints `[redacted]`.
@@ -118,6 +154,8 @@ impl SigningKey {
             SecretEncoding::Hex => {
                 hex::decode(text).map_err(|_| "secret is not valid hex".to_owned())?
             }
+            SecretEncoding::Sha1 if text.is_empty() => vec![],
+            SecretEncoding::Sha1 => Algorithm::Sha1.digest(&[text.as_bytes()]),
         };
         if bytes.is_empty() {
             return Err("secret is empty".into());
@@ -175,6 +213,21 @@ mod tests {
         assert_eq!(a.len(), Algorithm::HmacSha256.output_len());
         assert_eq!(Algorithm::HmacSha1.mac(b"k", &[b"x"]).len(), 20);
         assert_eq!(Algorithm::HmacSha512.mac(b"k", &[b"x"]).len(), 64);
+        for a in [
+            Algorithm::Md5,
+            Algorithm::Sha1,
+            Algorithm::Sha256,
+            Algorithm::Sha384,
+            Algorithm::Sha512,
+        ] {
+            assert_eq!(a.mac(b"ignored", &[b"x"]).len(), a.output_len());
+            assert!(!a.is_hmac());
+        }
+        // md5("abc"), RFC 1321 test suite.
+        assert_eq!(
+            hex::encode(Algorithm::Md5.digest(&[b"a", b"bc"])),
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod dedup;
 mod delivery;
 mod faults;
 mod ingest;
+mod providers;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.

@@ -1,0 +1,334 @@
+//! PayPal offline verification: RSASSA-PKCS1-v1_5 / SHA-256 over
+//! `{transmission_id}|{transmission_time}|{webhook_id}|{crc32 of the body,
+//! unsigned decimal}`, with the public key of the certificate named by
+//! `PAYPAL-CERT-URL`.
+//!
+//! Rule: a certificate is only ever fetched from PayPal's certificate hosts
+//! over HTTPS (a URL anywhere else is rejected before any traffic), at most
+//! once per URL while it is valid, and must name a `*.paypal.com` subject.
+//! Air-gapped installs pin the certificate in the config and never fetch.
+//! Chain trust comes from the TLS connection to PayPal's own host.
+
+use super::Ctx;
+use crate::verify::VerifyError;
+use http::HeaderMap;
+use rsa::RsaPublicKey;
+use rsa::pkcs1v15::{Signature, VerifyingKey};
+use rsa::pkcs8::DecodePublicKey;
+use rsa::sha2::Sha256;
+use rsa::signature::Verifier;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use x509_cert::Certificate;
+use x509_cert::der::Encode;
+
+pub const TRANSMISSION_ID: &str = "paypal-transmission-id";
+pub const TRANSMISSION_TIME: &str = "paypal-transmission-time";
+pub const TRANSMISSION_SIG: &str = "paypal-transmission-sig";
+pub const CERT_URL: &str = "paypal-cert-url";
+pub const AUTH_ALGO: &str = "paypal-auth-algo";
+
+/// Where PayPal serves its webhook certificates (live and sandbox).
+pub const DEFAULT_CERT_HOSTS: &[&str] = &[
+    "api.paypal.com",
+    "api-m.paypal.com",
+    "api.sandbox.paypal.com",
+    "api-m.sandbox.paypal.com",
+];
+const CERT_PATH: &str = "/v1/notifications/certs/";
+const MAX_CERT_BYTES: usize = 64 * 1024;
+const MAX_CACHED: usize = 32;
+const MAX_URL: usize = 2048;
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A source's PayPal settings (`[sources.<name>.paypal]`).
+pub struct Settings {
+    /// The webhook's ID from the PayPal dashboard (part of the signed text).
+    pub webhook_id: String,
+    pinned: Option<Arc<RsaPublicKey>>,
+    cert_hosts: Vec<String>,
+    /// URL → (key, not-after unix seconds). A plain mutex: held for a map
+    /// lookup or insert only, never across the fetch.
+    cache: Mutex<HashMap<String, (Arc<RsaPublicKey>, i64)>>,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("paypal::Settings")
+            .field("webhook_id", &self.webhook_id)
+            .field("pinned", &self.pinned.is_some())
+            .field("cert_hosts", &self.cert_hosts)
+            .finish()
+    }
+}
+
+impl Settings {
+    /// `pinned_pem`: a certificate to use instead of fetching;
+    /// `cert_hosts`: replaces [`DEFAULT_CERT_HOSTS`] (`host` or `host:port`).
+    pub fn new(
+        webhook_id: String,
+        pinned_pem: Option<&str>,
+        cert_hosts: Option<Vec<String>>,
+    ) -> Result<Self, String> {
+        if webhook_id.trim().is_empty() {
+            return Err("webhook_id is empty".into());
+        }
+        let pinned = pinned_pem
+            .map(|pem| parse_cert(pem.as_bytes()).map(|(k, _, _)| Arc::new(k)))
+            .transpose()
+            .map_err(|e| format!("cert: {e}"))?;
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(FETCH_TIMEOUT)
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        let cert_hosts = cert_hosts
+            .unwrap_or_else(|| DEFAULT_CERT_HOSTS.iter().map(|h| (*h).to_owned()).collect())
+            .into_iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
+        Ok(Self {
+            webhook_id,
+            pinned,
+            cert_hosts,
+            cache: Mutex::new(HashMap::new()),
+            client,
+        })
+    }
+
+    /// The key for this request's certificate: pinned, cached or fetched.
+    pub async fn key_for(
+        &self,
+        headers: &HeaderMap,
+        now: i64,
+    ) -> Result<Arc<RsaPublicKey>, VerifyError> {
+        let url = header(headers, CERT_URL)?;
+        let parsed = self.check_url(url)?;
+        if let Some(k) = &self.pinned {
+            return Ok(k.clone());
+        }
+        if let Some(k) = self.cached(url, now) {
+            return Ok(k);
+        }
+        let pem = self.fetch(parsed).await?;
+        let (key, not_before, not_after) = parse_cert(&pem)
+            .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
+        if now < not_before || now > not_after {
+            return Err(VerifyError::MalformedSignature("certificate is expired"));
+        }
+        let key = Arc::new(key);
+        let mut cache = self.cache.lock().expect("cache lock");
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, (_, until)| *until >= now);
+        }
+        if cache.len() < MAX_CACHED {
+            cache.insert(url.to_owned(), (key.clone(), not_after));
+        }
+        Ok(key)
+    }
+
+    fn cached(&self, url: &str, now: i64) -> Option<Arc<RsaPublicKey>> {
+        let cache = self.cache.lock().expect("cache lock");
+        cache
+            .get(url)
+            .filter(|(_, until)| *until >= now)
+            .map(|(k, _)| k.clone())
+    }
+
+    /// Only `https://<cert host>/v1/notifications/certs/…` (plain http only
+    /// for a loopback host someone listed on purpose, i.e. tests).
+    fn check_url(&self, url: &str) -> Result<reqwest::Url, VerifyError> {
+        let off = VerifyError::MalformedSignature("certificate URL is not on PayPal's hosts");
+        if url.len() > MAX_URL {
+            return Err(off);
+        }
+        let u = reqwest::Url::parse(url).map_err(|_| off)?;
+        let host = u.host_str().unwrap_or_default().to_ascii_lowercase();
+        let authority = match u.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.clone(),
+        };
+        let loopback = host == "localhost"
+            || host
+                .trim_matches(['[', ']'])
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback());
+        let scheme_ok = u.scheme() == "https" || (u.scheme() == "http" && loopback);
+        let listed = self.cert_hosts.contains(&authority);
+        if !scheme_ok
+            || !listed
+            || !u.username().is_empty()
+            || u.password().is_some()
+            || !u.path().starts_with(CERT_PATH)
+        {
+            return Err(off);
+        }
+        Ok(u)
+    }
+
+    async fn fetch(&self, url: reqwest::Url) -> Result<Vec<u8>, VerifyError> {
+        let unavailable = |_| VerifyError::CertificateUnavailable;
+        let mut res = self.client.get(url).send().await.map_err(unavailable)?;
+        if !res.status().is_success() {
+            return Err(VerifyError::CertificateUnavailable);
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(unavailable)? {
+            out.extend_from_slice(&chunk);
+            if out.len() > MAX_CERT_BYTES {
+                return Err(VerifyError::CertificateUnavailable);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The RSA key and validity (unix seconds) of the first certificate in a
+/// PEM chain, if its subject is PayPal's.
+fn parse_cert(pem: &[u8]) -> Result<(RsaPublicKey, i64, i64), String> {
+    let chain = Certificate::load_pem_chain(pem).map_err(|e| e.to_string())?;
+    let cert = chain.first().ok_or("no certificate in PEM")?;
+    let tbs = &cert.tbs_certificate;
+    let subject = tbs.subject.to_string();
+    let cn_ok = subject.split(',').any(|rdn| {
+        rdn.trim()
+            .strip_prefix("CN=")
+            .is_some_and(|cn| cn.to_ascii_lowercase().ends_with(".paypal.com"))
+    });
+    if !cn_ok {
+        return Err("certificate subject is not *.paypal.com".into());
+    }
+    let spki = tbs
+        .subject_public_key_info
+        .to_der()
+        .map_err(|e| e.to_string())?;
+    let key = RsaPublicKey::from_public_key_der(&spki).map_err(|e| e.to_string())?;
+    let secs = |t: x509_cert::time::Time| t.to_unix_duration().as_secs() as i64;
+    Ok((
+        key,
+        secs(tbs.validity.not_before),
+        secs(tbs.validity.not_after),
+    ))
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<&'h str, VerifyError> {
+    let v = headers.get(name).ok_or(VerifyError::MissingSignature)?;
+    if v.len() > super::hmac::MAX_SIGNATURE_HEADER {
+        return Err(VerifyError::MalformedSignature("header too long"));
+    }
+    v.to_str()
+        .map(str::trim)
+        .map_err(|_| VerifyError::MalformedSignature("not visible ASCII"))
+}
+
+/// The text PayPal signs.
+pub fn message(transmission_id: &str, time: &str, webhook_id: &str, body: &[u8]) -> String {
+    format!(
+        "{transmission_id}|{time}|{webhook_id}|{}",
+        crc32fast::hash(body)
+    )
+}
+
+pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
+    let headers = ctx.fields.headers();
+    let settings = ctx
+        .source
+        .paypal
+        .as_ref()
+        .ok_or(VerifyError::MissingSignature)?;
+    let key = ctx.paypal_key.ok_or(VerifyError::MissingSignature)?;
+    let sig_b64 = header(headers, TRANSMISSION_SIG)?;
+    let id = header(headers, TRANSMISSION_ID)?;
+    let time = header(headers, TRANSMISSION_TIME)?;
+    if let Ok(algo) = header(headers, AUTH_ALGO)
+        && !algo.eq_ignore_ascii_case("SHA256withRSA")
+    {
+        return Err(VerifyError::MalformedSignature(
+            "unsupported auth algorithm",
+        ));
+    }
+    if id.contains('|') || time.contains('|') {
+        return Err(VerifyError::MalformedSignature(
+            "`|` in a transmission header",
+        ));
+    }
+    let raw = ctx
+        .sig
+        .encoding
+        .decode(sig_b64)
+        .ok_or(VerifyError::MalformedSignature(
+            "signature is not valid encoding",
+        ))?;
+    let signature = Signature::try_from(raw.as_slice())
+        .map_err(|_| VerifyError::MalformedSignature("signature is not valid encoding"))?;
+    let msg = message(id, time, &settings.webhook_id, ctx.fields.body());
+    VerifyingKey::<Sha256>::new((*key).clone())
+        .verify(msg.as_bytes(), &signature)
+        .map_err(|_| VerifyError::InvalidSignature)?;
+    let sent = humantime::parse_rfc3339_weak(time).map_err(|_| VerifyError::MalformedTimestamp)?;
+    let secs = sent
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|_| VerifyError::MalformedTimestamp)?
+        .as_secs() as i64;
+    crate::verify::check_window(secs, ctx.now, ctx.source.tolerance, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(hosts: Option<Vec<String>>) -> Settings {
+        Settings::new("WH-1".into(), None, hosts).unwrap()
+    }
+
+    #[test]
+    fn only_paypal_certificate_urls_are_accepted() {
+        let s = settings(None);
+        for ok in [
+            "https://api.paypal.com/v1/notifications/certs/CERT-360caa42-fca2a594-1d93a270",
+            "https://api.sandbox.paypal.com/v1/notifications/certs/CERT-1",
+            "https://API-M.PAYPAL.COM/v1/notifications/certs/CERT-1",
+        ] {
+            assert!(s.check_url(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://api.paypal.com/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com.evil.example/v1/notifications/certs/CERT-1",
+            "https://evil.example/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com@evil.example/v1/notifications/certs/CERT-1",
+            "https://user@api.paypal.com/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com:8443/v1/notifications/certs/CERT-1",
+            "https://api.paypal.com/v1/other",
+            "http://127.0.0.1:9/v1/notifications/certs/CERT-1",
+            "not a url",
+        ] {
+            assert!(s.check_url(bad).is_err(), "{bad}");
+        }
+        let long = format!("https://api.paypal.com{CERT_PATH}{}", "a".repeat(3000));
+        assert!(s.check_url(&long).is_err());
+        let local = settings(Some(vec!["127.0.0.1:9".into()]));
+        assert!(
+            local
+                .check_url("http://127.0.0.1:9/v1/notifications/certs/CERT-1")
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn message_uses_unsigned_decimal_crc32() {
+        // crc32("hello") = 0x3610a686 = 907060870.
+        assert_eq!(
+            message("tid", "2016-09-21T22:00:46Z", "WH", b"hello"),
+            "tid|2016-09-21T22:00:46Z|WH|907060870"
+        );
+    }
+
+    #[test]
+    fn settings_debug_does_not_dump_keys() {
+        let s = settings(None);
+        assert!(format!("{s:?}").contains("pinned: false"));
+    }
+}

@@ -1,0 +1,202 @@
+//! The provider file format as written (serde, `deny_unknown_fields`):
+//! `providers/*.toml` and the per-source overrides. Checked into the model
+//! in `provider.rs`.
+
+use super::scheme::{Algorithm, Encoding, SecretEncoding};
+use super::schemes::Scheme;
+use crate::config::duration::Dur;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProviderFile {
+    /// Name used as `provider = "…"` in a source.
+    pub(super) name: String,
+    /// Human name for listings.
+    pub(super) title: String,
+    /// Where the provider documents its signature.
+    #[serde(default)]
+    pub(super) docs: String,
+    pub(super) signature: SignatureSpec,
+    pub(super) timestamp: Option<TimestampSpec>,
+    pub(super) event_id: EventIdSpec,
+    #[serde(default)]
+    pub(super) response: ResponseSpec,
+    /// Requests answered without storing (challenges, pings).
+    #[serde(default)]
+    pub(super) control: Vec<ControlSpec>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SignatureSpec {
+    /// `hmac` (default, all data) or a code scheme (`adyen`, `paypal`, …).
+    #[serde(default)]
+    pub(super) scheme: Scheme,
+    /// Header(s) carrying the signature; the first present is used.
+    pub(super) header: Option<OneOrMany>,
+    /// `token` scheme: query parameter carrying the token instead of a header.
+    pub(super) query: Option<String>,
+    /// How the header value holds signatures.
+    #[serde(default)]
+    pub(super) format: HeaderFormat,
+    /// `pairs`: item separator (default `,`); `tagged`: list separator (default ` `).
+    pub(super) separator: Option<String>,
+    /// `pairs`: keys whose values are signatures (`["v1"]`); `tagged`: accepted tags.
+    #[serde(default)]
+    pub(super) keys: Vec<String>,
+    /// `value`: a prefix the signature must carry (`sha256=`).
+    pub(super) prefix: Option<String>,
+    pub(super) algorithm: Option<Algorithm>,
+    pub(super) encoding: Option<Encoding>,
+    #[serde(default)]
+    pub(super) secret_encoding: SecretEncoding,
+    /// Prefixes removed from a secret before decoding (`["whsec_"]`).
+    #[serde(default)]
+    pub(super) secret_prefixes: Vec<String>,
+    /// What is signed, e.g. `"{timestamp}.{body}"`. Placeholders: `{body}`,
+    /// `{timestamp}`, `{url}` and any locator (`{header:webhook-id}`).
+    pub(super) signed_content: Option<String>,
+}
+
+/// `[sources.<name>.signature]`: per-source replacements for the provider's
+/// `[signature]` fields (the generic `hmac` / `bearer` providers are built
+/// this way).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignatureOverrides {
+    /// Header carrying the signature or token.
+    pub header: Option<OneOrMany>,
+    /// Query parameter carrying the token (`bearer` provider).
+    pub query: Option<String>,
+    /// Prefix of the header value (`sha256=`, `Bearer `).
+    pub prefix: Option<String>,
+    /// `hmac-sha1`, `hmac-sha256`, `hmac-sha512` (or a plain digest for Robokassa).
+    pub algorithm: Option<Algorithm>,
+    /// `hex` or `base64`.
+    pub encoding: Option<Encoding>,
+    /// `raw` (default), `base64`, `hex`.
+    pub secret_encoding: Option<SecretEncoding>,
+    /// Signed-content template, default `{body}`.
+    pub signed_content: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// How a signature header value is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HeaderFormat {
+    /// The whole value is one signature, after an optional prefix (GitHub, Shopify).
+    #[default]
+    Value,
+    /// `k=v` items, e.g. `t=…,v1=…,v1=…` (Stripe).
+    Pairs,
+    /// `tag,sig` items, e.g. `v1,abc= v1,def=` (Standard Webhooks).
+    Tagged,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TimestampSpec {
+    /// Where the signed timestamp is (`signature:t`, `header:webhook-timestamp`).
+    pub(super) from: String,
+    /// `s` (default) or `ms` since the Unix epoch.
+    #[serde(default)]
+    pub(super) unit: TimeUnit,
+    /// Default window; a source may override it with `tolerance`.
+    #[serde(default = "five_minutes")]
+    pub(super) tolerance: Dur,
+    /// Reject timestamps in the future beyond the window too (default true).
+    #[serde(default = "yes")]
+    pub(super) reject_future: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+pub enum TimeUnit {
+    #[default]
+    #[serde(rename = "s")]
+    Seconds,
+    #[serde(rename = "ms")]
+    Millis,
+}
+
+fn five_minutes() -> Dur {
+    Dur(Duration::from_secs(300))
+}
+fn yes() -> bool {
+    true
+}
+
+/// `[event_id]`, in a provider file or as `[sources.<name>.event_id]`.
+/// Tried in order: `from`, then `composite`, then the body hash.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventIdSpec {
+    /// Locator(s) of the provider's event id; alternatives separated by `|`.
+    pub from: Option<String>,
+    /// Named fields joined with `:` when the provider has no single id;
+    /// every part must be present. Ids over 256 bytes become `sha256:<hex>`.
+    #[serde(default)]
+    pub composite: Vec<String>,
+    /// Always store the composite as `sha256:<hex>` (large signed blobs
+    /// such as Braintree's payload).
+    #[serde(default)]
+    pub digest: bool,
+    /// Last resort: `sha256:<hex of the body>`.
+    #[serde(default)]
+    pub body_hash: bool,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ResponseSpec {
+    #[serde(default = "ok")]
+    pub(super) status: u16,
+    /// Body template; `${locator}` inserts a request value.
+    #[serde(default)]
+    pub(super) body: String,
+    pub(super) content_type: Option<String>,
+    /// Status for a missing or bad signature instead of 401 (GoCardless: 498).
+    pub(super) reject_status: Option<u16>,
+}
+
+fn ok() -> u16 {
+    200
+}
+
+impl Default for ResponseSpec {
+    fn default() -> Self {
+        Self {
+            status: 200,
+            body: String::new(),
+            content_type: None,
+            reject_status: None,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ControlSpec {
+    /// The value that marks a control request (`json:/type`).
+    pub(super) when: String,
+    /// The value it must have; unset = present with any value.
+    pub(super) equals: Option<String>,
+    /// `true` (default): only after the signature verified. `false`: only
+    /// when the request carries no signature header at all (unsigned pings).
+    #[serde(default = "yes")]
+    pub(super) signed: bool,
+    #[serde(default = "ok")]
+    pub(super) status: u16,
+    /// Reply template (`${json:/challenge}`).
+    #[serde(default)]
+    pub(super) reply: String,
+    pub(super) content_type: Option<String>,
+}
