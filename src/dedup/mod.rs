@@ -111,7 +111,8 @@ impl Dedup {
             v.event_id().as_str()
         );
         let hash = hex::encode(Sha256::digest(v.body()));
-        let token = uuid::Uuid::new_v4().simple().to_string();
+        // Only needs to be unique among concurrent claims of one key.
+        let token = format!("{:032x}", rand::random::<u128>());
         let deadline = Instant::now() + self.settings.inflight_wait;
         if !self.try_cache() {
             // Skipping the cache is always safe: the ledger's unique key decides.
