@@ -25,7 +25,9 @@ RUN apt-get update \
     && mkdir -p /var/lib/hookgate /etc/hookgate \
     && chown 10001:10001 /var/lib/hookgate
 COPY --from=build /build/target/release/hookgate /usr/local/bin/hookgate
-COPY hookgate.toml /etc/hookgate/hookgate.toml
+# A safe default: no sources, no admin token (the repo's hookgate.toml has
+# demo secrets and must never be what an image runs with).
+COPY deploy/docker.toml /etc/hookgate/hookgate.toml
 USER 10001:10001
 WORKDIR /var/lib/hookgate
 # Config: mount a file over /etc/hookgate/hookgate.toml (or point
