@@ -92,7 +92,8 @@ pub struct RawStorage {
     pub migrate: bool,
     /// Namespace of every Redis key (`<prefix>:v1:<source>:<event id>`). Default `hookgate`.
     pub key_prefix: String,
-    /// Largest number of ids the in-process cache holds. Default 1,000,000.
+    /// Largest number of ids the in-process cache holds. Default 100,000
+    /// (about 80 MB: ~0.8 KB of memory per id, measured).
     pub cache_capacity: u64,
     /// Deadline of one Redis command before dedup falls back to the ledger. Default 250ms.
     pub redis_timeout: Dur,
@@ -107,7 +108,7 @@ impl Default for RawStorage {
             redis_url: None,
             migrate: true,
             key_prefix: "hookgate".into(),
-            cache_capacity: 1_000_000,
+            cache_capacity: 100_000,
             redis_timeout: Dur(Duration::from_millis(250)),
             max_connections: None,
         }
