@@ -254,8 +254,8 @@ async fn a_commit_on_one_replica_wakes_the_workers_of_another() {
 
     let a = spawn_app(ingest_only).await;
     let b = spawn_on(worker, a.db.clone(), a.prefix.clone()).await;
-    // Let b's LISTEN connection come up.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Let b's LISTEN connection come up (a local connect; generous for a busy CI).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent = Instant::now();
     assert_eq!(a.post_stripe("evt_notify").await.status(), 200);
     assert!(eventually(Duration::from_secs(10), || async { t.count() == 1 }).await);

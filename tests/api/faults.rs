@@ -125,7 +125,13 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
         }
         req.send().await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Kill only once the claim is really in Redis (the request is then
+    // waiting in the hung ledger).
+    let claimed = eventually(Duration::from_secs(10), || async {
+        !redis_keys(&prefix).await.is_empty()
+    })
+    .await;
+    assert!(claimed, "the request claimed the event id");
     first.kill9();
     assert!(
         pending.await.unwrap().is_err(),

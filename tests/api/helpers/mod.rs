@@ -312,3 +312,14 @@ where
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The keys under `prefix` in the shared Redis (this test's only).
+pub async fn redis_keys(prefix: &str) -> Vec<String> {
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut c)
+        .await
+        .unwrap()
+}
