@@ -69,6 +69,10 @@ struct SourceCounters {
 /// from the config), so counting is a lock-free atomic add.
 pub struct Counters {
     sources: HashMap<String, SourceCounters>,
+    /// Held by a flush from taking the deltas until the ledger has them, and
+    /// by `/stats` while it reads: otherwise a snapshot taken mid-flush would
+    /// miss the deltas in transit (zeroed here, not yet in the table).
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl Counters {
@@ -89,7 +93,10 @@ impl Counters {
                 (s.name.clone(), sc)
             })
             .collect();
-        Self { sources }
+        Self {
+            sources,
+            flushing: tokio::sync::Mutex::new(()),
+        }
     }
 
     pub fn add(&self, source: &str, c: Counter) {
@@ -156,6 +163,7 @@ impl Counters {
 
     /// Adds this instance's deltas to the ledger; on failure keeps them.
     pub async fn flush(&self, ledger: &dyn Ledger) -> Result<(), StoreError> {
+        let _in_transit = self.flushing.lock().await;
         let deltas = self.collect(true);
         if deltas.is_empty() {
             return Ok(());
@@ -226,12 +234,14 @@ pub async fn snapshot(
     ledger: &dyn Ledger,
 ) -> Result<Value, StoreError> {
     let mut totals: HashMap<(String, String), i64> = HashMap::new();
+    let no_flush_in_transit = counters.flushing.lock().await;
     for (s, n, v) in ledger.counters().await? {
         *totals.entry((s, n)).or_default() += v;
     }
     for (s, n, v) in counters.collect(false) {
         *totals.entry((s, n)).or_default() += v;
     }
+    drop(no_flush_in_transit);
     let mut states: HashMap<(String, String, String), i64> = HashMap::new();
     for c in ledger.delivery_counts().await? {
         states.insert((c.source, c.target, c.state), c.count);
