@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod paypal;
+mod plaid;
 
 use crate::helpers::*;
 use base64::Engine;
