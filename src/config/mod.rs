@@ -11,7 +11,7 @@ pub mod secret;
 use crate::verify::client_ip::parse_net;
 use crate::verify::provider::{Provider, Registry};
 use crate::verify::scheme::SigningKey;
-use crate::verify::schemes::{Scheme, paypal, plaid_keys};
+use crate::verify::schemes::{Scheme, braintree, paypal, plaid_keys};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use ipnet::IpNet;
@@ -143,6 +143,8 @@ pub struct Source {
     pub paypal: Option<Arc<paypal::Settings>>,
     /// Plaid sources: key fetching (credentials, host) or pinned keys.
     pub plaid: Option<Arc<plaid_keys::Settings>>,
+    /// Braintree sources: the public key for the `bt_challenge` GET.
+    pub braintree: Option<braintree::Settings>,
 }
 
 /// An internal endpoint events are forwarded to.
@@ -388,6 +390,7 @@ impl Config {
         }
 
         let mut sources = BTreeMap::new();
+        let mut warnings = Vec::new();
         for (name, s) in raw.sources {
             let key = format!("sources.{name}");
             if !valid_name(&name) {
@@ -505,12 +508,32 @@ impl Config {
                 }
                 (None, _) => None,
             };
+            let braintree = match (&s.braintree, provider.signature.scheme) {
+                (Some(b), Scheme::Braintree) => braintree::Settings::new(b.public_key.clone())
+                    .map_err(|e| v.problem(&format!("{key}.braintree.public_key"), e))
+                    .ok(),
+                (None, Scheme::Braintree) => {
+                    warnings.push(format!(
+                        "`{key}.braintree.public_key` is unset: Braintree's bt_challenge GET gets 404"
+                    ));
+                    None
+                }
+                (Some(_), _) => {
+                    v.problem(
+                        &format!("{key}.braintree"),
+                        format!("provider `{}` is not Braintree", provider.name),
+                    );
+                    None
+                }
+                (None, _) => None,
+            };
             sources.insert(
                 name.clone(),
                 Arc::new(Source {
                     allow_ips,
                     paypal,
                     plaid,
+                    braintree,
                     tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
                     name,
                     provider,
@@ -532,7 +555,7 @@ impl Config {
                 sources,
                 targets,
                 providers,
-                warnings: Vec::new(),
+                warnings,
             })
         } else {
             Err(ConfigError {

@@ -203,6 +203,17 @@ pub struct RawSource {
     pub paypal: Option<RawPaypal>,
     /// Plaid: API credentials for fetching verification keys, or pinned keys.
     pub plaid: Option<RawPlaid>,
+    /// Braintree: the public key, for answering the `bt_challenge` GET.
+    pub braintree: Option<RawBraintree>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBraintree {
+    /// The merchant's public key (Control panel → API keys), sent back in
+    /// the answer to Braintree's `GET ?bt_challenge=…`. Required for the
+    /// challenge; POST verification needs only the private key (`secrets`).
+    pub public_key: String,
 }
 
 #[derive(Debug, Deserialize)]

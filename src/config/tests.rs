@@ -278,3 +278,36 @@ environment = "sandbox"
     assert!(shown.contains("sandbox.plaid.com"), "{shown}");
     assert!(!shown.contains("plaid-secret-value") && !shown.contains("client-id-1"));
 }
+
+#[test]
+fn braintree_public_key_is_validated_and_its_absence_warned_about() {
+    let p = problems(
+        r#"
+[sources.bad]
+provider = "braintree"
+secrets = ["k"]
+[sources.bad.braintree]
+public_key = "a|b"
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.braintree]
+public_key = "pub"
+"#,
+    );
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    for want in ["sources.bad.braintree.public_key", "sources.gh.braintree"] {
+        assert!(keys.contains(&want), "{want} not in {p:?}");
+    }
+    let c = Config::from_toml_str(
+        "[sources.bt]\nprovider = \"braintree\"\nsecrets = [\"k\"]\n",
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+    .unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("bt.braintree.public_key"))
+    );
+}

@@ -219,6 +219,49 @@ pub fn check_with(
     }))
 }
 
+/// What a `GET /webhooks/<source>` gets: only providers that verify the
+/// URL with a GET challenge (Braintree's `bt_challenge`) answer one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetAnswer {
+    /// The challenge answered; nothing is stored.
+    Reply(Reply),
+    /// The provider sends no GET (405, `Allow: POST`).
+    NotOffered,
+    /// The provider does, but this source lacks the setting (404).
+    NotConfigured(&'static str),
+    /// A malformed challenge (400).
+    Bad(&'static str),
+}
+
+/// Answers a GET challenge for `source` from its query string.
+pub fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
+    if source.provider.signature.scheme != Scheme::Braintree {
+        return GetAnswer::NotOffered;
+    }
+    let challenge = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "bt_challenge")
+        .map(|(_, v)| v.into_owned());
+    let Some(challenge) = challenge else {
+        return GetAnswer::Bad("missing bt_challenge");
+    };
+    let (Some(settings), Some(key)) = (&source.braintree, source.keys.first()) else {
+        return GetAnswer::NotConfigured("set [sources.<name>.braintree] public_key");
+    };
+    match schemes::braintree::challenge_answer(
+        settings,
+        key,
+        &source.provider.signature,
+        &challenge,
+    ) {
+        Ok(body) => GetAnswer::Reply(Reply {
+            status: 200,
+            body,
+            content_type: Some("text/plain; charset=utf-8".into()),
+        }),
+        Err(why) => GetAnswer::Bad(why),
+    }
+}
+
 /// Rejects `ts` outside `now ± tolerance` (future side only if asked).
 pub fn check_window(
     ts: i64,

@@ -37,6 +37,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         allow_ips: vec![],
         paypal: None,
         plaid: None,
+        braintree: None,
     };
     edit(&mut s);
     Arc::new(s)
