@@ -5,6 +5,7 @@
 //! Signatures are computed here from the providers' docs, not by hookgate.
 
 mod bad_input;
+mod braintree;
 mod paypal;
 mod plaid;
 
