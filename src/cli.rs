@@ -6,8 +6,9 @@ use crate::config::secret::Secret;
 use crate::config::{Config, redact_url};
 use crate::store::{self, ReplayFilter};
 use crate::verify::provider::Registry;
+use crate::verify::provider::Scheme;
 use crate::verify::scheme::SigningKey;
-use crate::verify::sign::{PaypalSign, SignRequest, sign};
+use crate::verify::sign::{PaypalSign, PlaidSign, SignRequest, plaid_public_jwk, sign};
 use crate::{shutdown, telemetry};
 use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
@@ -71,10 +72,14 @@ pub enum Command {
         /// Directory of extra provider definitions.
         #[arg(long)]
         providers_dir: Option<PathBuf>,
-        /// PayPal only: an RSA private key (PEM file) matching the certificate
-        /// pinned in the source (PayPal's own key is PayPal's: tests only).
+        /// PayPal: an RSA private key (PEM file) matching the certificate
+        /// pinned in the source; Plaid: a P-256 private key whose public JWK
+        /// the source pins. The providers' own keys are theirs: tests only.
         #[arg(long)]
         private_key: Option<PathBuf>,
+        /// Plaid only: the `kid` the token names (pin the printed JWK under it).
+        #[arg(long, default_value = "hookgate-test")]
+        key_id: String,
         /// PayPal only: the webhook id the source is configured with.
         #[arg(long, default_value = "WEBHOOK_ID")]
         webhook_id: String,
@@ -139,6 +144,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             public_url,
             providers_dir,
             private_key,
+            key_id,
             webhook_id,
             cert_url,
             out,
@@ -187,8 +193,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                     webhook_id: &webhook_id,
                     cert_url: &cert_url,
                 }),
+                plaid: pem.as_deref().map(|pem| PlaidSign {
+                    private_key_pem: pem,
+                    kid: &key_id,
+                }),
             };
             let signed = sign(&p, &key, &req).map_err(|e| anyhow::anyhow!(e))?;
+            if let (Some(plaid), Scheme::Plaid) = (&req.plaid, p.signature.scheme) {
+                let jwk = plaid_public_jwk(plaid).map_err(|e| anyhow::anyhow!(e))?;
+                eprintln!("pin this key in [sources.<name>.plaid] keys: {jwk}");
+            }
             let headers = signed.headers;
             let mut to = to;
             if let Some(q) = &signed.query {

@@ -14,7 +14,10 @@ use axum::routing::{get, post};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
-        .route("/webhooks/{source}", post(ingest::receive))
+        .route(
+            "/webhooks/{source}",
+            post(ingest::receive).get(ingest::challenge::answer),
+        )
         .route("/healthz", get(admin::health::healthz))
         .route("/readyz", get(admin::health::readyz))
         .route("/metrics", get(admin::metrics::render))

@@ -11,7 +11,7 @@ pub mod secret;
 use crate::verify::client_ip::parse_net;
 use crate::verify::provider::{Provider, Registry};
 use crate::verify::scheme::SigningKey;
-use crate::verify::schemes::{Scheme, paypal};
+use crate::verify::schemes::{Scheme, braintree, paypal, plaid_keys};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use ipnet::IpNet;
@@ -141,6 +141,10 @@ pub struct Source {
     pub allow_ips: Vec<IpNet>,
     /// PayPal sources: webhook id and certificate handling.
     pub paypal: Option<Arc<paypal::Settings>>,
+    /// Plaid sources: key fetching (credentials, host) or pinned keys.
+    pub plaid: Option<Arc<plaid_keys::Settings>>,
+    /// Braintree sources: the public key for the `bt_challenge` GET.
+    pub braintree: Option<braintree::Settings>,
 }
 
 /// An internal endpoint events are forwarded to.
@@ -386,6 +390,7 @@ impl Config {
         }
 
         let mut sources = BTreeMap::new();
+        let mut warnings = Vec::new();
         for (name, s) in raw.sources {
             let key = format!("sources.{name}");
             if !valid_name(&name) {
@@ -485,11 +490,50 @@ impl Config {
                 }
                 (None, _) => None,
             };
+            let plaid = match (&s.plaid, provider.signature.scheme) {
+                (Some(p), Scheme::Plaid) => v.plaid(&format!("{key}.plaid"), p),
+                (None, Scheme::Plaid) => {
+                    v.problem(
+                        &format!("{key}.plaid"),
+                        "set [sources.<name>.plaid] client_id and secret (or pin keys)".into(),
+                    );
+                    None
+                }
+                (Some(_), _) => {
+                    v.problem(
+                        &format!("{key}.plaid"),
+                        format!("provider `{}` is not Plaid", provider.name),
+                    );
+                    None
+                }
+                (None, _) => None,
+            };
+            let braintree = match (&s.braintree, provider.signature.scheme) {
+                (Some(b), Scheme::Braintree) => braintree::Settings::new(b.public_key.clone())
+                    .map_err(|e| v.problem(&format!("{key}.braintree.public_key"), e))
+                    .ok(),
+                (None, Scheme::Braintree) => {
+                    warnings.push(format!(
+                        "`{key}.braintree.public_key` is unset: Braintree's bt_challenge GET gets 404"
+                    ));
+                    None
+                }
+                (Some(_), _) => {
+                    v.problem(
+                        &format!("{key}.braintree"),
+                        format!("provider `{}` is not Braintree", provider.name),
+                    );
+                    None
+                }
+                (None, _) => None,
+            };
             sources.insert(
                 name.clone(),
                 Arc::new(Source {
                     allow_ips,
                     paypal,
+                    plaid,
+                    braintree,
                     tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
                     name,
                     provider,
@@ -511,7 +555,7 @@ impl Config {
                 sources,
                 targets,
                 providers,
-                warnings: Vec::new(),
+                warnings,
             })
         } else {
             Err(ConfigError {
@@ -552,6 +596,50 @@ impl Validator<'_> {
         .map(Arc::new)
         .map_err(|e| self.problem(key, e))
         .ok()
+    }
+
+    fn plaid(&mut self, key: &str, raw: &raw::RawPlaid) -> Option<Arc<plaid_keys::Settings>> {
+        let environment = plaid_keys::Environment::parse(&raw.environment)
+            .map_err(|e| self.problem(&format!("{key}.environment"), e))
+            .ok()?;
+        let client_id = match &raw.client_id {
+            Some(r) => Some(self.secret(&format!("{key}.client_id"), r)?),
+            None => None,
+        };
+        let secret = match &raw.secret {
+            Some(r) => Some(self.secret(&format!("{key}.secret"), r)?),
+            None => None,
+        };
+        let credentials = match (client_id, secret) {
+            (Some(client_id), Some(secret)) => Some(plaid_keys::Credentials { client_id, secret }),
+            (None, None) => None,
+            (Some(_), None) => {
+                self.problem(
+                    &format!("{key}.secret"),
+                    "set together with client_id".into(),
+                );
+                return None;
+            }
+            (None, Some(_)) => {
+                self.problem(
+                    &format!("{key}.client_id"),
+                    "set together with secret".into(),
+                );
+                return None;
+            }
+        };
+        let mut keys = Vec::new();
+        for (i, r) in raw.keys.iter().enumerate() {
+            keys.push(
+                self.secret(&format!("{key}.keys[{i}]"), r)?
+                    .expose()
+                    .to_owned(),
+            );
+        }
+        plaid_keys::Settings::new(credentials, environment, &keys, raw.api_base.as_deref())
+            .map(Arc::new)
+            .map_err(|e| self.problem(key, e))
+            .ok()
     }
 
     fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {

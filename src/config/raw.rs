@@ -202,6 +202,19 @@ pub struct RawSource {
     pub event_id: Option<EventIdSpec>,
     /// PayPal: webhook id and certificate settings.
     pub paypal: Option<RawPaypal>,
+    /// Plaid: API credentials for fetching verification keys, or pinned keys.
+    pub plaid: Option<RawPlaid>,
+    /// Braintree: the public key, for answering the `bt_challenge` GET.
+    pub braintree: Option<RawBraintree>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBraintree {
+    /// The merchant's public key (Control panel → API keys), sent back in
+    /// the answer to Braintree's `GET ?bt_challenge=…`. Required for the
+    /// challenge; POST verification needs only the private key (`secrets`).
+    pub public_key: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -215,6 +228,31 @@ pub struct RawPaypal {
     /// Hosts certificates may be fetched from. Default: PayPal's live and
     /// sandbox API hosts. Only change this for tests.
     pub cert_hosts: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawPlaid {
+    /// Plaid API client id (secret: `env:`, `file:` or literal). Required
+    /// unless `keys` are pinned.
+    pub client_id: Option<String>,
+    /// Plaid API secret for the chosen environment (`env:`, `file:` or
+    /// literal). Required unless `keys` are pinned.
+    pub secret: Option<String>,
+    /// `production` (default) or `sandbox`: which Plaid host the keys are
+    /// fetched from (`production.plaid.com` / `sandbox.plaid.com`).
+    #[serde(default = "default_plaid_environment")]
+    pub environment: String,
+    /// Pinned verification keys, each a JWK as JSON (or `file:PATH` /
+    /// `env:NAME`): nothing is ever fetched (air-gapped installs).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Replaces Plaid's API host; accepted for loopback URLs only (tests).
+    pub api_base: Option<String>,
+}
+
+fn default_plaid_environment() -> String {
+    "production".into()
 }
 
 fn default_window() -> Dur {

@@ -211,3 +211,103 @@ cert = "file:tests/fixtures/paypal/test-cert.pem"
     assert!(c.sources["pp"].paypal.is_some());
     assert!(c.sources["pp"].keys.is_empty());
 }
+
+#[test]
+fn plaid_settings_are_validated_and_never_printed() {
+    let p = problems(
+        r#"
+[sources.none]
+provider = "plaid"
+
+[sources.half]
+provider = "plaid"
+[sources.half.plaid]
+client_id = "id"
+
+[sources.env]
+provider = "plaid"
+[sources.env.plaid]
+client_id = "id"
+secret = "s"
+environment = "development"
+
+[sources.far]
+provider = "plaid"
+[sources.far.plaid]
+client_id = "id"
+secret = "s"
+api_base = "https://plaid.evil.example"
+
+[sources.badkey]
+provider = "plaid"
+[sources.badkey.plaid]
+keys = ['{"kty":"RSA"}']
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.plaid]
+client_id = "id"
+secret = "s"
+"#,
+    );
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    for want in [
+        "sources.none.plaid",
+        "sources.half.plaid.secret",
+        "sources.env.plaid.environment",
+        "sources.far.plaid",
+        "sources.badkey.plaid",
+        "sources.gh.plaid",
+    ] {
+        assert!(keys.contains(&want), "{want} not in {p:?}");
+    }
+    let c = Config::from_toml_str(
+        r#"
+[sources.pl]
+provider = "plaid"
+[sources.pl.plaid]
+client_id = "client-id-1"
+secret = "plaid-secret-value"
+environment = "sandbox"
+"#,
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+    .unwrap();
+    let shown = format!("{:?}", c.sources["pl"]);
+    assert!(shown.contains("sandbox.plaid.com"), "{shown}");
+    assert!(!shown.contains("plaid-secret-value") && !shown.contains("client-id-1"));
+}
+
+#[test]
+fn braintree_public_key_is_validated_and_its_absence_warned_about() {
+    let p = problems(
+        r#"
+[sources.bad]
+provider = "braintree"
+secrets = ["k"]
+[sources.bad.braintree]
+public_key = "a|b"
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.braintree]
+public_key = "pub"
+"#,
+    );
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    for want in ["sources.bad.braintree.public_key", "sources.gh.braintree"] {
+        assert!(keys.contains(&want), "{want} not in {p:?}");
+    }
+    let c = Config::from_toml_str(
+        "[sources.bt]\nprovider = \"braintree\"\nsecrets = [\"k\"]\n",
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+    )
+    .unwrap();
+    assert!(
+        c.warnings
+            .iter()
+            .any(|w| w.contains("bt.braintree.public_key"))
+    );
+}

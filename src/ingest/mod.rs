@@ -2,6 +2,8 @@
 //! DESIGN.md fixes: source → body (bounded) → verify → dedup + store →
 //! wake delivery → respond. One log line per request.
 
+pub mod challenge;
+
 use crate::admin::stats::Counter;
 use crate::app::AppState;
 use crate::dedup::{DedupError, Layer, Outcome};

@@ -24,6 +24,7 @@ pub use event_id::{EventId, MAX_EVENT_ID};
 use http::HeaderMap;
 pub use reply::Reply;
 use request::Fields;
+pub use schemes::FetchedKey;
 use schemes::{Ctx, Scheme};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -109,7 +110,7 @@ pub enum VerifyError {
 impl VerifyError {
     /// 401 for anything about authenticity, 403 for a refused address, 400
     /// for a verified but unusable request, 503 when PayPal's certificate
-    /// cannot be fetched (PayPal retries later).
+    /// or Plaid's key cannot be fetched (both retry later).
     pub fn status(self) -> u16 {
         match self {
             Self::MissingEventId | Self::InvalidEventId(_) | Self::BadBody(_) => 400,
@@ -142,26 +143,37 @@ impl VerifyError {
 }
 
 /// Checks a request against `source` at `now` (unix seconds). Async only
-/// because PayPal's certificate may have to be fetched (once, then cached).
+/// because PayPal's certificate or Plaid's key may have to be fetched
+/// (once, then cached).
 pub async fn check(
     source: &Arc<Source>,
     incoming: Incoming<'_>,
     now: i64,
 ) -> Result<Checked, VerifyError> {
     client_ip::check(&source.allow_ips, incoming.client_ip)?;
-    let paypal_key = match (&source.paypal, source.provider.signature.scheme) {
-        (Some(settings), Scheme::Paypal) => Some(settings.key_for(incoming.headers, now).await?),
+    let scheme = source.provider.signature.scheme;
+    let fetched = match (&source.paypal, &source.plaid, scheme) {
+        (Some(settings), _, Scheme::Paypal) => Some(FetchedKey::Paypal(
+            settings.key_for(incoming.headers, now).await?,
+        )),
+        (_, Some(settings), Scheme::Plaid) => {
+            let key = settings
+                .key_for(incoming.headers, &incoming.body, source.tolerance, now)
+                .await?;
+            Some(FetchedKey::Plaid(key))
+        }
         _ => None,
     };
-    check_with(source, incoming, now, paypal_key.as_deref())
+    check_with(source, incoming, now, fetched.as_ref())
 }
 
-/// [`check`] with PayPal's key already at hand (tests, and after the fetch).
+/// [`check`] with the provider's key already at hand (tests, and after
+/// the fetch).
 pub fn check_with(
     source: &Arc<Source>,
     incoming: Incoming<'_>,
     now: i64,
-    paypal_key: Option<&rsa::RsaPublicKey>,
+    fetched: Option<&FetchedKey>,
 ) -> Result<Checked, VerifyError> {
     client_ip::check(&source.allow_ips, incoming.client_ip)?;
     let provider = &source.provider;
@@ -189,7 +201,7 @@ pub fn check_with(
         fields: &fields,
         now,
         url: url.as_deref(),
-        paypal_key,
+        fetched,
     };
     let key = schemes::verify(&ctx)?.map(|i| (&source.keys[i], sig));
 
@@ -205,6 +217,49 @@ pub fn check_with(
         body: body.clone(),
         reply,
     }))
+}
+
+/// What a `GET /webhooks/<source>` gets: only providers that verify the
+/// URL with a GET challenge (Braintree's `bt_challenge`) answer one.
+#[derive(Debug, PartialEq, Eq)]
+pub enum GetAnswer {
+    /// The challenge answered; nothing is stored.
+    Reply(Reply),
+    /// The provider sends no GET (405, `Allow: POST`).
+    NotOffered,
+    /// The provider does, but this source lacks the setting (404).
+    NotConfigured(&'static str),
+    /// A malformed challenge (400).
+    Bad(&'static str),
+}
+
+/// Answers a GET challenge for `source` from its query string.
+pub fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
+    if source.provider.signature.scheme != Scheme::Braintree {
+        return GetAnswer::NotOffered;
+    }
+    let challenge = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "bt_challenge")
+        .map(|(_, v)| v.into_owned());
+    let Some(challenge) = challenge else {
+        return GetAnswer::Bad("missing bt_challenge");
+    };
+    let (Some(settings), Some(key)) = (&source.braintree, source.keys.first()) else {
+        return GetAnswer::NotConfigured("set [sources.<name>.braintree] public_key");
+    };
+    match schemes::braintree::challenge_answer(
+        settings,
+        key,
+        &source.provider.signature,
+        &challenge,
+    ) {
+        Ok(body) => GetAnswer::Reply(Reply {
+            status: 200,
+            body,
+            content_type: Some("text/plain; charset=utf-8".into()),
+        }),
+        Err(why) => GetAnswer::Bad(why),
+    }
 }
 
 /// Rejects `ts` outside `now ± tolerance` (future side only if asked).

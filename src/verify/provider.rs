@@ -188,9 +188,13 @@ impl Provider {
         )
     }
 
-    /// PayPal (certificates) and unsigned providers take no secret.
+    /// PayPal (certificates), Plaid (fetched keys) and unsigned providers
+    /// take no secret.
     pub fn needs_secret(&self) -> bool {
-        !matches!(self.signature.scheme, Scheme::Paypal | Scheme::None)
+        !matches!(
+            self.signature.scheme,
+            Scheme::Paypal | Scheme::Plaid | Scheme::None
+        )
     }
 
     pub fn needs_public_url(&self) -> bool {

@@ -32,6 +32,7 @@ pub(crate) const BUILTIN: &[(&str, &str)] = builtin!(
     "mollie",
     "paddle",
     "paypal",
+    "plaid",
     "razorpay",
     "robokassa",
     "shopify",

@@ -8,7 +8,7 @@
 use super::provider::{HeaderFormat, Locator, Lookup, Provider, Scheme, Segment};
 use super::request::Fields;
 use super::scheme::{Algorithm, Encoding, SigningKey};
-use super::schemes::{adyen, digest_forms, paypal, twilio};
+use super::schemes::{self, adyen, digest_forms, paypal, twilio};
 use base64::Engine;
 use http::HeaderMap;
 
@@ -26,6 +26,15 @@ pub struct SignRequest<'a> {
     pub query: Option<&'a str>,
     /// PayPal only: PayPal's private key is PayPal's, so a test key.
     pub paypal: Option<PaypalSign<'a>>,
+    /// Plaid only: likewise a test P-256 key and the `kid` to name.
+    pub plaid: Option<PlaidSign<'a>>,
+}
+
+/// Plaid signs with its own P-256 key; tests pin the public half.
+pub struct PlaidSign<'a> {
+    /// PKCS#8 or SEC1 PEM of a P-256 private key.
+    pub private_key_pem: &'a str,
+    pub kid: &'a str,
 }
 
 /// PayPal needs an RSA private key, the webhook id and a certificate URL.
@@ -165,6 +174,12 @@ pub fn sign(
                 .ok_or("PayPal signs with its own private key: pass --private-key (a test key)")?;
             out.headers.extend(sign_paypal(p, req)?);
         }
+        Scheme::Plaid => {
+            let p = req.plaid.as_ref().ok_or(
+                "Plaid signs with its own private key: pass --private-key (a test P-256 key)",
+            )?;
+            out.headers.push((first_header(), sign_plaid(p, req)?));
+        }
         Scheme::None => {}
     }
     Ok(out)
@@ -260,6 +275,43 @@ fn sign_paypal(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String,
         (paypal::CERT_URL.into(), p.cert_url.to_owned()),
         (paypal::AUTH_ALGO.into(), "SHA256withRSA".into()),
     ])
+}
+
+/// A `Plaid-Verification` token: ES256 over `{"alg","kid","typ"}` and
+/// `{"iat","request_body_sha256"}`.
+pub fn sign_plaid(p: &PlaidSign<'_>, req: &SignRequest<'_>) -> Result<String, String> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    use p256::ecdsa::signature::Signer;
+    let key = plaid_secret_key(p)?;
+    let header = serde_json::json!({"alg": "ES256", "kid": p.kid, "typ": "JWT"});
+    let claims = serde_json::json!({
+        "iat": req.timestamp,
+        "request_body_sha256": hex::encode(Algorithm::Sha256.digest(&[req.body])),
+    });
+    let input = format!(
+        "{}.{}",
+        B64URL.encode(header.to_string()),
+        B64URL.encode(claims.to_string())
+    );
+    let sig: p256::ecdsa::Signature = p256::ecdsa::SigningKey::from(key).sign(input.as_bytes());
+    Ok(format!("{input}.{}", B64URL.encode(sig.to_bytes())))
+}
+
+fn plaid_secret_key(p: &PlaidSign<'_>) -> Result<p256::SecretKey, String> {
+    use p256::pkcs8::DecodePrivateKey;
+    p256::SecretKey::from_pkcs8_pem(p.private_key_pem)
+        .or_else(|_| p256::SecretKey::from_sec1_pem(p.private_key_pem))
+        .map_err(|_| "--private-key is not a P-256 private key (PEM)".to_owned())
+}
+
+/// The JWK a source pins (`[sources.<name>.plaid] keys`) to accept what
+/// [`sign_plaid`] signs with this key.
+pub fn plaid_public_jwk(p: &PlaidSign<'_>) -> Result<String, String> {
+    let public = plaid_secret_key(p)?.public_key();
+    Ok(schemes::plaid::public_jwk(
+        p.kid,
+        &p256::ecdsa::VerifyingKey::from(public),
+    ))
 }
 
 /// A signed value: from a header already generated, from the body, or a

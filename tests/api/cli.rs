@@ -154,3 +154,33 @@ async fn migrate_applies_the_schema_on_both_backends() {
         assert!(hookgate(&["migrate"], dir.path()).0);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_plaid_with_a_test_key_and_the_printed_jwk_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let body = br#"{"webhook_type":"ITEM","webhook_code":"ERROR","item_id":"it-cli"}"#;
+    std::fs::write(dir.path().join("event.json"), body).unwrap();
+    let key = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/plaid/test-key.pem"
+    );
+    let args = ["sign", "--provider", "plaid", "--body", "event.json"];
+    let (ok, _, err) = hookgate(&args, dir.path());
+    assert!(!ok && err.contains("--private-key"), "{err}");
+    let with_key = [&args[..], &["--private-key", key, "--key-id", "kid-cli"]].concat();
+    let (ok, out, err) = hookgate(&with_key, dir.path());
+    assert!(ok, "{err}");
+    let jwk = err
+        .lines()
+        .find_map(|l| l.split_once("keys: ").map(|(_, j)| j.to_owned()))
+        .expect("the JWK to pin");
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra =
+        format!("[sources.plaid]\nprovider = \"plaid\"\n[sources.plaid.plaid]\nkeys = ['{jwk}']\n");
+    let app = spawn_app(opts).await;
+    let (name, value) = out.lines().next().unwrap().split_once(": ").unwrap();
+    let r = app
+        .post("plaid", &[(name.to_owned(), value.to_owned())], body)
+        .await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}

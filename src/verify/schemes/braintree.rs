@@ -27,6 +27,12 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     {
         return Err(VerifyError::BadBody("bt_payload is not base64"));
     }
+    // The challenge GET answers HMAC(challenge) to anyone who asks; a
+    // payload that is itself a valid challenge could replay that answer as
+    // a signature. Real payloads (base64 XML) are far longer.
+    if is_challenge(payload.trim_end_matches('\n')) {
+        return Err(VerifyError::InvalidSignature);
+    }
     let pairs: Vec<&str> = signature
         .split('&')
         .filter_map(|p| p.split_once('|').map(|(_, sig)| sig))
@@ -41,4 +47,94 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
         }
     }
     Err(VerifyError::InvalidSignature)
+}
+
+/// A source's Braintree settings (`[sources.<name>.braintree]`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The merchant's public key: the first half of the challenge answer.
+    pub public_key: String,
+}
+
+impl Settings {
+    pub fn new(public_key: String) -> Result<Self, String> {
+        let ok = !public_key.is_empty()
+            && public_key.len() <= 64
+            && public_key
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        if !ok {
+            return Err("public_key must be 1-64 letters, digits, `-` or `_`".into());
+        }
+        Ok(Self { public_key })
+    }
+}
+
+/// Longest and shortest `bt_challenge` Braintree's SDK accepts (lowercase hex).
+const CHALLENGE_LEN: std::ops::RangeInclusive<usize> = 20..=32;
+
+fn is_challenge(text: &str) -> bool {
+    CHALLENGE_LEN.contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The answer to `GET …?bt_challenge=<hex>`:
+/// `public_key|hex(HMAC-SHA1(SHA-1(private key), challenge))`, with the
+/// source's first key (already SHA-1 of the private key).
+pub fn challenge_answer(
+    settings: &Settings,
+    key: &crate::verify::scheme::SigningKey,
+    sig: &crate::verify::provider::Signature,
+    challenge: &str,
+) -> Result<String, &'static str> {
+    if !is_challenge(challenge) {
+        return Err("bt_challenge is not 20-32 lowercase hex digits");
+    }
+    let mac = sig.algorithm.mac(key.bytes(), &[challenge.as_bytes()]);
+    Ok(format!("{}|{}", settings.public_key, hex::encode(mac)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::secret::Secret;
+    use crate::verify::provider::Registry;
+
+    // braintree_python tests/unit/test_webhooks.py (and the Ruby, PHP and
+    // Node SDKs): the integration merchant's keys and this challenge.
+    const CHALLENGE: &str = "20f9f8ed05f77439fe955c977e4c8a53";
+    const ANSWER: &str = "integration_public_key|d9b899556c966b3f06945ec21311865d35df3ce4";
+
+    #[test]
+    fn challenge_answer_matches_the_sdk_vector_and_refuses_bad_challenges() {
+        let p = Registry::builtin().get("braintree").unwrap();
+        let key = p
+            .signing_key(&Secret::new("integration_private_key"))
+            .unwrap();
+        let s = Settings::new("integration_public_key".into()).unwrap();
+        let answer = challenge_answer(&s, &key, &p.signature, CHALLENGE);
+        assert_eq!(answer.unwrap(), ANSWER);
+        for bad in [
+            "bad challenge",
+            "HELLOWORLD",
+            "20F9F8ED05F77439FE955C",
+            "abc",
+            &"a".repeat(33),
+        ] {
+            assert!(
+                challenge_answer(&s, &key, &p.signature, bad).is_err(),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn public_keys_are_plain_identifiers() {
+        assert!(Settings::new("abc_123-x".into()).is_ok());
+        for bad in ["", "a|b", "has space", &"k".repeat(65)] {
+            assert!(Settings::new(bad.into()).is_err(), "{bad}");
+        }
+    }
 }

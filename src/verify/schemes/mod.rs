@@ -8,6 +8,8 @@ pub mod braintree;
 pub mod digest_forms;
 pub mod hmac;
 pub mod paypal;
+pub mod plaid;
+pub mod plaid_keys;
 pub mod token;
 pub mod twilio;
 
@@ -28,6 +30,8 @@ pub enum Scheme {
     Adyen,
     /// RSA-SHA256 with PayPal's certificate over `id|time|webhook_id|crc32`.
     Paypal,
+    /// ES256 JWS in `Plaid-Verification` with a body-hash claim; keys by `kid`.
+    Plaid,
     /// HMAC-SHA1 over the public URL plus sorted form parameters.
     Twilio,
     /// HMAC-SHA1 (key = SHA-1 of the private key) over the `bt_payload` field.
@@ -57,6 +61,7 @@ impl Scheme {
             Self::Hmac => "hmac",
             Self::Adyen => "adyen",
             Self::Paypal => "paypal",
+            Self::Plaid => "plaid",
             Self::Twilio => "twilio",
             Self::Braintree => "braintree",
             Self::Tbank => "tbank",
@@ -76,6 +81,7 @@ impl Scheme {
             Self::Basic => (true, Some(A::Sha256), Some(E::Base64)),
             Self::Adyen => (false, Some(A::HmacSha256), Some(E::Base64)),
             Self::Paypal => (false, Some(A::Sha256), Some(E::Base64)),
+            Self::Plaid => (true, Some(A::Sha256), Some(E::Hex)),
             Self::Braintree => (false, Some(A::HmacSha1), Some(E::Hex)),
             Self::Tbank => (false, Some(A::Sha256), Some(E::Hex)),
             Self::Robokassa => (false, Some(A::Md5), Some(E::Hex)),
@@ -99,8 +105,32 @@ pub struct Ctx<'a> {
     /// The URL the provider called: the source's `public_url` with the
     /// request's query string (never the Host header).
     pub url: Option<&'a str>,
-    /// PayPal: the public key of the certificate named by the request.
-    pub paypal_key: Option<&'a rsa::RsaPublicKey>,
+    /// PayPal's certificate key or Plaid's JWK for this request, obtained
+    /// before the synchronous check.
+    pub fetched: Option<&'a FetchedKey>,
+}
+
+/// A key a scheme had to look up (pinned, cached or fetched) by something
+/// the request names: PayPal's certificate URL, Plaid's `kid`.
+#[derive(Debug, Clone)]
+pub enum FetchedKey {
+    Paypal(std::sync::Arc<rsa::RsaPublicKey>),
+    Plaid(std::sync::Arc<plaid::Key>),
+}
+
+impl Ctx<'_> {
+    pub fn paypal_key(&self) -> Option<&rsa::RsaPublicKey> {
+        match self.fetched {
+            Some(FetchedKey::Paypal(k)) => Some(k),
+            _ => None,
+        }
+    }
+    pub fn plaid_key(&self) -> Option<&plaid::Key> {
+        match self.fetched {
+            Some(FetchedKey::Plaid(k)) => Some(k),
+            _ => None,
+        }
+    }
 }
 
 /// Checks the request; `Ok(Some(i))` names the configured key that matched.
@@ -109,6 +139,7 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
         Scheme::Hmac => hmac::verify(ctx).map(Some),
         Scheme::Adyen => adyen::verify(ctx).map(Some),
         Scheme::Paypal => paypal::verify(ctx).map(|()| None),
+        Scheme::Plaid => plaid::verify(ctx).map(|()| None),
         Scheme::Twilio => twilio::verify(ctx).map(Some),
         Scheme::Braintree => braintree::verify(ctx).map(Some),
         Scheme::Tbank => digest_forms::verify_tbank(ctx).map(Some),

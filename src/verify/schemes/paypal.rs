@@ -239,7 +239,7 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
         .paypal
         .as_ref()
         .ok_or(VerifyError::MissingSignature)?;
-    let key = ctx.paypal_key.ok_or(VerifyError::MissingSignature)?;
+    let key = ctx.paypal_key().ok_or(VerifyError::MissingSignature)?;
     let sig_b64 = header(headers, TRANSMISSION_SIG)?;
     let id = header(headers, TRANSMISSION_ID)?;
     let time = header(headers, TRANSMISSION_TIME)?;
@@ -265,7 +265,7 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
     let signature = Signature::try_from(raw.as_slice())
         .map_err(|_| VerifyError::MalformedSignature("signature is not valid encoding"))?;
     let msg = message(id, time, &settings.webhook_id, ctx.fields.body());
-    VerifyingKey::<Sha256>::new((*key).clone())
+    VerifyingKey::<Sha256>::new(key.clone())
         .verify(msg.as_bytes(), &signature)
         .map_err(|_| VerifyError::InvalidSignature)?;
     let sent = humantime::parse_rfc3339_weak(time).map_err(|_| VerifyError::MalformedTimestamp)?;

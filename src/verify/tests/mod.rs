@@ -4,6 +4,7 @@
 mod bad_input;
 mod payments;
 mod paypal;
+mod plaid;
 mod saas;
 
 use super::provider::Registry;
@@ -35,6 +36,8 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         public_url: None,
         allow_ips: vec![],
         paypal: None,
+        plaid: None,
+        braintree: None,
     };
     edit(&mut s);
     Arc::new(s)

@@ -5,7 +5,9 @@
 //! Signatures are computed here from the providers' docs, not by hookgate.
 
 mod bad_input;
+mod braintree;
 mod paypal;
+mod plaid;
 
 use crate::helpers::*;
 use base64::Engine;

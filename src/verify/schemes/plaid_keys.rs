@@ -1,0 +1,284 @@
+//! Plaid's verification keys: pinned in the config, or fetched by `kid`
+//! from `POST /webhook_verification_key/get` on Plaid's API host and cached.
+//!
+//! Rule: keys are only ever requested from `production.plaid.com` or
+//! `sandbox.plaid.com` over HTTPS (a loopback `api_base` is accepted for
+//! tests only). An unknown `kid` costs one request: fetches run one at a
+//! time and re-check the cache, and a `kid` Plaid does not know is
+//! remembered for a while, so forged tokens cannot make us hammer Plaid.
+//! With pinned keys nothing is ever fetched. The credentials never leave
+//! this module except in the request body to Plaid.
+
+use super::plaid::{Jwk, Key, Token, header_value};
+use crate::config::secret::Secret;
+use crate::verify::VerifyError;
+use http::HeaderMap;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const PATH: &str = "/webhook_verification_key/get";
+const MAX_RESPONSE: usize = 64 * 1024;
+const MAX_CACHED: usize = 64;
+/// Longest a fetched key is trusted without asking again (rotation).
+const MAX_AGE: i64 = 24 * 3600;
+/// How long a `kid` Plaid did not know is answered without asking again.
+const UNKNOWN_FOR: i64 = 300;
+const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which Plaid API host holds the keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environment {
+    Production,
+    Sandbox,
+}
+
+impl Environment {
+    pub fn parse(name: &str) -> Result<Self, String> {
+        match name {
+            "production" => Ok(Self::Production),
+            "sandbox" => Ok(Self::Sandbox),
+            _ => Err(format!(
+                "unknown environment `{name}` (use production or sandbox)"
+            )),
+        }
+    }
+    fn base(self) -> &'static str {
+        match self {
+            Self::Production => "https://production.plaid.com",
+            Self::Sandbox => "https://sandbox.plaid.com",
+        }
+    }
+}
+
+/// Client credentials for the key endpoint.
+pub struct Credentials {
+    pub client_id: Secret,
+    pub secret: Secret,
+}
+
+/// A source's Plaid settings (`[sources.<name>.plaid]`).
+pub struct Settings {
+    credentials: Option<Credentials>,
+    url: reqwest::Url,
+    pinned: HashMap<String, Arc<Key>>,
+    /// kid → (key, trusted until). Plain mutexes: held for a lookup or an
+    /// insert only, never across the fetch.
+    cache: Mutex<HashMap<String, (Arc<Key>, i64)>>,
+    unknown: Mutex<HashMap<String, i64>>,
+    /// Serializes fetches (one in flight per source).
+    fetching: tokio::sync::Mutex<()>,
+    client: reqwest::Client,
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("plaid::Settings")
+            .field("url", &self.url.as_str())
+            .field(
+                "credentials",
+                &self.credentials.as_ref().map(|_| "[redacted]"),
+            )
+            .field("pinned", &self.pinned.len())
+            .finish()
+    }
+}
+
+impl Settings {
+    /// `pinned`: JWK JSON texts (then nothing is fetched); `api_base`:
+    /// replaces the environment's host, loopback only (tests).
+    pub fn new(
+        credentials: Option<Credentials>,
+        environment: Environment,
+        pinned: &[String],
+        api_base: Option<&str>,
+    ) -> Result<Self, String> {
+        let mut keys = HashMap::new();
+        for (i, text) in pinned.iter().enumerate() {
+            let jwk: Jwk = serde_json::from_str(text).map_err(|e| format!("keys[{i}]: {e}"))?;
+            let key = jwk.into_key().map_err(|e| format!("keys[{i}]: {e}"))?;
+            keys.insert(key.kid.clone(), Arc::new(key));
+        }
+        if keys.is_empty() && credentials.is_none() {
+            return Err("set client_id and secret (or pin keys)".into());
+        }
+        let base = match api_base {
+            Some(b) => loopback_base(b)?,
+            None => environment.base().to_owned(),
+        };
+        let url = reqwest::Url::parse(&format!("{}{PATH}", base.trim_end_matches('/')))
+            .map_err(|e| format!("api_base: {e}"))?;
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .timeout(FETCH_TIMEOUT)
+            .build()
+            .map_err(|e| format!("HTTP client: {e}"))?;
+        Ok(Self {
+            credentials,
+            url,
+            pinned: keys,
+            cache: Mutex::new(HashMap::new()),
+            unknown: Mutex::new(HashMap::new()),
+            fetching: tokio::sync::Mutex::new(()),
+            client,
+        })
+    }
+
+    /// The key for this request's token: pinned, cached or fetched. The
+    /// token's claims are checked first, so a stale or mismatched request
+    /// never causes a fetch.
+    pub async fn key_for(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        tolerance: Duration,
+        now: i64,
+    ) -> Result<Arc<Key>, VerifyError> {
+        let token = Token::parse(header_value(headers)?)?;
+        let unknown = VerifyError::MalformedSignature("unknown signing key id");
+        if !self.pinned.is_empty() {
+            return self.pinned.get(&token.kid).cloned().ok_or(unknown);
+        }
+        if let Some(k) = self.cached(&token.kid, now) {
+            return Ok(k);
+        }
+        token.check_claims(body, now, tolerance)?;
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Some(k) = self.cached(&token.kid, now) {
+            return Ok(k);
+        }
+        if lock(&self.unknown)
+            .get(&token.kid)
+            .is_some_and(|t| *t > now)
+        {
+            return Err(unknown);
+        }
+        let Some(key) = self.fetch(&token.kid).await? else {
+            let mut u = lock(&self.unknown);
+            u.retain(|_, t| *t > now);
+            if u.len() < 256 {
+                u.insert(token.kid.clone(), now + UNKNOWN_FOR);
+            }
+            return Err(unknown);
+        };
+        let key = Arc::new(key);
+        let until = key.expired_at.unwrap_or(i64::MAX).min(now + MAX_AGE);
+        let mut cache = lock(&self.cache);
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, (_, t)| *t > now);
+        }
+        if cache.len() < MAX_CACHED {
+            cache.insert(token.kid, (key.clone(), until));
+        }
+        Ok(key)
+    }
+
+    fn cached(&self, kid: &str, now: i64) -> Option<Arc<Key>> {
+        let cache = lock(&self.cache);
+        cache
+            .get(kid)
+            .filter(|(_, t)| *t > now)
+            .map(|(k, _)| k.clone())
+    }
+
+    /// `Ok(None)`: Plaid answered but has no such key (or refused us).
+    async fn fetch(&self, kid: &str) -> Result<Option<Key>, VerifyError> {
+        let down = |_| VerifyError::CertificateUnavailable;
+        let Some(c) = &self.credentials else {
+            return Ok(None);
+        };
+        let request = serde_json::json!({
+            "client_id": c.client_id.expose(),
+            "secret": c.secret.expose(),
+            "key_id": kid,
+        });
+        let mut res = self
+            .client
+            .post(self.url.clone())
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(request.to_string())
+            .send()
+            .await
+            .map_err(down)?;
+        if res.status().is_client_error() {
+            return Ok(None);
+        }
+        if !res.status().is_success() {
+            return Err(VerifyError::CertificateUnavailable);
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = res.chunk().await.map_err(down)? {
+            out.extend_from_slice(&chunk);
+            if out.len() > MAX_RESPONSE {
+                return Err(VerifyError::CertificateUnavailable);
+            }
+        }
+        #[derive(serde::Deserialize)]
+        struct Response {
+            key: Jwk,
+        }
+        let r: Response =
+            serde_json::from_slice(&out).map_err(|_| VerifyError::CertificateUnavailable)?;
+        match r.key.into_key() {
+            Ok(k) if k.kid == kid => Ok(Some(k)),
+            _ => Ok(None),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `http://127.0.0.1:PORT`-style bases only: the override exists so tests
+/// can stand in for Plaid, never to send credentials elsewhere.
+fn loopback_base(base: &str) -> Result<String, String> {
+    let u = reqwest::Url::parse(base).map_err(|e| format!("api_base: {e}"))?;
+    let host = u.host_str().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if !loopback || !matches!(u.scheme(), "http" | "https") || !u.username().is_empty() {
+        return Err("api_base must be a loopback URL (tests only)".into());
+    }
+    Ok(base.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_base_is_loopback_only_and_environments_pick_plaid_hosts() {
+        assert!(loopback_base("http://127.0.0.1:9").is_ok());
+        assert!(loopback_base("http://[::1]:9").is_ok());
+        for bad in [
+            "https://evil.example",
+            "http://10.0.0.1",
+            "http://u@127.0.0.1",
+            "nope",
+        ] {
+            assert!(loopback_base(bad).is_err(), "{bad}");
+        }
+        let creds = || Credentials {
+            client_id: Secret::new("id"),
+            secret: Secret::new("shh"),
+        };
+        let s = Settings::new(Some(creds()), Environment::Sandbox, &[], None).unwrap();
+        assert_eq!(
+            s.url.as_str(),
+            "https://sandbox.plaid.com/webhook_verification_key/get"
+        );
+        let s = Settings::new(Some(creds()), Environment::Production, &[], None).unwrap();
+        assert_eq!(s.url.host_str(), Some("production.plaid.com"));
+        assert!(!format!("{s:?}").contains("shh"));
+        assert!(Settings::new(None, Environment::Production, &[], None).is_err());
+        assert_eq!(
+            Environment::parse("development").unwrap_err(),
+            "unknown environment `development` (use production or sandbox)"
+        );
+    }
+}
