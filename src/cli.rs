@@ -2,6 +2,7 @@
 
 use crate::app::App;
 use crate::config::duration::show;
+use crate::config::redis_url::RedisTopology;
 use crate::config::secret::Secret;
 use crate::config::{Config, redact_url};
 use crate::store::{self, ReplayFilter};
@@ -293,7 +294,8 @@ pub fn describe(c: &Config) -> String {
     let _ = writeln!(o, "ledger: {}", c.storage.database.display());
     let cache = match &c.storage.redis_url {
         Some(u) => format!(
-            "redis {} (key prefix `{}`)",
+            "redis {} {} (key prefix `{}`)",
+            RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
             redact_url(u.expose()),
             c.storage.key_prefix
         ),

@@ -6,6 +6,7 @@
 
 pub mod duration;
 pub mod raw;
+pub mod redis_url;
 pub mod secret;
 
 use crate::verify::client_ip::parse_net;
@@ -16,6 +17,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use ipnet::IpNet;
 use raw::{LogFormat, RawConfig};
+use redis_url::RedisTopology;
 use secret::Secret;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -306,17 +308,14 @@ impl Config {
         let redis_url = match raw.storage.redis_url.as_deref() {
             None => None,
             Some(r) => match Secret::resolve_optional(r, base) {
-                Ok(Some(url))
-                    if !(url.expose().starts_with("redis://")
-                        || url.expose().starts_with("rediss://")) =>
-                {
-                    v.problem(
-                        "storage.redis_url",
-                        "unsupported scheme (use redis:// or rediss://)".into(),
-                    );
-                    None
-                }
-                Ok(url) => url,
+                Ok(Some(url)) => match RedisTopology::parse(url.expose()) {
+                    Ok(_) => Some(url),
+                    Err(e) => {
+                        v.problem("storage.redis_url", e);
+                        None
+                    }
+                },
+                Ok(None) => None,
                 Err(e) => {
                     v.problem("storage.redis_url", e.to_string());
                     None

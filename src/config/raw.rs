@@ -86,7 +86,8 @@ pub struct RawStorage {
     /// `postgres://…` or `sqlite://…`. Unset (or `env:X` with X unset, or
     /// `DATABASE_URL` unset) → `sqlite://hookgate.db` in the working directory.
     pub database_url: Option<String>,
-    /// `redis://…` / `rediss://…`. Unset → in-process cache (single replica only).
+    /// `redis://…` / `rediss://…` (one server), `redis+sentinel://host:26379,…/<master>[?db=N]`
+    /// or `redis+cluster://host:7000,…`. Unset → in-process cache (single replica only).
     pub redis_url: Option<String>,
     /// Apply migrations when `serve` starts. Default true.
     pub migrate: bool,

@@ -93,6 +93,46 @@ fn check_config_names_the_file_and_key_and_fails() {
     }
 }
 
+#[test]
+fn check_config_shows_the_redis_topology_redacted_and_refuses_unknown_schemes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |url: &str| format!("[storage]\nredis_url = \"{url}\"\n");
+    for (url, shown) in [
+        (
+            "redis+sentinel://app:redis-pass@10.0.0.1:26379,10.0.0.2:26379/main?db=2",
+            "redis sentinel redis+sentinel://***@10.0.0.1:26379,10.0.0.2:26379/main?db=2",
+        ),
+        (
+            "redis+cluster://:redis-pass@10.0.0.1:7000,10.0.0.2:7001",
+            "redis cluster redis+cluster://***@10.0.0.1:7000,10.0.0.2:7001",
+        ),
+        (
+            "rediss://app:redis-pass@cache.internal:6380",
+            "redis standalone rediss://***@cache.internal:6380",
+        ),
+    ] {
+        std::fs::write(dir.path().join("hookgate.toml"), config(url)).unwrap();
+        let (ok, out, err) = hookgate(&["check-config"], dir.path());
+        assert!(ok, "{url}: {err}");
+        assert!(out.contains(shown), "{out}");
+        assert!(!out.contains("redis-pass") && !err.contains("redis-pass"));
+    }
+    for url in [
+        "memcached://app:redis-pass@cache:11211",
+        "redis-sentinel://app:redis-pass@h:26379/main",
+        "redis+sentinel://app:redis-pass@h:26379",
+    ] {
+        std::fs::write(dir.path().join("hookgate.toml"), config(url)).unwrap();
+        let (ok, out, err) = hookgate(&["check-config"], dir.path());
+        assert!(!ok, "{url} accepted: {out}");
+        assert!(err.contains("storage.redis_url"), "{err}");
+        assert!(
+            !out.contains("redis-pass") && !err.contains("redis-pass"),
+            "{err}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_produces_a_request_the_gateway_accepts() {
     let app = spawn_app(Opts::new(Backend::Embedded)).await;

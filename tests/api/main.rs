@@ -9,6 +9,7 @@ mod delivery;
 mod faults;
 mod ingest;
 mod providers;
+mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.

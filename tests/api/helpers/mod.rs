@@ -6,6 +6,7 @@ pub mod db;
 pub mod process;
 pub mod signers;
 pub mod target;
+pub mod topology;
 
 use hookgate::app::App;
 use hookgate::config::Config;

@@ -1,14 +1,19 @@
 //! Redis claim cache: production, shared by every replica.
 //!
-//! Every operation touches one key, so the keys are safe on Redis Cluster.
+//! Standalone, Sentinel or Cluster, picked by the URL scheme (see
+//! `config::redis_url` and `conn`). Every operation touches one key, so the
+//! scripts run on the key's slot node on Redis Cluster.
 //! Each call has a deadline: past it, dedup falls back to the ledger instead
 //! of making the provider wait on a sick cache.
 
+mod conn;
+
 use super::cache::{CacheError, Claim, ClaimCache, parse_value};
+use crate::config::redis_url::RedisTopology;
 use crate::config::secret::Secret;
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use std::future::Future;
+use conn::{Conn, Op};
+use redis::FromRedisValue;
 use std::time::Duration;
 
 /// GET, and SET NX PX only if absent, in one round trip. Returns the
@@ -30,7 +35,7 @@ return 0
 ";
 
 pub struct RedisCache {
-    conn: ConnectionManager,
+    conn: Conn,
     claim: redis::Script,
     release: redis::Script,
     timeout: Duration,
@@ -39,28 +44,27 @@ pub struct RedisCache {
 impl RedisCache {
     /// Connects lazily: the gateway starts (degraded) while Redis is down.
     pub fn connect(url: &Secret, timeout: Duration) -> Result<Self, CacheError> {
-        let client = redis::Client::open(url.expose())?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        let topology = RedisTopology::parse(url.expose()).map_err(|e| {
+            redis::RedisError::from((redis::ErrorKind::InvalidClientConfig, "redis_url", e))
+        })?;
         Ok(Self {
-            conn,
+            conn: Conn::new(topology, timeout)?,
             claim: redis::Script::new(CLAIM),
             release: redis::Script::new(RELEASE),
             timeout,
         })
     }
 
-    async fn bounded<T>(
-        &self,
-        f: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, CacheError> {
-        match tokio::time::timeout(self.timeout, f).await {
+    /// One call, bounded by `redis_timeout` (connecting or re-resolving the
+    /// master included). A timeout drops the connection so the next call
+    /// starts afresh.
+    async fn bounded<T: FromRedisValue>(&self, op: Op<'_>) -> Result<T, CacheError> {
+        match tokio::time::timeout(self.timeout, self.conn.query(&op)).await {
             Ok(r) => Ok(r?),
-            Err(_) => Err(CacheError::Timeout),
+            Err(_) => {
+                self.conn.reset();
+                Err(CacheError::Timeout)
+            }
         }
     }
 }
@@ -68,11 +72,10 @@ impl RedisCache {
 #[async_trait]
 impl ClaimCache for RedisCache {
     async fn claim(&self, key: &str, token: &str, ttl: Duration) -> Result<Claim, CacheError> {
-        let mut conn = self.conn.clone();
         let value = format!("pending:{token}");
         let mut inv = self.claim.key(key);
         inv.arg(&value).arg(ttl.as_millis() as u64);
-        let prev: Option<String> = self.bounded(inv.invoke_async(&mut conn)).await?;
+        let prev: Option<String> = self.bounded(Op::Script(inv)).await?;
         Ok(match prev {
             None => Claim::Owned,
             Some(v) => parse_value(&v),
@@ -80,7 +83,6 @@ impl ClaimCache for RedisCache {
     }
 
     async fn finish(&self, key: &str, body_sha256: &str, ttl: Duration) -> Result<(), CacheError> {
-        let mut conn = self.conn.clone();
         let value = format!("done:{body_sha256}");
         let cmd = redis::cmd("SET")
             .arg(key)
@@ -88,22 +90,19 @@ impl ClaimCache for RedisCache {
             .arg("PX")
             .arg(ttl.as_millis() as u64)
             .to_owned();
-        self.bounded(cmd.query_async::<()>(&mut conn)).await
+        self.bounded::<()>(Op::Cmd(cmd)).await
     }
 
     async fn release(&self, key: &str, token: &str) -> Result<(), CacheError> {
-        let mut conn = self.conn.clone();
         let value = format!("pending:{token}");
         let mut inv = self.release.key(key);
         inv.arg(value);
-        self.bounded(inv.invoke_async::<i64>(&mut conn)).await?;
+        self.bounded::<i64>(Op::Script(inv)).await?;
         Ok(())
     }
 
     async fn ping(&self) -> Result<(), CacheError> {
-        let mut conn = self.conn.clone();
-        let cmd = redis::cmd("PING");
-        self.bounded(cmd.query_async::<String>(&mut conn)).await?;
+        self.bounded::<String>(Op::Cmd(redis::cmd("PING"))).await?;
         Ok(())
     }
 
