@@ -56,6 +56,17 @@ pub enum DedupError {
     Unavailable(#[source] StoreError),
 }
 
+/// One request's claim on an event id.
+struct Claimant {
+    /// `<prefix>:v1:<source>:<event id>`.
+    key: String,
+    /// Ours alone: release deletes the key only while it holds this.
+    token: String,
+    /// SHA-256 of the body, and its hex as stored in the cache.
+    sha: [u8; 32],
+    hash: String,
+}
+
 /// How often a waiting copy looks at the key again.
 const INFLIGHT_POLL: Duration = Duration::from_millis(20);
 /// While the cache is failing, one request per this interval tries it; the
@@ -104,39 +115,39 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: i64,
     ) -> Result<Outcome, DedupError> {
-        let key = format!(
-            "{}:v1:{}:{}",
-            self.key_prefix,
-            v.source().name,
-            v.event_id().as_str()
-        );
-        let hash = hex::encode(Sha256::digest(v.body()));
-        // Only needs to be unique among concurrent claims of one key.
-        let token = format!("{:032x}", rand::random::<u128>());
+        let sha: [u8; 32] = Sha256::digest(v.body()).into();
+        let c = Claimant {
+            key: format!(
+                "{}:v1:{}:{}",
+                self.key_prefix,
+                v.source().name,
+                v.event_id().as_str()
+            ),
+            // Only needs to be unique among concurrent claims of one key.
+            token: format!("{:032x}", rand::random::<u128>()),
+            hash: hex::encode(sha),
+            sha,
+        };
         let deadline = Instant::now() + self.settings.inflight_wait;
         if !self.try_cache() {
             // Skipping the cache is always safe: the ledger's unique key decides.
-            return self
-                .owned(v, key, token, hash, cache_ttl, now_ms, false)
-                .await;
+            return self.owned(v, c, cache_ttl, now_ms, false).await;
         }
         loop {
             let claim = self
                 .cache
-                .claim(&key, &token, self.settings.claim_ttl)
+                .claim(&c.key, &c.token, self.settings.claim_ttl)
                 .await;
             match claim {
                 Ok(Claim::Owned) => {
                     self.cache_up();
-                    return self
-                        .owned(v, key, token, hash, cache_ttl, now_ms, true)
-                        .await;
+                    return self.owned(v, c, cache_ttl, now_ms, true).await;
                 }
                 Ok(Claim::Done { body_sha256 }) => {
                     self.cache_up();
-                    let conflict = body_sha256 != hash;
+                    let conflict = body_sha256 != c.hash;
                     if conflict {
-                        log_conflict(&v, &body_sha256, &hash);
+                        log_conflict(&v, &body_sha256, &c.hash);
                     }
                     return Ok(Outcome::Duplicate {
                         layer: Layer::Cache,
@@ -152,9 +163,7 @@ impl Dedup {
                 }
                 Err(e) => {
                     self.cache_failed(&e);
-                    return self
-                        .owned(v, key, token, hash, cache_ttl, now_ms, false)
-                        .await;
+                    return self.owned(v, c, cache_ttl, now_ms, false).await;
                 }
             }
         }
@@ -162,13 +171,10 @@ impl Dedup {
 
     /// The section that must not be cut short: ledger write, then cache update
     /// (or claim release). Runs in its own task.
-    #[allow(clippy::too_many_arguments)]
     async fn owned(
         self: &Arc<Self>,
         v: Verified,
-        key: String,
-        token: String,
-        hash: String,
+        c: Claimant,
         cache_ttl: Duration,
         now_ms: i64,
         have_claim: bool,
@@ -176,14 +182,11 @@ impl Dedup {
         let this = self.clone();
         let task = tokio::spawn(async move {
             let source = v.source();
-            let mut sha = [0u8; 32];
-            // `hash` is our own hex of 32 bytes.
-            hex::decode_to_slice(&hash, &mut sha).expect("sha256 hex");
             let event = NewEvent {
                 source: source.name.clone(),
                 event_id: v.event_id().as_str().to_owned(),
                 body: v.body().clone(),
-                body_sha256: sha,
+                body_sha256: c.sha,
                 headers: serde_json::to_string(v.headers()).unwrap_or_else(|_| "[]".into()),
                 received_at: now_ms,
                 expires_at: now_ms.saturating_add(source.dedup_window.as_millis() as i64),
@@ -191,15 +194,15 @@ impl Dedup {
             };
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {
-                    this.mark_done(&key, &hash, cache_ttl).await;
+                    this.mark_done(&c.key, &c.hash, cache_ttl).await;
                     Ok(Outcome::New)
                 }
                 Ok(Recorded::Duplicate { stored_sha256 }) => {
                     let stored = hex::encode(&stored_sha256);
-                    this.mark_done(&key, &stored, cache_ttl).await;
-                    let conflict = stored != hash;
+                    this.mark_done(&c.key, &stored, cache_ttl).await;
+                    let conflict = stored != c.hash;
                     if conflict {
-                        log_conflict(&v, &stored, &hash);
+                        log_conflict(&v, &stored, &c.hash);
                     }
                     Ok(Outcome::Duplicate {
                         layer: Layer::Ledger,
@@ -210,7 +213,7 @@ impl Dedup {
                     if have_claim {
                         // Let the provider's retry claim at once instead of
                         // waiting out claim_ttl.
-                        if let Err(ce) = this.cache.release(&key, &token).await {
+                        if let Err(ce) = this.cache.release(&c.key, &c.token).await {
                             this.cache_failed(&ce);
                         }
                     }

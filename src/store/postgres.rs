@@ -38,6 +38,27 @@ impl PgLedger {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+
+    /// Passes every NOTIFY on to `on_commit` until the connection fails;
+    /// returns that failure.
+    async fn relay(&self, on_commit: &OnCommit, failing: &mut bool) -> sqlx::Error {
+        let mut l = match sqlx::postgres::PgListener::connect_with(&self.pool).await {
+            Ok(l) => l,
+            Err(e) => return e,
+        };
+        if let Err(e) = l.listen(NOTIFY_CHANNEL).await {
+            return e;
+        }
+        if std::mem::take(failing) {
+            tracing::info!("LISTEN connection is back");
+        }
+        loop {
+            match l.recv().await {
+                Ok(n) => on_commit(n.payload()),
+                Err(e) => return e,
+            }
+        }
+    }
 }
 
 #[async_trait]
@@ -103,14 +124,24 @@ impl Ledger for PgLedger {
         .bind(unique.iter().map(|e| e.expires_at).collect::<Vec<_>>())
         .fetch_all(&mut *tx)
         .await?;
-        let mut new_ids: HashMap<(String, String), i64> = HashMap::with_capacity(inserted.len());
+        // Rows come back in no particular order: match them to `unique` by
+        // key, borrowing the batch's strings (no copies per lookup).
+        let position: HashMap<(&str, &str), usize> = unique
+            .iter()
+            .enumerate()
+            .map(|(i, e)| ((e.source.as_str(), e.event_id.as_str()), i))
+            .collect();
+        let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
         for row in &inserted {
-            new_ids.insert((row.try_get(1)?, row.try_get(2)?), row.try_get(0)?);
+            let (s, i): (&str, &str) = (row.try_get(1)?, row.try_get(2)?);
+            if let Some(&at) = position.get(&(s, i)) {
+                pk[at] = Some(row.try_get(0)?);
+            }
         }
 
         let (mut d_event, mut d_source, mut d_target, mut d_at) = (vec![], vec![], vec![], vec![]);
-        for e in &unique {
-            if let Some(&pk) = new_ids.get(&(e.source.clone(), e.event_id.clone())) {
+        for (e, pk) in unique.iter().zip(&pk) {
+            if let Some(pk) = *pk {
                 for t in &e.targets {
                     d_event.push(pk);
                     d_source.push(e.source.as_str());
@@ -145,9 +176,11 @@ impl Ledger for PgLedger {
 
         let conflicted: Vec<&&NewEvent> = unique
             .iter()
-            .filter(|e| !new_ids.contains_key(&(e.source.clone(), e.event_id.clone())))
+            .zip(&pk)
+            .filter(|(_, pk)| pk.is_none())
+            .map(|(e, _)| e)
             .collect();
-        let mut stored: HashMap<(String, String), Vec<u8>> = HashMap::new();
+        let mut stored: Vec<Option<Vec<u8>>> = vec![None; unique.len()];
         if !conflicted.is_empty() {
             // READ COMMITTED: this statement sees the row whose commit our
             // INSERT waited for.
@@ -170,8 +203,11 @@ impl Ledger for PgLedger {
             )
             .fetch_all(&mut *tx)
             .await?;
-            for r in rows {
-                stored.insert((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?);
+            for r in &rows {
+                let (s, i): (&str, &str) = (r.try_get(0)?, r.try_get(1)?);
+                if let Some(&at) = position.get(&(s, i)) {
+                    stored[at] = Some(r.try_get(2)?);
+                }
             }
         }
         tx.commit().await?;
@@ -179,16 +215,18 @@ impl Ledger for PgLedger {
         Ok(batch
             .iter()
             .zip(&repeats)
-            .map(|(e, rep)| {
-                let key = (e.source.clone(), e.event_id.clone());
-                match rep {
-                    Some(first) => Recorded::Duplicate {
-                        stored_sha256: batch[*first].body_sha256.to_vec(),
-                    },
-                    None if new_ids.contains_key(&key) => Recorded::New,
-                    None => Recorded::Duplicate {
-                        stored_sha256: stored.remove(&key).unwrap_or_default(),
-                    },
+            .map(|(e, rep)| match rep {
+                Some(first) => Recorded::Duplicate {
+                    stored_sha256: batch[*first].body_sha256.to_vec(),
+                },
+                None => {
+                    let at = position[&(e.source.as_str(), e.event_id.as_str())];
+                    match pk[at] {
+                        Some(_) => Recorded::New,
+                        None => Recorded::Duplicate {
+                            stored_sha256: stored[at].take().unwrap_or_default(),
+                        },
+                    }
                 }
             })
             .collect())
@@ -383,26 +421,15 @@ impl Ledger for PgLedger {
     }
 
     async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {
+        // Log an outage once when it starts, and once when it ends.
         let mut failing = false;
         while !stop.is_cancelled() {
-            let listener = async {
-                let mut l = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
-                l.listen(NOTIFY_CHANNEL).await?;
-                loop {
-                    let n = l.recv().await?;
-                    on_commit(n.payload());
-                }
-                #[allow(unreachable_code)]
-                Ok::<(), sqlx::Error>(())
-            };
             tokio::select! {
-                r = listener => {
-                    if let Err(e) = r {
-                        if !failing {
-                            tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
-                        }
-                        failing = true;
+                e = self.relay(&on_commit, &mut failing) => {
+                    if !failing {
+                        tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
                     }
+                    failing = true;
                 }
                 _ = stop.cancelled() => return,
             }

@@ -20,23 +20,11 @@ async fn new_then_duplicate_then_retry_with_fresh_signature(b: Backend) {
     let app = spawn_app(Opts::new(b)).await;
     let body = stripe_body("evt_dup_1");
 
-    let first = app
-        .post(
-            "stripe",
-            &signers::stripe(STRIPE_SECRET, now(), &body),
-            &body,
-        )
-        .await;
+    let first = app.post_stripe_body(&body).await;
     assert_eq!(first.status(), 200);
     assert_eq!(dedup_header(&first), "new");
 
-    let second = app
-        .post(
-            "stripe",
-            &signers::stripe(STRIPE_SECRET, now(), &body),
-            &body,
-        )
-        .await;
+    let second = app.post_stripe_body(&body).await;
     assert_eq!(second.status(), 200);
     assert_eq!(dedup_header(&second), "duplicate");
 
@@ -105,13 +93,7 @@ async fn forged_request_does_not_consume_the_event_id(b: Backend) {
     assert_eq!(stale.status(), 401);
     assert_eq!(app.rows("stripe", "evt_target_of_forgery").await, 0);
 
-    let genuine = app
-        .post(
-            "stripe",
-            &signers::stripe(STRIPE_SECRET, now(), &body),
-            &body,
-        )
-        .await;
+    let genuine = app.post_stripe_body(&body).await;
     assert_eq!(genuine.status(), 200);
     assert_eq!(dedup_header(&genuine), "new");
 }
@@ -120,25 +102,12 @@ async fn different_body_for_the_same_id_is_a_counted_conflict(b: Backend) {
     let app = spawn_app(Opts::new(b)).await;
     let a = stripe_body("evt_conflict");
     let other = br#"{"id":"evt_conflict","object":"event","amount":999999}"#;
-    assert_eq!(
-        dedup_header(
-            &app.post("stripe", &signers::stripe(STRIPE_SECRET, now(), &a), &a)
-                .await
-        ),
-        "new"
-    );
-    let r = app
-        .post(
-            "stripe",
-            &signers::stripe(STRIPE_SECRET, now(), other),
-            other,
-        )
-        .await;
+    assert_eq!(dedup_header(&app.post_stripe_body(&a).await), "new");
+    let r = app.post_stripe_body(other).await;
     assert_eq!(r.status(), 200);
     assert_eq!(dedup_header(&r), "duplicate");
     // Same body again: a duplicate but not a conflict.
-    app.post("stripe", &signers::stripe(STRIPE_SECRET, now(), &a), &a)
-        .await;
+    app.post_stripe_body(&a).await;
 
     let s = &app.stats().await["sources"]["stripe"];
     assert_eq!(s["conflicts"], 1, "{s}");
@@ -153,13 +122,7 @@ async fn hundred_concurrent_copies_make_exactly_one_row(b: Backend) {
     for _ in 0..100 {
         let (app, body) = (app.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
-            let r = app
-                .post(
-                    "stripe",
-                    &signers::stripe(STRIPE_SECRET, now(), &body),
-                    &body,
-                )
-                .await;
+            let r = app.post_stripe_body(&body).await;
             let retry_after = r.headers().contains_key("retry-after");
             (r.status().as_u16(), dedup_header(&r), retry_after)
         }));

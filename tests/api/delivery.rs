@@ -34,13 +34,7 @@ async fn one_event_two_targets_each_get_it_once_with_identical_bytes(b: Backend)
     // Odd bytes on purpose: whitespace and key order must survive untouched.
     let body = b"{ \"id\" : \"evt_fwd_1\",\n  \"object\":\"event\" }  ".to_vec();
     let sent = Instant::now();
-    let r = app
-        .post(
-            "stripe",
-            &signers::stripe(STRIPE_SECRET, now(), &body),
-            &body,
-        )
-        .await;
+    let r = app.post_stripe_body(&body).await;
     assert_eq!(dedup_header(&r), "new");
     assert!(
         eventually(WAIT, || async {
@@ -55,12 +49,7 @@ async fn one_event_two_targets_each_get_it_once_with_identical_bytes(b: Backend)
     );
 
     // A duplicate is never forwarded again.
-    app.post(
-        "stripe",
-        &signers::stripe(STRIPE_SECRET, now(), &body),
-        &body,
-    )
-    .await;
+    app.post_stripe_body(&body).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     for t in [&billing, &ledger] {
         let got = t.received();

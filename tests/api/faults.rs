@@ -113,18 +113,10 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
 
     // The database hangs: the request claims the id, then waits in the ledger.
     proxy.stall();
-    let body = stripe_body("evt_crash");
-    let h = signers::stripe(STRIPE_SECRET, now(), &body);
     let client = reqwest::Client::new();
     let url = first.url("/webhooks/stripe");
-    let (b2, h2) = (body.clone(), h.clone());
-    let pending = tokio::spawn(async move {
-        let mut req = client.post(url).body(b2);
-        for (k, v) in &h2 {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        req.send().await
-    });
+    let c = client.clone();
+    let pending = tokio::spawn(async move { post_to(&c, &url, "evt_crash").await });
     // Kill only once the claim is really in Redis (the request is then
     // waiting in the hung ledger).
     let claimed = eventually(Duration::from_secs(10), || async {
@@ -140,16 +132,8 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     proxy.restore();
 
     let second = Gateway::start(&opts, &db, &prefix).await;
-    let client = reqwest::Client::new();
-    let send = || {
-        let mut req = client
-            .post(second.url("/webhooks/stripe"))
-            .body(body.clone());
-        for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        req.send()
-    };
+    let url = second.url("/webhooks/stripe");
+    let send = || post_to(&client, &url, "evt_crash");
     // Within claim_ttl the dead process's claim still stands.
     let early = send().await.unwrap();
     assert_eq!(early.status(), 409);

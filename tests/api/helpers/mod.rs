@@ -234,9 +234,13 @@ impl TestApp {
 
     /// A Stripe event with id `id`, freshly signed now.
     pub async fn post_stripe(&self, id: &str) -> reqwest::Response {
-        let body = stripe_body(id);
-        let h = signers::stripe(STRIPE_SECRET, now(), &body);
-        self.post("stripe", &h, &body).await
+        self.post_stripe_body(&stripe_body(id)).await
+    }
+
+    /// `body` to the `stripe` source, signed now with the right secret.
+    pub async fn post_stripe_body(&self, body: &[u8]) -> reqwest::Response {
+        let h = signers::stripe(STRIPE_SECRET, now(), body);
+        self.post("stripe", &h, body).await
     }
 
     pub async fn stats(&self) -> serde_json::Value {
