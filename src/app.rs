@@ -3,43 +3,23 @@
 //! shuts down in order (HTTP drains, deliveries finish or release their
 //! leases, counters flush).
 
-use crate::admin::stats::{self, Counters};
 use crate::config::{Config, Database};
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::{self, Wake};
+use crate::state::{AppState, Shared};
+use crate::stats::Counters;
 use crate::store::{self, Ledger, batch::GroupCommit};
 use crate::{http, telemetry};
 use anyhow::Context;
-use metrics_exporter_prometheus::PrometheusHandle;
-use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 /// Largest group-commit batch.
 const MAX_BATCH: usize = 128;
-
-/// Handles shared by every request; cheap to clone.
-#[derive(Clone)]
-pub struct AppState(Arc<Shared>);
-
-pub struct Shared {
-    pub config: Arc<Config>,
-    pub ledger: Arc<dyn Ledger>,
-    pub dedup: Arc<Dedup>,
-    pub counters: Arc<Counters>,
-    pub wake: Wake,
-    pub metrics: PrometheusHandle,
-}
-
-impl Deref for AppState {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
-        &self.0
-    }
-}
 
 pub struct App {
     state: AppState,
@@ -80,12 +60,17 @@ impl App {
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));
-        let counters = Arc::new(Counters::new(&config));
+        let counters = Arc::new(Counters::new(
+            config
+                .sources
+                .values()
+                .map(|s| (s.name.as_str(), s.targets.as_slice())),
+        ));
         let wake = Wake::new(&config);
         let stop = CancellationToken::new();
 
         let mut background = JoinSet::new();
-        background.spawn(stats::flush_loop(
+        background.spawn(flush_loop(
             counters.clone(),
             ledger.clone(),
             config.dedup.stats_flush_interval,
@@ -114,14 +99,14 @@ impl App {
             JoinSet::new()
         };
 
-        let state = AppState(Arc::new(Shared {
+        let state = AppState::new(Shared {
             config,
             ledger,
             dedup,
             counters,
             wake,
             metrics: telemetry::metrics_handle(),
-        }));
+        });
         Ok(Self {
             state,
             stop,
@@ -162,7 +147,34 @@ impl App {
     }
 }
 
-async fn purge_loop(ledger: Arc<dyn Ledger>, every: std::time::Duration, stop: CancellationToken) {
+/// Adds this instance's counter deltas to the ledger every `every` until
+/// cancelled, then once more.
+async fn flush_loop(
+    counters: Arc<Counters>,
+    ledger: Arc<dyn Ledger>,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    let flush = async || {
+        counters
+            .flush(async |deltas| ledger.add_counters(deltas).await)
+            .await
+    };
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => break,
+        }
+        if let Err(e) = flush().await {
+            tracing::debug!(error = %e, "stats flush failed; will retry");
+        }
+    }
+    if let Err(e) = flush().await {
+        tracing::warn!(error = %e, "final stats flush failed; those counts are lost");
+    }
+}
+
+async fn purge_loop(ledger: Arc<dyn Ledger>, every: Duration, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}

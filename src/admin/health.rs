@@ -2,7 +2,7 @@
 //! A lost cache is `degraded` (still 200: dedup stays exact through the
 //! ledger); a lost ledger is 503, since nothing can be acknowledged.
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -1,7 +1,7 @@
 //! `GET /metrics`: Prometheus text format, this process only (labels are
 //! bounded: source, target, outcome).
 
-use crate::app::AppState;
+use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;

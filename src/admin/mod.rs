@@ -6,8 +6,8 @@ pub mod metrics;
 pub mod replay;
 pub mod stats;
 
-use crate::app::AppState;
-use crate::http::ApiError;
+use crate::error::ApiError;
+use crate::state::AppState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;

@@ -1,7 +1,7 @@
 //! Replay of dead deliveries: `POST /admin/replay` (bearer) and `hookgate replay`.
 
-use crate::app::AppState;
-use crate::http::ApiError;
+use crate::error::ApiError;
+use crate::state::AppState;
 use crate::store::{ReplayFilter, now_ms};
 use axum::Json;
 use axum::extract::State;

@@ -10,8 +10,8 @@
 pub mod backoff;
 pub mod request;
 
-use crate::admin::stats::Counters;
 use crate::config::{self, Config, Target};
+use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState, now_ms};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -247,21 +247,12 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
     for _ in 0..5 {
         match ctx.ledger.finish_attempt(row.id, &ctx.token, &rec).await {
             Ok(true) => {
-                match next {
-                    NextState::Delivered => {
-                        ctx.counters
-                            .delivery(&row.source, &target.name, "delivered")
-                    }
-                    NextState::Dead => {
-                        ctx.counters
-                            .delivery(&row.source, &target.name, "failed_attempts");
-                        ctx.counters.delivery(&row.source, &target.name, "dead");
-                    }
-                    NextState::RetryAt(_) => {
-                        ctx.counters
-                            .delivery(&row.source, &target.name, "failed_attempts")
-                    }
-                }
+                let counted = match next {
+                    NextState::Delivered => DeliveryOutcome::Delivered,
+                    NextState::Dead => DeliveryOutcome::Dead,
+                    NextState::RetryAt(_) => DeliveryOutcome::Failed,
+                };
+                ctx.counters.delivery(&row.source, &target.name, counted);
                 if next == NextState::Dead {
                     tracing::warn!(
                         attempt = number,

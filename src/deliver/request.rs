@@ -67,7 +67,8 @@ mod tests {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
 
-    // Standard Webhooks V3 (PROVIDERS.md): standard-webhooks
+    // The signing vector of the Standard Webhooks reference libraries:
+    // https://github.com/standard-webhooks/standard-webhooks,
     // libraries/python/tests/test_webhooks.py::test_sign_function.
     #[test]
     fn gateway_signature_matches_the_standard_webhooks_vector() {

@@ -2,7 +2,8 @@
 //! send events (Braintree's `bt_challenge`). Answered from the source's
 //! settings; nothing is verified against a body, stored or forwarded.
 
-use crate::app::AppState;
+use crate::error::ApiError;
+use crate::state::AppState;
 use crate::verify::{self, GetAnswer};
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, Uri, header};
@@ -14,7 +15,7 @@ pub async fn answer(
     uri: Uri,
 ) -> Response {
     let Some(src) = state.config.sources.get(&source) else {
-        return (StatusCode::NOT_FOUND, "unknown source\n").into_response();
+        return ApiError::UnknownSource.into_response();
     };
     let (outcome, res) = match verify::answer_get(src, uri.query()) {
         GetAnswer::Reply(r) => {
@@ -24,19 +25,14 @@ pub async fn answer(
             }
             ("challenge_answered", res)
         }
-        GetAnswer::NotOffered => {
-            let mut res = (StatusCode::METHOD_NOT_ALLOWED, "use POST\n").into_response();
-            res.headers_mut()
-                .insert(header::ALLOW, HeaderValue::from_static("POST"));
-            ("method_not_allowed", res)
-        }
+        GetAnswer::NotOffered => ("method_not_allowed", ApiError::UsePost.into_response()),
         GetAnswer::NotConfigured(why) => (
             "challenge_not_configured",
-            (StatusCode::NOT_FOUND, format!("{why}\n")).into_response(),
+            ApiError::NotConfigured(why).into_response(),
         ),
         GetAnswer::Bad(why) => (
             "bad_challenge",
-            (StatusCode::BAD_REQUEST, format!("{why}\n")).into_response(),
+            ApiError::BadRequest(why.to_owned()).into_response(),
         ),
     };
     metrics::counter!("hookgate_challenges_total", "source" => source.clone(), "outcome" => outcome)

@@ -1,13 +1,14 @@
-//! Ingest: `POST /webhooks/{source}`. Orchestrates only, in the order
-//! DESIGN.md fixes: source → body (bounded) → verify → dedup + store →
-//! wake delivery → respond. One log line per request.
+//! Ingest: `POST /webhooks/{source}`. Orchestrates only, in the order the
+//! product fixes (docs/design.md): source → body (bounded) → verify →
+//! dedup + store → wake delivery → respond. One outcome is counted and one
+//! log line written per request.
 
 pub mod challenge;
 
-use crate::admin::stats::Counter;
-use crate::app::AppState;
-use crate::dedup::{DedupError, Layer, Outcome};
-use crate::http::ApiError;
+use crate::dedup::{self, DedupError};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::stats::{Layer, Outcome};
 use crate::store::now_ms;
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::Extension;
@@ -49,35 +50,11 @@ pub async fn receive(
     let known = state.config.sources.contains_key(&source);
     let label_source = if known { source.as_str() } else { "_unknown" };
     let (outcome, response) = match result {
-        Ok((outcome, res)) => (outcome, res),
-        Err(e) => {
-            // Some providers want their own status for a bad signature
-            // (GoCardless: 498 Token Invalid).
-            let reject_status = match &e {
-                ApiError::Rejected(v) if v.is_authenticity() => state
-                    .config
-                    .sources
-                    .get(&source)
-                    .and_then(|s| s.provider.response.reject_status)
-                    .and_then(|s| StatusCode::from_u16(s).ok()),
-                _ => None,
-            };
-            let outcome = match &e {
-                ApiError::Rejected(v) => v.label(),
-                ApiError::TooLarge => "body_too_large",
-                ApiError::UnknownSource => "unknown_source",
-                ApiError::InFlight => "in_flight",
-                ApiError::Unavailable => "unavailable",
-                ApiError::Timeout => "timeout",
-                _ => "bad_request",
-            };
-            let mut res = e.into_response();
-            if let Some(status) = reject_status {
-                *res.status_mut() = status;
-            }
-            (outcome, res)
-        }
+        Ok(answered) => answered,
+        Err(e) => (e.outcome(), e.into_response()),
     };
+    state.counters.record(&source, outcome);
+    let outcome = outcome.label();
     let latency = started.elapsed();
     metrics::counter!("hookgate_requests_total", "source" => label_source.to_owned(), "outcome" => outcome)
         .increment(1);
@@ -107,7 +84,7 @@ async fn handle(
     request: &Request<'_>,
     body: Body,
     event_id: &mut Option<String>,
-) -> Result<(&'static str, Response), ApiError> {
+) -> Result<(Outcome, Response), ApiError> {
     let source_name = request.source;
     let headers = request.headers;
     let source = state
@@ -115,8 +92,6 @@ async fn handle(
         .sources
         .get(source_name)
         .ok_or(ApiError::UnknownSource)?;
-    let counters = &state.counters;
-    counters.add(source_name, Counter::Received);
 
     let max = state.config.server.max_body_bytes;
     let declared = headers
@@ -124,13 +99,11 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
-        counters.reject(source_name, "body_too_large");
         return Err(ApiError::TooLarge);
     }
     let bytes = axum::body::to_bytes(body, max).await.map_err(|e| {
         if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
         {
-            counters.reject(source_name, "body_too_large");
             ApiError::TooLarge
         } else {
             ApiError::BadBody
@@ -148,52 +121,35 @@ async fn handle(
     let checked = verify::check(source, incoming, now / 1000).await;
     metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
         .record(verify_started.elapsed().as_secs_f64());
-    let checked = checked.inspect_err(|e: &VerifyError| counters.reject(source_name, e.label()))?;
+    let reject_status = source.provider.response.reject_status;
+    let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
     let verified = match checked {
         Checked::Event(v) => v,
         // A challenge or ping: authentic, answered, nothing stored.
-        Checked::Answer(reply) => return Ok(("answered", reply_response(&reply, None))),
+        Checked::Answer(reply) => return Ok((Outcome::Answered, reply_response(&reply, None))),
     };
     *event_id = Some(verified.event_id().as_str().to_owned());
     let reply = verified.reply().clone();
 
     let cache_ttl = state.config.cache_ttl(source);
-    let (label, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
-        Ok(Outcome::New) => {
-            counters.add(source_name, Counter::Unique);
+    let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
+        Ok(dedup::Outcome::New) => {
             if !source.targets.is_empty() {
                 state.wake.notify(&source.targets);
             }
-            ("new", "new")
+            (Outcome::New, "new")
         }
-        Ok(Outcome::Duplicate { layer, conflict }) => {
-            counters.add(
-                source_name,
-                match layer {
-                    Layer::Cache => Counter::DuplicateCache,
-                    Layer::Ledger => Counter::DuplicateLedger,
-                },
-            );
-            if conflict {
-                counters.add(source_name, Counter::Conflict);
-            }
-            let label = match (layer, conflict) {
-                (_, true) => "duplicate_conflict",
-                (Layer::Cache, _) => "duplicate_cache",
-                (Layer::Ledger, _) => "duplicate_ledger",
+        Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
+            let layer = match layer {
+                dedup::Layer::Cache => Layer::Cache,
+                dedup::Layer::Ledger => Layer::Ledger,
             };
-            (label, "duplicate")
+            (Outcome::Duplicate { layer, conflict }, "duplicate")
         }
-        Err(DedupError::InFlight) => {
-            counters.add(source_name, Counter::InFlight);
-            return Err(ApiError::InFlight);
-        }
-        Err(DedupError::Unavailable(_)) => {
-            counters.add(source_name, Counter::Unavailable);
-            return Err(ApiError::Unavailable);
-        }
+        Err(DedupError::InFlight) => return Err(ApiError::InFlight),
+        Err(DedupError::Unavailable(_)) => return Err(ApiError::Unavailable),
     };
-    Ok((label, reply_response(&reply, Some(dedup))))
+    Ok((outcome, reply_response(&reply, Some(dedup))))
 }
 
 /// The provider's required answer; identical for new events and duplicates

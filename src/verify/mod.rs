@@ -19,6 +19,7 @@ pub mod sign;
 pub mod spec;
 
 use crate::config::Source;
+use crate::stats::RejectReason;
 use bytes::Bytes;
 pub use event_id::{EventId, MAX_EVENT_ID};
 use http::HeaderMap;
@@ -125,19 +126,19 @@ impl VerifyError {
         self.status() == 401
     }
 
-    /// Bounded label for metrics and stats (see `admin::stats::REJECT_REASONS`).
-    pub fn label(self) -> &'static str {
+    /// The reason it is counted under in `/stats` and metrics.
+    pub fn label(self) -> RejectReason {
         match self {
-            Self::MissingSignature => "missing_signature",
-            Self::MalformedSignature(_) => "malformed_signature",
-            Self::InvalidSignature => "invalid_signature",
-            Self::MissingTimestamp | Self::MalformedTimestamp => "bad_timestamp",
-            Self::TimestampOutOfTolerance => "timestamp_out_of_tolerance",
-            Self::MissingEventId => "missing_event_id",
-            Self::InvalidEventId(_) => "invalid_event_id",
-            Self::BadBody(_) => "bad_body",
-            Self::IpNotAllowed => "ip_not_allowed",
-            Self::CertificateUnavailable => "certificate_unavailable",
+            Self::MissingSignature => RejectReason::MissingSignature,
+            Self::MalformedSignature(_) => RejectReason::MalformedSignature,
+            Self::InvalidSignature => RejectReason::InvalidSignature,
+            Self::MissingTimestamp | Self::MalformedTimestamp => RejectReason::BadTimestamp,
+            Self::TimestampOutOfTolerance => RejectReason::TimestampOutOfTolerance,
+            Self::MissingEventId => RejectReason::MissingEventId,
+            Self::InvalidEventId(_) => RejectReason::InvalidEventId,
+            Self::BadBody(_) => RejectReason::BadBody,
+            Self::IpNotAllowed => RejectReason::IpNotAllowed,
+            Self::CertificateUnavailable => RejectReason::CertificateUnavailable,
         }
     }
 }

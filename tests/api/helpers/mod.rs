@@ -165,7 +165,7 @@ pub struct TestApp {
     pub opts: Opts,
     stop: CancellationToken,
     handle: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
-    pub state: hookgate::app::AppState,
+    pub state: hookgate::state::AppState,
 }
 
 pub fn init_logs() {

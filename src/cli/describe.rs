@@ -1,0 +1,73 @@
+//! `hookgate check-config`: what a config resolves to, never a secret.
+
+use crate::config::Config;
+use crate::config::duration::show;
+use crate::config::redact_url;
+use crate::config::redis_url::RedisTopology;
+use std::fmt::Write as _;
+
+/// The `check-config` summary: everything resolved, no secret.
+pub fn describe(c: &Config) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "config: {} (ok)", c.origin);
+    let _ = writeln!(
+        o,
+        "server: listen={} max_body_bytes={} admin_token={} log_format={:?}",
+        c.server.listen,
+        c.server.max_body_bytes,
+        if c.server.admin_token.is_some() {
+            "set"
+        } else {
+            "unset (admin endpoints refuse all)"
+        },
+        c.server.log_format
+    );
+    let _ = writeln!(o, "ledger: {}", c.storage.database.display());
+    let cache = match &c.storage.redis_url {
+        Some(u) => format!(
+            "redis {} {} (key prefix `{}`)",
+            RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
+            redact_url(u.expose()),
+            c.storage.key_prefix
+        ),
+        None => format!("in-process (capacity {})", c.storage.cache_capacity),
+    };
+    let _ = writeln!(o, "cache: {cache}");
+    let _ = writeln!(o, "providers: {}", c.providers.names().join(", "));
+    let _ = writeln!(o, "sources:");
+    for s in c.sources.values() {
+        let _ = writeln!(
+            o,
+            "  {:<16} POST /webhooks/{:<16} provider={} secrets={} tolerance={} dedup_window={} targets=[{}]{}",
+            s.name,
+            s.name,
+            s.provider.name,
+            s.keys.len(),
+            if s.provider.timestamp.is_some() {
+                show(s.tolerance)
+            } else {
+                "-".into()
+            },
+            show(s.dedup_window),
+            s.targets.join(", "),
+            s.public_url
+                .as_deref()
+                .map(|u| format!(" public_url={u}"))
+                .unwrap_or_default()
+        );
+    }
+    let _ = writeln!(o, "targets:");
+    for t in c.targets.values() {
+        let _ = writeln!(
+            o,
+            "  {:<16} {} timeout={} max_attempts={} concurrency={} signed={}",
+            t.name,
+            redact_url(&t.url),
+            show(t.timeout),
+            t.max_attempts,
+            t.concurrency,
+            if t.signing_key.is_some() { "yes" } else { "no" }
+        );
+    }
+    o
+}

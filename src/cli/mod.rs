@@ -1,0 +1,138 @@
+//! Command line: serve, check-config, sign, migrate, replay.
+
+mod describe;
+mod sign;
+
+pub use describe::describe;
+
+use crate::app::App;
+use crate::config::Config;
+use crate::store::{self, ReplayFilter};
+use crate::{shutdown, telemetry};
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "hookgate",
+    version,
+    about = "Webhook receiver gateway: verify, dedupe, store, forward"
+)]
+pub struct Cli {
+    /// Config file (default: ./hookgate.toml if present). `HOOKGATE_SECTION__KEY`
+    /// variables override it.
+    #[arg(long, short, global = true, env = "HOOKGATE_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "parsed once per process; boxing would only obscure the clap definition"
+)]
+pub enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Do not apply migrations at start.
+        #[arg(long)]
+        no_migrate: bool,
+    },
+    /// Validate the config and print what it resolves to (never a secret).
+    CheckConfig,
+    /// Print the headers a provider would send for a body, and a curl line.
+    Sign(sign::SignArgs),
+    /// Apply the ledger migrations and exit.
+    Migrate,
+    /// Make dead deliveries pending again (all dead ones unless filtered).
+    Replay {
+        #[arg(long)]
+        source: Option<String>,
+        #[arg(long)]
+        event_id: Option<String>,
+        #[arg(long)]
+        target: Option<String>,
+    },
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { no_migrate } => serve(&cli.config, no_migrate).await,
+        Command::CheckConfig => {
+            let config = load(&cli.config)?;
+            print!("{}", describe::describe(&config));
+            for w in &config.warnings {
+                eprintln!("warning: {w}");
+            }
+            Ok(())
+        }
+        Command::Sign(args) => sign::run(args),
+        Command::Migrate => {
+            let config = load(&cli.config)?;
+            let ledger = store::connect(&config.storage.database, Some(1)).await?;
+            ledger.migrate().await?;
+            println!("migrated {}", config.storage.database.display());
+            Ok(())
+        }
+        Command::Replay {
+            source,
+            event_id,
+            target,
+        } => {
+            replay(
+                &cli.config,
+                ReplayFilter {
+                    source,
+                    event_id,
+                    target,
+                },
+            )
+            .await
+        }
+    }
+}
+
+async fn serve(config: &Option<PathBuf>, no_migrate: bool) -> anyhow::Result<()> {
+    let mut config = load(config)?;
+    telemetry::init_logs(config.server.log_format, &config.server.log_level);
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
+    if no_migrate {
+        config.storage.migrate = false;
+    }
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let app = App::build(config).await?;
+    let stop = CancellationToken::new();
+    shutdown::on_signal(stop.clone());
+    app.run_until_stopped(listener, stop).await
+}
+
+async fn replay(config: &Option<PathBuf>, filter: ReplayFilter) -> anyhow::Result<()> {
+    let config = load(config)?;
+    if let Some(s) = &filter.source
+        && !config.sources.contains_key(s)
+    {
+        bail!("unknown source `{s}`");
+    }
+    if let Some(t) = &filter.target
+        && !config.targets.contains_key(t)
+    {
+        bail!("unknown target `{t}`");
+    }
+    let ledger = store::connect(&config.storage.database, Some(1)).await?;
+    let n = ledger.replay(&filter, store::now_ms()).await?;
+    println!(
+        "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
+    );
+    Ok(())
+}
+
+fn load(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+    Config::load(path.as_deref()).map_err(|e| anyhow::anyhow!("invalid config:\n{e}"))
+}

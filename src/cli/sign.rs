@@ -1,0 +1,170 @@
+//! `hookgate sign`: the headers (and body, where the signature travels in
+//! it) a provider would send, plus a ready curl line.
+
+use crate::config::secret::Secret;
+use crate::store;
+use crate::verify::provider::Scheme;
+use crate::verify::provider::{Provider, Registry};
+use crate::verify::scheme::SigningKey;
+use crate::verify::sign::{PaypalSign, PlaidSign, SignRequest, plaid_public_jwk, sign};
+use anyhow::{Context, bail};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Args)]
+pub struct SignArgs {
+    /// Provider name (see `check-config` for the list).
+    #[arg(long)]
+    provider: String,
+    /// Secret as configured at the provider: literal, `env:NAME` or `file:PATH`
+    /// (not used by PayPal, which signs with --private-key).
+    #[arg(long)]
+    secret: Option<String>,
+    /// File holding the exact body to sign.
+    #[arg(long)]
+    body: PathBuf,
+    /// Where the curl line sends it.
+    #[arg(long, default_value = "http://127.0.0.1:8080/webhooks/PROVIDER")]
+    to: String,
+    /// Unix timestamp to sign (default: now).
+    #[arg(long)]
+    timestamp: Option<i64>,
+    /// Event id for providers that send it in a header (default: random).
+    #[arg(long)]
+    event_id: Option<String>,
+    /// Public URL for schemes that sign the URL (default: --to).
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Directory of extra provider definitions.
+    #[arg(long)]
+    providers_dir: Option<PathBuf>,
+    /// PayPal: an RSA private key (PEM file) matching the certificate
+    /// pinned in the source; Plaid: a P-256 private key whose public JWK
+    /// the source pins. The providers' own keys are theirs: tests only.
+    #[arg(long)]
+    private_key: Option<PathBuf>,
+    /// Plaid only: the `kid` the token names (pin the printed JWK under it).
+    #[arg(long, default_value = "hookgate-test")]
+    key_id: String,
+    /// PayPal only: the webhook id the source is configured with.
+    #[arg(long, default_value = "WEBHOOK_ID")]
+    webhook_id: String,
+    /// PayPal only: the certificate URL to send.
+    #[arg(
+        long,
+        default_value = "https://api.paypal.com/v1/notifications/certs/CERT-hookgate-test"
+    )]
+    cert_url: String,
+    /// Where to write the signed body when signing changes it (Adyen,
+    /// T-Bank, Robokassa, Braintree). Default: next to --body, `.signed`.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+pub fn run(args: SignArgs) -> anyhow::Result<()> {
+    let SignArgs {
+        provider,
+        secret,
+        body,
+        to,
+        timestamp,
+        event_id,
+        public_url,
+        providers_dir,
+        private_key,
+        key_id,
+        webhook_id,
+        cert_url,
+        out,
+    } = args;
+    let mut registry = Registry::builtin();
+    if let Some(dir) = providers_dir {
+        registry.load_dir(&dir)?;
+    }
+    let p = registry.get(&provider).with_context(|| {
+        format!(
+            "unknown provider `{provider}` (known: {})",
+            registry.names().join(", ")
+        )
+    })?;
+    let pem = match &private_key {
+        Some(p) => {
+            Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+        }
+        None => None,
+    };
+    let key = signing_key(&p, secret.as_deref(), &provider)?;
+    let bytes = std::fs::read(&body).with_context(|| format!("reading {}", body.display()))?;
+    let to = to.replace("PROVIDER", &provider);
+    let url = public_url.unwrap_or_else(|| to.clone());
+    let ts = timestamp.unwrap_or_else(|| store::now_ms() / 1000);
+    let query = url.split_once('?').map(|(_, q)| q.to_owned());
+    let req = SignRequest {
+        body: &bytes,
+        timestamp: ts,
+        event_id,
+        url: Some(&url),
+        query: query.as_deref(),
+        paypal: pem.as_deref().map(|pem| PaypalSign {
+            private_key_pem: pem,
+            webhook_id: &webhook_id,
+            cert_url: &cert_url,
+        }),
+        plaid: pem.as_deref().map(|pem| PlaidSign {
+            private_key_pem: pem,
+            kid: &key_id,
+        }),
+    };
+    let signed = sign(&p, &key, &req).map_err(|e| anyhow::anyhow!(e))?;
+    if let (Some(plaid), Scheme::Plaid) = (&req.plaid, p.signature.scheme) {
+        let jwk = plaid_public_jwk(plaid).map_err(|e| anyhow::anyhow!(e))?;
+        eprintln!("pin this key in [sources.<name>.plaid] keys: {jwk}");
+    }
+    let mut to = to;
+    if let Some(q) = &signed.query {
+        to.push(if to.contains('?') { '&' } else { '?' });
+        to.push_str(q);
+    }
+    let mut body = body;
+    if let Some(new_body) = &signed.body {
+        let path = out.unwrap_or_else(|| body.with_extension("signed"));
+        std::fs::write(&path, new_body).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("signed body written to {}", path.display());
+        body = path;
+    }
+    let json =
+        serde_json::from_slice::<serde_json::Value>(signed.body.as_deref().unwrap_or(&bytes))
+            .is_ok();
+    print_request(&signed.headers, &to, &body, json);
+    Ok(())
+}
+
+/// The key `--secret` gives, decoded as the provider's sources decode theirs.
+fn signing_key(p: &Provider, secret: Option<&str>, name: &str) -> anyhow::Result<SigningKey> {
+    match (secret, p.needs_secret()) {
+        (Some(secret), _) => {
+            let secret = Secret::resolve(secret, std::path::Path::new("."))
+                .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
+            p.signing_key(&secret)
+                .map_err(|e| anyhow::anyhow!("--secret: {e}"))
+        }
+        (None, false) => Ok(SigningKey::from_bytes(Vec::new())),
+        (None, true) => bail!("--secret is required for provider `{name}`"),
+    }
+}
+
+/// Prints the headers, then a curl line that sends `body` with them to `to`.
+fn print_request(headers: &[(String, String)], to: &str, body: &std::path::Path, json: bool) {
+    let content_type = if json {
+        "application/json"
+    } else {
+        "application/x-www-form-urlencoded"
+    };
+    let mut curl = format!("curl -sS -i -X POST '{to}' -H 'content-type: {content_type}'");
+    for (k, v) in headers {
+        println!("{k}: {v}");
+        let _ = write!(curl, " -H '{k}: {v}'");
+    }
+    let _ = write!(curl, " --data-binary @'{}'", body.display());
+    println!("\n{curl}");
+}

@@ -1,0 +1,39 @@
+//! `AppState`: the handles every request handler shares.
+//!
+//! Rule: handles only (config, ledger, dedup, counters, wake-up, metrics),
+//! cheap to clone; no globals. Built by `app`, read by `ingest` and `admin`.
+
+use crate::config::Config;
+use crate::dedup::Dedup;
+use crate::deliver::Wake;
+use crate::stats::Counters;
+use crate::store::Ledger;
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::ops::Deref;
+use std::sync::Arc;
+
+/// Handles shared by every request; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub ledger: Arc<dyn Ledger>,
+    pub dedup: Arc<Dedup>,
+    pub counters: Arc<Counters>,
+    pub wake: Wake,
+    pub metrics: PrometheusHandle,
+}
+
+impl Deref for AppState {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+impl AppState {
+    pub fn new(shared: Shared) -> Self {
+        Self(Arc::new(shared))
+    }
+}

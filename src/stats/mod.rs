@@ -1,0 +1,224 @@
+//! Stats: what each instance counted, as typed outcomes.
+//!
+//! Rule: counting costs no database round trip and no lock per request.
+//! Every counter is an atomic that exists from start-up (the keys come from
+//! the config), so a count is one relaxed add. The vocabulary is closed:
+//! [`Outcome`], [`RejectReason`] and [`DeliveryOutcome`] are enums, so a
+//! misspelt counter cannot compile. This module imports nothing from the
+//! rest of the crate: ingest and deliver count, `app` flushes the deltas to
+//! the ledger, `admin` renders them.
+
+mod names;
+
+pub use names::{DeliveryOutcome, Layer, Outcome, RejectReason};
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+/// One counter's change since the last flush: (source, counter name, delta).
+pub type Delta = (String, String, i64);
+
+/// Per-source counters that are not rejections or deliveries; the names
+/// are the keys in the ledger's counters table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counter {
+    Received,
+    Unique,
+    DuplicateCache,
+    DuplicateLedger,
+    Conflict,
+    InFlight,
+    Unavailable,
+}
+
+const COUNTERS: [(Counter, &str); 7] = [
+    (Counter::Received, "received"),
+    (Counter::Unique, "unique"),
+    (Counter::DuplicateCache, "duplicates.cache"),
+    (Counter::DuplicateLedger, "duplicates.ledger"),
+    (Counter::Conflict, "conflicts"),
+    (Counter::InFlight, "inflight_rejected"),
+    (Counter::Unavailable, "unavailable"),
+];
+
+#[derive(Default)]
+struct TargetCounters {
+    /// Indexed by `DeliveryOutcome as usize`.
+    by_outcome: [AtomicI64; DeliveryOutcome::ALL.len()],
+}
+
+struct SourceCounters {
+    fixed: [AtomicI64; COUNTERS.len()],
+    /// Indexed by `RejectReason as usize`.
+    rejected: [AtomicI64; RejectReason::ALL.len()],
+    targets: HashMap<String, TargetCounters>,
+}
+
+/// This instance's unflushed counts.
+pub struct Counters {
+    sources: HashMap<String, SourceCounters>,
+    /// Held by a flush from taking the deltas until the ledger has them, and
+    /// by a snapshot while it reads: otherwise a snapshot taken mid-flush
+    /// would miss the deltas in transit (zeroed here, not yet in the table).
+    flushing: tokio::sync::Mutex<()>,
+}
+
+impl Counters {
+    /// Counters for every `(source, its targets)`.
+    pub fn new<'a>(sources: impl IntoIterator<Item = (&'a str, &'a [String])>) -> Self {
+        let sources = sources
+            .into_iter()
+            .map(|(name, targets)| {
+                let sc = SourceCounters {
+                    fixed: Default::default(),
+                    rejected: Default::default(),
+                    targets: targets
+                        .iter()
+                        .map(|t| (t.clone(), TargetCounters::default()))
+                        .collect(),
+                };
+                (name.to_owned(), sc)
+            })
+            .collect();
+        Self {
+            sources,
+            flushing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Counts one request to a known source with what became of it.
+    pub fn record(&self, source: &str, outcome: Outcome) {
+        let Some(s) = self.sources.get(source) else {
+            return;
+        };
+        let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
+        add(Counter::Received);
+        match outcome {
+            Outcome::New => {
+                add(Counter::Unique);
+            }
+            Outcome::Duplicate { layer, conflict } => {
+                add(match layer {
+                    Layer::Cache => Counter::DuplicateCache,
+                    Layer::Ledger => Counter::DuplicateLedger,
+                });
+                if conflict {
+                    add(Counter::Conflict);
+                }
+            }
+            Outcome::Rejected(r) => {
+                s.rejected[r as usize].fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::InFlight => {
+                add(Counter::InFlight);
+            }
+            Outcome::Unavailable => {
+                add(Counter::Unavailable);
+            }
+            Outcome::Answered | Outcome::UnknownSource | Outcome::Timeout | Outcome::BadRequest => {
+            }
+        }
+    }
+
+    /// Counts one finished delivery attempt.
+    pub fn delivery(&self, source: &str, target: &str, outcome: DeliveryOutcome) {
+        let Some(t) = self.sources.get(source).and_then(|s| s.targets.get(target)) else {
+            return;
+        };
+        t.by_outcome[outcome as usize].fetch_add(1, Ordering::Relaxed);
+        if outcome == DeliveryOutcome::Dead {
+            t.by_outcome[DeliveryOutcome::Failed as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Takes this instance's deltas and hands them to `write` (the ledger);
+    /// if it fails they are put back for the next flush.
+    pub async fn flush<E>(
+        &self,
+        write: impl AsyncFnOnce(&[Delta]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let _in_transit = self.flushing.lock().await;
+        let deltas = self.collect(true);
+        if deltas.is_empty() {
+            return Ok(());
+        }
+        let result = write(&deltas).await;
+        if result.is_err() {
+            self.restore(&deltas);
+        }
+        result
+    }
+
+    /// Totals per (source, counter name): what `read` returns (the ledger's
+    /// flushed sums) plus this instance's unflushed deltas, read while no
+    /// flush is in transit.
+    pub async fn totals<E>(
+        &self,
+        read: impl AsyncFnOnce() -> Result<Vec<Delta>, E>,
+    ) -> Result<HashMap<(String, String), i64>, E> {
+        let mut totals: HashMap<(String, String), i64> = HashMap::new();
+        let _no_flush_in_transit = self.flushing.lock().await;
+        for (s, n, v) in read().await?.into_iter().chain(self.collect(false)) {
+            *totals.entry((s, n)).or_default() += v;
+        }
+        Ok(totals)
+    }
+
+    /// Reads (and with `take`, zeroes) every non-zero counter.
+    fn collect(&self, take: bool) -> Vec<Delta> {
+        let read = |a: &AtomicI64| {
+            if take {
+                a.swap(0, Ordering::Relaxed)
+            } else {
+                a.load(Ordering::Relaxed)
+            }
+        };
+        let mut out = Vec::new();
+        for (source, s) in &self.sources {
+            let mut push = |name: String, v: i64| {
+                if v != 0 {
+                    out.push((source.clone(), name, v));
+                }
+            };
+            for (i, (_, name)) in COUNTERS.iter().enumerate() {
+                push((*name).to_owned(), read(&s.fixed[i]));
+            }
+            for r in RejectReason::ALL {
+                push(r.counter_name(), read(&s.rejected[r as usize]));
+            }
+            for (target, t) in &s.targets {
+                for o in DeliveryOutcome::ALL {
+                    push(o.counter_name(target), read(&t.by_outcome[o as usize]));
+                }
+            }
+        }
+        out
+    }
+
+    /// The counter cell a flushed name belongs to, if it is still configured.
+    fn cell(&self, source: &str, name: &str) -> Option<&AtomicI64> {
+        let s = self.sources.get(source)?;
+        if let Some(i) = COUNTERS.iter().position(|(_, n)| *n == name) {
+            return Some(&s.fixed[i]);
+        }
+        if let Some(r) = RejectReason::ALL.iter().find(|r| r.counter_name() == name) {
+            return Some(&s.rejected[*r as usize]);
+        }
+        let (target, what) = name.strip_prefix("targets.")?.rsplit_once('.')?;
+        let o = DeliveryOutcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == what)?;
+        Some(&s.targets.get(target)?.by_outcome[o as usize])
+    }
+
+    fn restore(&self, deltas: &[Delta]) {
+        for (source, name, v) in deltas {
+            if let Some(c) = self.cell(source, name) {
+                c.fetch_add(*v, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,87 @@
+use super::*;
+
+fn counters() -> Counters {
+    let targets = vec!["billing".to_owned()];
+    Counters::new([("stripe", targets.as_slice())])
+}
+
+#[test]
+fn every_enum_index_matches_its_place_in_all() {
+    for (i, r) in RejectReason::ALL.iter().enumerate() {
+        assert_eq!(*r as usize, i, "{r:?}");
+    }
+    for (i, o) in DeliveryOutcome::ALL.iter().enumerate() {
+        assert_eq!(*o as usize, i, "{o:?}");
+    }
+}
+
+#[test]
+fn an_outcome_counts_received_and_its_own_counter() {
+    let c = counters();
+    c.record("stripe", Outcome::New);
+    c.record(
+        "stripe",
+        Outcome::Duplicate {
+            layer: Layer::Cache,
+            conflict: true,
+        },
+    );
+    c.record("stripe", Outcome::Rejected(RejectReason::InvalidSignature));
+    c.record("unknown", Outcome::New);
+    let mut got = c.collect(false);
+    got.sort();
+    let want: Vec<Delta> = [
+        ("conflicts", 1),
+        ("duplicates.cache", 1),
+        ("received", 3),
+        ("rejected.invalid_signature", 1),
+        ("unique", 1),
+    ]
+    .into_iter()
+    .map(|(n, v)| ("stripe".to_owned(), n.to_owned(), v))
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_dead_delivery_is_also_a_failed_attempt() {
+    let c = counters();
+    c.delivery("stripe", "billing", DeliveryOutcome::Dead);
+    c.delivery("stripe", "billing", DeliveryOutcome::Delivered);
+    let mut got = c.collect(true);
+    got.sort();
+    let names: Vec<_> = got.iter().map(|(_, n, v)| (n.as_str(), *v)).collect();
+    assert_eq!(
+        names,
+        [
+            ("targets.billing.dead", 1),
+            ("targets.billing.delivered", 1),
+            ("targets.billing.failed_attempts", 1)
+        ]
+    );
+    assert!(c.collect(false).is_empty(), "take zeroes the counters");
+}
+
+#[tokio::test]
+async fn a_failed_flush_keeps_the_deltas_for_the_next_one() {
+    let c = counters();
+    c.record("stripe", Outcome::New);
+    let failed: Result<(), &str> = c.flush(async |_d: &[Delta]| Err("ledger down")).await;
+    assert!(failed.is_err());
+    let mut written = Vec::new();
+    let ok: Result<(), &str> = c
+        .flush(async |d: &[Delta]| {
+            written.extend_from_slice(d);
+            Ok(())
+        })
+        .await;
+    assert!(ok.is_ok());
+    written.sort();
+    assert_eq!(
+        written,
+        [
+            ("stripe".to_owned(), "received".to_owned(), 1),
+            ("stripe".to_owned(), "unique".to_owned(), 1)
+        ]
+    );
+}
