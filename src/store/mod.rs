@@ -6,6 +6,7 @@
 
 pub mod batch;
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 use crate::config::Database;
@@ -152,8 +153,6 @@ pub trait Ledger: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
     /// Gives back every lease held under `token` (graceful shutdown).
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError>;
-    /// Earliest `next_attempt_at` among pending deliveries of `target`.
-    async fn next_due(&self, target: &str) -> Result<Option<i64>, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
     /// Turns matching dead deliveries back into pending ones, due now.
     async fn replay(&self, filter: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError>;
@@ -192,24 +191,4 @@ pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// In-batch duplicates: the index of the first event with the same key, for
-/// each event that repeats an earlier one.
-pub(crate) fn first_occurrence(batch: &[NewEvent]) -> Vec<Option<usize>> {
-    let mut seen = std::collections::HashMap::new();
-    batch
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let key = (e.source.as_str(), e.event_id.as_str());
-            match seen.get(&key) {
-                Some(&first) => Some(first),
-                None => {
-                    seen.insert(key, i);
-                    None
-                }
-            }
-        })
-        .collect()
 }
