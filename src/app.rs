@@ -8,6 +8,7 @@ use crate::config::{Config, Database};
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::{self, Wake};
+use crate::primitives::time::Millis;
 use crate::store::{self, Ledger, batch::GroupCommit};
 use crate::{http, telemetry};
 use anyhow::Context;
@@ -168,7 +169,7 @@ async fn purge_loop(ledger: Arc<dyn Ledger>, every: std::time::Duration, stop: C
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        match ledger.purge(store::now_ms()).await {
+        match ledger.purge(Millis::now()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged events past their dedup window"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),

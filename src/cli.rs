@@ -5,6 +5,7 @@ use crate::config::duration::show;
 use crate::config::redis_url::RedisTopology;
 use crate::config::secret::Secret;
 use crate::config::{Config, redact_url};
+use crate::primitives::time::Millis;
 use crate::store::{self, ReplayFilter};
 use crate::verify::provider::Registry;
 use crate::verify::provider::Scheme;
@@ -181,7 +182,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 std::fs::read(&body).with_context(|| format!("reading {}", body.display()))?;
             let to = to.replace("PROVIDER", &provider);
             let url = public_url.unwrap_or_else(|| to.clone());
-            let ts = timestamp.unwrap_or_else(|| store::now_ms() / 1000);
+            let ts = timestamp.unwrap_or_else(|| Millis::now().as_secs());
             let query = url.split_once('?').map(|(_, q)| q.to_owned());
             let req = SignRequest {
                 body: &bytes,
@@ -262,7 +263,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                 event_id,
                 target,
             };
-            let n = ledger.replay(&filter, store::now_ms()).await?;
+            let n = ledger.replay(&filter, Millis::now()).await?;
             println!(
                 "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
             );

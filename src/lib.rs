@@ -21,6 +21,7 @@ pub mod dedup;
 pub mod deliver;
 pub mod http;
 pub mod ingest;
+pub mod primitives;
 pub mod shutdown;
 pub mod store;
 pub mod telemetry;

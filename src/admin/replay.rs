@@ -2,7 +2,8 @@
 
 use crate::app::AppState;
 use crate::http::ApiError;
-use crate::store::{ReplayFilter, now_ms};
+use crate::primitives::time::Millis;
+use crate::store::ReplayFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -43,7 +44,7 @@ pub async fn handler(
         event_id: req.event_id,
         target: req.target,
     };
-    match state.ledger.replay(&filter, now_ms()).await {
+    match state.ledger.replay(&filter, Millis::now()).await {
         Ok(n) => {
             state.wake.notify_all();
             tracing::info!(replayed = n, "dead deliveries replayed");

@@ -8,7 +8,7 @@ use crate::admin::stats::Counter;
 use crate::app::AppState;
 use crate::dedup::{DedupError, Layer, Outcome};
 use crate::http::ApiError;
-use crate::store::now_ms;
+use crate::primitives::time::Millis;
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::Extension;
 use axum::body::Body;
@@ -137,7 +137,7 @@ async fn handle(
         }
     })?;
 
-    let now = now_ms();
+    let now = Millis::now();
     let verify_started = Instant::now();
     let incoming = Incoming {
         headers,
@@ -145,7 +145,7 @@ async fn handle(
         query: request.query,
         client_ip: request.client,
     };
-    let checked = verify::check(source, incoming, now / 1000).await;
+    let checked = verify::check(source, incoming, now.as_secs()).await;
     metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
         .record(verify_started.elapsed().as_secs_f64());
     let checked = checked.inspect_err(|e: &VerifyError| counters.reject(source_name, e.label()))?;

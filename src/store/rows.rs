@@ -7,6 +7,7 @@
 use super::{
     AttemptRecord, AttemptRow, DeliveryCount, DueDelivery, NewEvent, NextState, StoreError,
 };
+use crate::primitives::time::Millis;
 use sqlx::Row;
 use std::collections::HashMap;
 
@@ -75,7 +76,7 @@ pub(crate) fn first_occurrence(batch: &[NewEvent]) -> Vec<Option<usize>> {
 
 /// The `state` and `next_attempt_at` columns after an attempt (`None` keeps
 /// the current `next_attempt_at`).
-pub(crate) fn next_columns(rec: &AttemptRecord) -> (&'static str, Option<i64>) {
+pub(crate) fn next_columns(rec: &AttemptRecord) -> (&'static str, Option<Millis>) {
     match rec.next {
         NextState::Delivered => ("delivered", None),
         NextState::RetryAt(at) => ("pending", Some(at)),
@@ -91,6 +92,7 @@ where
     i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     Vec<u8>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    Millis: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
 {
     Ok(DueDelivery {
         id: r.try_get(0usize)?,

@@ -141,13 +141,13 @@ impl Ledger for SqliteLedger {
         rows.iter().map(counter_from_row).collect()
     }
 
-    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError> {
+    async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
         let r = sqlx::query(
             "DELETE FROM hookgate_events WHERE expires_at < ? AND NOT EXISTS (
                  SELECT 1 FROM hookgate_deliveries d
                  WHERE d.event_pk = hookgate_events.id AND d.state <> 'delivered')",
         )
-        .bind(now_ms)
+        .bind(now)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -156,8 +156,8 @@ impl Ledger for SqliteLedger {
     async fn claim_due(
         &self,
         target: &str,
-        now_ms: i64,
-        lease_until: i64,
+        now: Millis,
+        lease_until: Millis,
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
@@ -175,8 +175,8 @@ impl Ledger for SqliteLedger {
         .bind(lease_until)
         .bind(token)
         .bind(target)
-        .bind(now_ms)
-        .bind(now_ms)
+        .bind(now)
+        .bind(now)
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
@@ -212,7 +212,7 @@ impl Ledger for SqliteLedger {
             .bind(next_at)
             .bind(rec.status)
             .bind(rec.error.as_deref())
-            .bind(rec.started_at + rec.latency_ms)
+            .bind(rec.finished_at())
             .fetch_optional(&mut *tx)
             .await?;
         let Some(attempt) = attempt else {
@@ -244,7 +244,7 @@ impl Ledger for SqliteLedger {
         rows.iter().map(count_from_row).collect()
     }
 
-    async fn replay(&self, f: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError> {
+    async fn replay(&self, f: &ReplayFilter, now: Millis) -> Result<u64, StoreError> {
         let r = sqlx::query(
             "UPDATE hookgate_deliveries
              SET state = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1,
@@ -255,7 +255,7 @@ impl Ledger for SqliteLedger {
                AND (?3 IS NULL OR event_pk IN
                     (SELECT id FROM hookgate_events WHERE event_id = ?3))",
         )
-        .bind(now_ms)
+        .bind(now)
         .bind(f.source.as_deref())
         .bind(f.event_id.as_deref())
         .bind(f.target.as_deref())

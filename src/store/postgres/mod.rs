@@ -84,13 +84,13 @@ impl Ledger for PgLedger {
         rows.iter().map(counter_from_row).collect()
     }
 
-    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError> {
+    async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
         let r = sqlx::query(
             "DELETE FROM hookgate_events e WHERE e.expires_at < $1 AND NOT EXISTS (
                  SELECT 1 FROM hookgate_deliveries d
                  WHERE d.event_pk = e.id AND d.state <> 'delivered')",
         )
-        .bind(now_ms)
+        .bind(now)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -99,12 +99,12 @@ impl Ledger for PgLedger {
     async fn claim_due(
         &self,
         target: &str,
-        now_ms: i64,
-        lease_until: i64,
+        now: Millis,
+        lease_until: Millis,
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        outbox::claim_due(&self.pool, target, now_ms, lease_until, token, limit).await
+        outbox::claim_due(&self.pool, target, now, lease_until, token, limit).await
     }
 
     async fn finish_attempt(
@@ -125,8 +125,8 @@ impl Ledger for PgLedger {
         rows.iter().map(count_from_row).collect()
     }
 
-    async fn replay(&self, f: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError> {
-        outbox::replay(&self.pool, f, now_ms).await
+    async fn replay(&self, f: &ReplayFilter, now: Millis) -> Result<u64, StoreError> {
+        outbox::replay(&self.pool, f, now).await
     }
 
     async fn attempts(

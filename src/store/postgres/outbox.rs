@@ -8,14 +8,15 @@ use super::super::rows::{
     FINISH_ATTEMPT_SQL, INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, due_from_row, next_columns,
 };
 use super::super::{AttemptRecord, DueDelivery, ReplayFilter, StoreError};
+use crate::primitives::time::Millis;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 pub(super) async fn claim_due(
     pool: &PgPool,
     target: &str,
-    now_ms: i64,
-    lease_until: i64,
+    now: Millis,
+    lease_until: Millis,
     token: &str,
     limit: i64,
 ) -> Result<Vec<DueDelivery>, StoreError> {
@@ -37,7 +38,7 @@ pub(super) async fn claim_due(
          FROM leased l JOIN hookgate_events e ON e.id = l.event_pk",
     )
     .bind(target)
-    .bind(now_ms)
+    .bind(now)
     .bind(lease_until)
     .bind(token)
     .bind(limit)
@@ -61,7 +62,7 @@ pub(super) async fn finish_attempt(
         .bind(next_at)
         .bind(rec.status)
         .bind(rec.error.as_deref())
-        .bind(rec.started_at + rec.latency_ms)
+        .bind(rec.finished_at())
         .fetch_optional(&mut *tx)
         .await?;
     let Some(row) = updated else {
@@ -92,7 +93,7 @@ pub(super) async fn release_leases(pool: &PgPool, token: &str) -> Result<u64, St
 pub(super) async fn replay(
     pool: &PgPool,
     f: &ReplayFilter,
-    now_ms: i64,
+    now: Millis,
 ) -> Result<u64, StoreError> {
     let r = sqlx::query(
         "UPDATE hookgate_deliveries d
@@ -104,7 +105,7 @@ pub(super) async fn replay(
            AND ($3::text IS NULL OR e.event_id = $3)
            AND ($4::text IS NULL OR d.target = $4)",
     )
-    .bind(now_ms)
+    .bind(now)
     .bind(f.source.as_deref())
     .bind(f.event_id.as_deref())
     .bind(f.target.as_deref())
