@@ -18,7 +18,7 @@ pub(crate) const COUNTS_SQL: &str = "SELECT source, target,
         COUNT(*) AS n
      FROM hookgate_deliveries GROUP BY source, target, st";
 
-/// Every cluster-wide counter.
+/// Every cluster-wide counter, as `(source, name, value)`.
 pub(crate) const COUNTERS_SQL: &str = "SELECT source, name, value FROM hookgate_counters";
 
 /// `$1` = lease token.
@@ -84,15 +84,21 @@ pub(crate) fn next_columns(rec: &AttemptRecord) -> (&'static str, Option<Millis>
     }
 }
 
+/// A column type the row mappers can decode on backend `DB`.
+pub(crate) trait Column<DB: sqlx::Database>:
+    for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>
+{
+}
+impl<DB: sqlx::Database, T: for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>> Column<DB> for T {}
+
 pub(crate) fn due_from_row<R: Row>(r: &R) -> Result<DueDelivery, StoreError>
 where
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
     usize: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Vec<u8>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Millis: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    i64: Column<R::Database>,
+    i32: Column<R::Database>,
+    String: Column<R::Database>,
+    Vec<u8>: Column<R::Database>,
+    Millis: Column<R::Database>,
 {
     Ok(DueDelivery {
         id: r.try_get(0usize)?,
@@ -109,8 +115,8 @@ where
 pub(crate) fn count_from_row<R: Row>(r: &R) -> Result<DeliveryCount, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    i64: Column<R::Database>,
+    String: Column<R::Database>,
 {
     Ok(DeliveryCount {
         source: r.try_get(0usize)?,
@@ -120,23 +126,14 @@ where
     })
 }
 
-pub(crate) fn counter_from_row<R: Row>(r: &R) -> Result<(String, String, i64), StoreError>
-where
-    usize: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    Ok((r.try_get(0usize)?, r.try_get(1usize)?, r.try_get(2usize)?))
-}
-
 pub(crate) fn attempt_from_row<R: Row>(r: &R) -> Result<AttemptRow, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
-    i64: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    i32: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    String: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<i32>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: for<'a> sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    i64: Column<R::Database>,
+    i32: Column<R::Database>,
+    String: Column<R::Database>,
+    Option<i32>: Column<R::Database>,
+    Option<String>: Column<R::Database>,
 {
     Ok(AttemptRow {
         attempt: r.try_get(0usize)?,

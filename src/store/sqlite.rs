@@ -9,8 +9,8 @@
 
 use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, FINISH_ATTEMPT_SQL,
-    INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, attempt_from_row, count_from_row, counter_from_row,
-    due_from_row, first_occurrence, next_columns,
+    INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, attempt_from_row, count_from_row, due_from_row,
+    first_occurrence, next_columns,
 };
 use super::*;
 use sqlx::Executor;
@@ -137,8 +137,7 @@ impl Ledger for SqliteLedger {
     }
 
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let rows = sqlx::query(COUNTERS_SQL).fetch_all(&self.pool).await?;
-        rows.iter().map(counter_from_row).collect()
+        Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(&self.pool).await?)
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {

@@ -12,7 +12,6 @@ mod record;
 
 use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, attempt_from_row, count_from_row,
-    counter_from_row,
 };
 use super::*;
 use crate::config::secret::Secret;
@@ -80,8 +79,7 @@ impl Ledger for PgLedger {
     }
 
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let rows = sqlx::query(COUNTERS_SQL).fetch_all(&self.pool).await?;
-        rows.iter().map(counter_from_row).collect()
+        Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(&self.pool).await?)
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {

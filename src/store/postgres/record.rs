@@ -41,6 +41,11 @@ fn key(e: &NewEvent) -> Key<'_> {
     (e.source.as_str(), e.event_id.as_str())
 }
 
+/// One field of every event, as an array parameter for `UNNEST`.
+fn column<'a, T>(events: &[&'a NewEvent], field: impl Fn(&'a NewEvent) -> T) -> Vec<T> {
+    events.iter().map(|e| field(e)).collect()
+}
+
 /// The first occurrence of each key, sorted by key. One lock order for every
 /// writer: two batches holding the same ids (possible while the cache is
 /// down) wait for each other instead of deadlocking.
@@ -70,33 +75,13 @@ async fn insert_events(
          ON CONFLICT (source, event_id) DO NOTHING
          RETURNING id, source, event_id",
     )
-    .bind(unique.iter().map(|e| e.source.as_str()).collect::<Vec<_>>())
-    .bind(
-        unique
-            .iter()
-            .map(|e| e.event_id.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        unique
-            .iter()
-            .map(|e| e.body.as_ref())
-            .collect::<Vec<&[u8]>>(),
-    )
-    .bind(
-        unique
-            .iter()
-            .map(|e| &e.body_sha256[..])
-            .collect::<Vec<&[u8]>>(),
-    )
-    .bind(
-        unique
-            .iter()
-            .map(|e| e.headers.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(unique.iter().map(|e| e.received_at).collect::<Vec<_>>())
-    .bind(unique.iter().map(|e| e.expires_at).collect::<Vec<_>>())
+    .bind(column(unique, |e| e.source.as_str()))
+    .bind(column(unique, |e| e.event_id.as_str()))
+    .bind(column(unique, |e| e.body.as_ref()))
+    .bind(column(unique, |e| &e.body_sha256[..]))
+    .bind(column(unique, |e| e.headers.as_str()))
+    .bind(column(unique, |e| e.received_at))
+    .bind(column(unique, |e| e.expires_at))
     .fetch_all(&mut *conn)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
@@ -183,18 +168,8 @@ async fn stored_hashes(
          JOIN UNNEST($1::text[], $2::text[]) AS k(s, i)
            ON e.source = k.s AND e.event_id = k.i",
     )
-    .bind(
-        conflicted
-            .iter()
-            .map(|e| e.source.as_str())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        conflicted
-            .iter()
-            .map(|e| e.event_id.as_str())
-            .collect::<Vec<_>>(),
-    )
+    .bind(column(&conflicted, |e| e.source.as_str()))
+    .bind(column(&conflicted, |e| e.event_id.as_str()))
     .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
