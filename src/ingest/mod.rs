@@ -1,5 +1,5 @@
 //! Ingest: `POST /webhooks/{source}`. Orchestrates only, in the order
-//! DESIGN.md fixes: source → body (bounded) → verify → dedup + store →
+//! docs/design.md fixes: source → body (bounded) → verify → dedup + store →
 //! wake delivery → respond. One log line per request.
 
 pub mod challenge;
