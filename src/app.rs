@@ -7,6 +7,7 @@ use crate::config::{Config, Database};
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::{self, Wake};
+use crate::primitives::time::Millis;
 use crate::state::{AppState, Shared};
 use crate::stats::Counters;
 use crate::store::{self, Ledger, batch::GroupCommit};
@@ -180,7 +181,7 @@ async fn purge_loop(ledger: Arc<dyn Ledger>, every: Duration, stop: Cancellation
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        match ledger.purge(store::now_ms()).await {
+        match ledger.purge(Millis::now()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged events past their dedup window"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),

@@ -22,6 +22,7 @@ pub mod deliver;
 pub mod error;
 pub mod http;
 pub mod ingest;
+pub mod primitives;
 pub mod shutdown;
 pub mod state;
 pub mod stats;

@@ -1,8 +1,9 @@
 //! Replay of dead deliveries: `POST /admin/replay` (bearer) and `hookgate replay`.
 
 use crate::error::ApiError;
+use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::{ReplayFilter, now_ms};
+use crate::store::ReplayFilter;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -43,7 +44,7 @@ pub async fn handler(
         event_id: req.event_id,
         target: req.target,
     };
-    match state.ledger.replay(&filter, now_ms()).await {
+    match state.ledger.replay(&filter, Millis::now()).await {
         Ok(n) => {
             state.wake.notify_all();
             tracing::info!(replayed = n, "dead deliveries replayed");

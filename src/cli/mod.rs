@@ -7,6 +7,7 @@ pub use describe::describe;
 
 use crate::app::App;
 use crate::config::Config;
+use crate::primitives::time::Millis;
 use crate::store::{self, ReplayFilter};
 use crate::{shutdown, telemetry};
 use anyhow::{Context, bail};
@@ -126,7 +127,7 @@ async fn replay(config: &Option<PathBuf>, filter: ReplayFilter) -> anyhow::Resul
         bail!("unknown target `{t}`");
     }
     let ledger = store::connect(&config.storage.database, Some(1)).await?;
-    let n = ledger.replay(&filter, store::now_ms()).await?;
+    let n = ledger.replay(&filter, Millis::now()).await?;
     println!(
         "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
     );

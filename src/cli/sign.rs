@@ -2,7 +2,7 @@
 //! it) a provider would send, plus a ready curl line.
 
 use crate::config::secret::Secret;
-use crate::store;
+use crate::primitives::time::Millis;
 use crate::verify::provider::Scheme;
 use crate::verify::provider::{Provider, Registry};
 use crate::verify::scheme::SigningKey;
@@ -97,7 +97,7 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&body).with_context(|| format!("reading {}", body.display()))?;
     let to = to.replace("PROVIDER", &provider);
     let url = public_url.unwrap_or_else(|| to.clone());
-    let ts = timestamp.unwrap_or_else(|| store::now_ms() / 1000);
+    let ts = timestamp.unwrap_or_else(|| Millis::now().as_secs());
     let query = url.split_once('?').map(|(_, q)| q.to_owned());
     let req = SignRequest {
         body: &bytes,

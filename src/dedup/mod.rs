@@ -1,4 +1,4 @@
-//! Dedup: the state machine of DESIGN.md, per source + event id.
+//! Dedup: the state machine of docs/design.md, per source + event id.
 //!
 //! ```text
 //! claim (cache SET NX) ─ Owned ──→ ledger INSERT … ON CONFLICT DO NOTHING (+ deliveries), COMMIT
@@ -19,6 +19,7 @@ pub mod memory;
 pub mod redis;
 
 use crate::config;
+use crate::primitives::time::Millis;
 use crate::store::batch::GroupCommit;
 use crate::store::{NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
@@ -113,7 +114,7 @@ impl Dedup {
         self: &Arc<Self>,
         v: Verified,
         cache_ttl: Duration,
-        now_ms: i64,
+        now_ms: Millis,
     ) -> Result<Outcome, DedupError> {
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
@@ -176,7 +177,7 @@ impl Dedup {
         v: Verified,
         c: Claimant,
         cache_ttl: Duration,
-        now_ms: i64,
+        now_ms: Millis,
         have_claim: bool,
     ) -> Result<Outcome, DedupError> {
         let this = self.clone();
@@ -189,7 +190,7 @@ impl Dedup {
                 body_sha256: c.sha,
                 headers: serde_json::to_string(v.headers()).unwrap_or_else(|_| "[]".into()),
                 received_at: now_ms,
-                expires_at: now_ms.saturating_add(source.dedup_window.as_millis() as i64),
+                expires_at: now_ms + source.dedup_window,
                 targets: source.targets.clone(),
             };
             match this.ledger.record(event).await {

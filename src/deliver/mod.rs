@@ -11,8 +11,9 @@ pub mod backoff;
 pub mod request;
 
 use crate::config::{self, Config, Target};
+use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
-use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState, now_ms};
+use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -118,8 +119,8 @@ async fn target_loop(
             .min(ctx.global.available_permits());
         let mut full = false;
         if free > 0 {
-            let now = now_ms();
-            let lease_until = now + ctx.settings.lease.as_millis() as i64;
+            let now = Millis::now();
+            let lease_until = now + ctx.settings.lease;
             match ctx
                 .ledger
                 .claim_due(&target.name, now, lease_until, &ctx.token, free as i64)
@@ -187,9 +188,9 @@ async fn target_loop(
 #[tracing::instrument(skip_all, fields(target = %target.name, source = %row.source, event.id = %row.event_id))]
 async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
     let number = row.attempts + 1;
-    let started_at = now_ms();
+    let started_at = Millis::now();
     let t0 = Instant::now();
-    let req = request::build(&ctx.client, target, &row, number, started_at / 1000);
+    let req = request::build(&ctx.client, target, &row, number, started_at.as_secs());
     let result = req.send().await;
     let latency_ms = t0.elapsed().as_millis() as i64;
 
@@ -224,7 +225,7 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
             retry_after,
             rand::random::<f64>(),
         );
-        NextState::RetryAt(now_ms() + d.as_millis() as i64)
+        NextState::RetryAt(Millis::now() + d)
     };
     let outcome = match next {
         NextState::Delivered => "delivered",

@@ -7,9 +7,9 @@ pub mod challenge;
 
 use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
+use crate::primitives::time::Millis;
 use crate::state::AppState;
 use crate::stats::{Layer, Outcome};
-use crate::store::now_ms;
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::Extension;
 use axum::body::Body;
@@ -110,7 +110,7 @@ async fn handle(
         }
     })?;
 
-    let now = now_ms();
+    let now = Millis::now();
     let verify_started = Instant::now();
     let incoming = Incoming {
         headers,
@@ -118,7 +118,7 @@ async fn handle(
         query: request.query,
         client_ip: request.client,
     };
-    let checked = verify::check(source, incoming, now / 1000).await;
+    let checked = verify::check(source, incoming, now.as_secs()).await;
     metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
         .record(verify_started.elapsed().as_secs_f64());
     let reject_status = source.provider.response.reject_status;

@@ -6,13 +6,14 @@
 
 pub mod batch;
 pub mod postgres;
+mod rows;
 pub mod sqlite;
 
 use crate::config::Database;
+use crate::primitives::time::Millis;
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 use tokio_util::sync::CancellationToken;
 
 /// A verified event ready to be written.
@@ -24,8 +25,8 @@ pub struct NewEvent {
     pub body_sha256: [u8; 32],
     /// JSON array of `[name, value]` pairs.
     pub headers: String,
-    pub received_at: i64,
-    pub expires_at: i64,
+    pub received_at: Millis,
+    pub expires_at: Millis,
     /// One delivery row per target is written with the event.
     pub targets: Vec<String>,
 }
@@ -63,7 +64,7 @@ pub struct DueDelivery {
     pub event_id: String,
     pub body: Vec<u8>,
     pub headers: String,
-    pub received_at: i64,
+    pub received_at: Millis,
     /// Attempts made before this one.
     pub attempts: i32,
 }
@@ -72,18 +73,25 @@ pub struct DueDelivery {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NextState {
     Delivered,
-    RetryAt(i64),
+    RetryAt(Millis),
     Dead,
 }
 
 /// One attempt, as recorded.
 #[derive(Debug, Clone)]
 pub struct AttemptRecord {
-    pub started_at: i64,
+    pub started_at: Millis,
     pub latency_ms: i64,
     pub status: Option<i32>,
     pub error: Option<String>,
     pub next: NextState,
+}
+
+impl AttemptRecord {
+    /// When the attempt ended (the delivery's new `updated_at`).
+    pub fn finished_at(&self) -> Millis {
+        Millis(self.started_at.0.saturating_add(self.latency_ms))
+    }
 }
 
 /// Deliveries grouped by source, target and state (`retrying` = pending
@@ -131,14 +139,14 @@ pub trait Ledger: Send + Sync + 'static {
     /// All cluster-wide counters.
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError>;
     /// Deletes events past their window whose deliveries are all delivered.
-    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError>;
+    async fn purge(&self, now: Millis) -> Result<u64, StoreError>;
 
     /// Leases up to `limit` due deliveries of `target` to the caller.
     async fn claim_due(
         &self,
         target: &str,
-        now_ms: i64,
-        lease_until: i64,
+        now: Millis,
+        lease_until: Millis,
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError>;
@@ -152,11 +160,9 @@ pub trait Ledger: Send + Sync + 'static {
     ) -> Result<bool, StoreError>;
     /// Gives back every lease held under `token` (graceful shutdown).
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError>;
-    /// Earliest `next_attempt_at` among pending deliveries of `target`.
-    async fn next_due(&self, target: &str) -> Result<Option<i64>, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
     /// Turns matching dead deliveries back into pending ones, due now.
-    async fn replay(&self, filter: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError>;
+    async fn replay(&self, filter: &ReplayFilter, now: Millis) -> Result<u64, StoreError>;
     /// Attempts of one event's delivery to one target, oldest first.
     async fn attempts(
         &self,
@@ -185,31 +191,4 @@ pub async fn connect(
             Arc::new(sqlite::SqliteLedger::connect(url, max_connections).await?)
         }
     })
-}
-
-/// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// In-batch duplicates: the index of the first event with the same key, for
-/// each event that repeats an earlier one.
-pub(crate) fn first_occurrence(batch: &[NewEvent]) -> Vec<Option<usize>> {
-    let mut seen = std::collections::HashMap::new();
-    batch
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let key = (e.source.as_str(), e.event_id.as_str());
-            match seen.get(&key) {
-                Some(&first) => Some(first),
-                None => {
-                    seen.insert(key, i);
-                    None
-                }
-            }
-        })
-        .collect()
 }

@@ -3,13 +3,20 @@
 //! WAL with `synchronous = FULL`: a commit is on disk before the 2xx. SQLite
 //! has one writer at a time, so group commit (one writer task) is what makes
 //! concurrent requests cheap here.
+//!
+//! Rule: statements are SQLite-specific or the shared text of
+//! [`super::rows`]; nothing is imported from the PostgreSQL backend.
 
-use super::postgres::{COUNTS_SQL, attempt_from_row, count_from_row, due_from_row, next_columns};
+use super::rows::{
+    ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, FINISH_ATTEMPT_SQL,
+    INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, attempt_from_row, count_from_row, due_from_row,
+    first_occurrence, next_columns,
+};
 use super::*;
+use sqlx::Executor;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Executor, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -130,21 +137,16 @@ impl Ledger for SqliteLedger {
     }
 
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        let rows = sqlx::query("SELECT source, name, value FROM hookgate_counters")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
-            .collect()
+        Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(&self.pool).await?)
     }
 
-    async fn purge(&self, now_ms: i64) -> Result<u64, StoreError> {
+    async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
         let r = sqlx::query(
             "DELETE FROM hookgate_events WHERE expires_at < ? AND NOT EXISTS (
                  SELECT 1 FROM hookgate_deliveries d
                  WHERE d.event_pk = hookgate_events.id AND d.state <> 'delivered')",
         )
-        .bind(now_ms)
+        .bind(now)
         .execute(&self.pool)
         .await?;
         Ok(r.rows_affected())
@@ -153,8 +155,8 @@ impl Ledger for SqliteLedger {
     async fn claim_due(
         &self,
         target: &str,
-        now_ms: i64,
-        lease_until: i64,
+        now: Millis,
+        lease_until: Millis,
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
@@ -172,8 +174,8 @@ impl Ledger for SqliteLedger {
         .bind(lease_until)
         .bind(token)
         .bind(target)
-        .bind(now_ms)
-        .bind(now_ms)
+        .bind(now)
+        .bind(now)
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
@@ -202,62 +204,38 @@ impl Ledger for SqliteLedger {
     ) -> Result<bool, StoreError> {
         let (state, next_at) = next_columns(rec);
         let mut tx = self.pool.begin().await?;
-        let attempt: Option<i32> = sqlx::query_scalar(
-            "UPDATE hookgate_deliveries
-             SET state = ?, attempts = attempts + 1, next_attempt_at = COALESCE(?, next_attempt_at),
-                 lease_until = NULL, lease_token = NULL, last_status = ?, last_error = ?,
-                 updated_at = ?
-             WHERE id = ? AND lease_token = ?
-             RETURNING attempts",
-        )
-        .bind(state)
-        .bind(next_at)
-        .bind(rec.status)
-        .bind(rec.error.as_deref())
-        .bind(rec.started_at + rec.latency_ms)
-        .bind(delivery_id)
-        .bind(token)
-        .fetch_optional(&mut *tx)
-        .await?;
+        let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
+            .bind(delivery_id)
+            .bind(token)
+            .bind(state)
+            .bind(next_at)
+            .bind(rec.status)
+            .bind(rec.error.as_deref())
+            .bind(rec.finished_at())
+            .fetch_optional(&mut *tx)
+            .await?;
         let Some(attempt) = attempt else {
             return Ok(false);
         };
-        sqlx::query(
-            "INSERT INTO hookgate_attempts (delivery_id, attempt, started_at, latency_ms, status, error)
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(delivery_id)
-        .bind(attempt)
-        .bind(rec.started_at)
-        .bind(rec.latency_ms)
-        .bind(rec.status)
-        .bind(rec.error.as_deref())
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query(INSERT_ATTEMPT_SQL)
+            .bind(delivery_id)
+            .bind(attempt)
+            .bind(rec.started_at)
+            .bind(rec.latency_ms)
+            .bind(rec.status)
+            .bind(rec.error.as_deref())
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(true)
     }
 
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {
-        let r = sqlx::query(
-            "UPDATE hookgate_deliveries SET lease_until = NULL, lease_token = NULL
-             WHERE lease_token = ?",
-        )
-        .bind(token)
-        .execute(&self.pool)
-        .await?;
+        let r = sqlx::query(RELEASE_LEASES_SQL)
+            .bind(token)
+            .execute(&self.pool)
+            .await?;
         Ok(r.rows_affected())
-    }
-
-    async fn next_due(&self, target: &str) -> Result<Option<i64>, StoreError> {
-        let v: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(next_attempt_at) FROM hookgate_deliveries
-             WHERE target = ? AND state = 'pending'",
-        )
-        .bind(target)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(v)
     }
 
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {
@@ -265,7 +243,7 @@ impl Ledger for SqliteLedger {
         rows.iter().map(count_from_row).collect()
     }
 
-    async fn replay(&self, f: &ReplayFilter, now_ms: i64) -> Result<u64, StoreError> {
+    async fn replay(&self, f: &ReplayFilter, now: Millis) -> Result<u64, StoreError> {
         let r = sqlx::query(
             "UPDATE hookgate_deliveries
              SET state = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1,
@@ -276,7 +254,7 @@ impl Ledger for SqliteLedger {
                AND (?3 IS NULL OR event_pk IN
                     (SELECT id FROM hookgate_events WHERE event_id = ?3))",
         )
-        .bind(now_ms)
+        .bind(now)
         .bind(f.source.as_deref())
         .bind(f.event_id.as_deref())
         .bind(f.target.as_deref())
@@ -291,29 +269,20 @@ impl Ledger for SqliteLedger {
         event_id: &str,
         target: &str,
     ) -> Result<Vec<AttemptRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT a.attempt, a.status, a.error, a.latency_ms
-             FROM hookgate_attempts a
-             JOIN hookgate_deliveries d ON d.id = a.delivery_id
-             JOIN hookgate_events e ON e.id = d.event_pk
-             WHERE e.source = ? AND e.event_id = ? AND d.target = ?
-             ORDER BY a.id",
-        )
-        .bind(source)
-        .bind(event_id)
-        .bind(target)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(ATTEMPTS_SQL)
+            .bind(source)
+            .bind(event_id)
+            .bind(target)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(attempt_from_row).collect()
     }
 
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT COUNT(*) FROM hookgate_events WHERE source = ? AND event_id = ?",
-        )
-        .bind(source)
-        .bind(event_id)
-        .fetch_one(&self.pool)
-        .await?)
+        Ok(sqlx::query_scalar(EVENT_COUNT_SQL)
+            .bind(source)
+            .bind(event_id)
+            .fetch_one(&self.pool)
+            .await?)
     }
 }

@@ -1,0 +1,102 @@
+//! Points in time as unix epoch milliseconds: the one unit the ledger stores
+//! and every layer passes around.
+//!
+//! Rule: a time is a [`Millis`], never a bare integer; seconds appear only at
+//! the edge that needs them ([`Millis::as_secs`], [`Millis::from_secs`]).
+//! Arithmetic saturates instead of overflowing. In SQL a `Millis` is an
+//! `int8`/`INTEGER` column (transparent encoding).
+
+use std::fmt;
+use std::ops::{Add, Sub};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type)]
+#[sqlx(transparent)]
+pub struct Millis(pub i64);
+
+impl Millis {
+    /// The current wall-clock time (the epoch if the clock is before it).
+    pub fn now() -> Self {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(Self(0), |d| Self(duration_ms(d)))
+    }
+
+    /// `secs` unix seconds.
+    pub const fn from_secs(secs: i64) -> Self {
+        Self(secs.saturating_mul(1000))
+    }
+
+    /// Whole unix seconds (truncated).
+    pub const fn as_secs(self) -> i64 {
+        self.0 / 1000
+    }
+
+    /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
+    pub fn saturating_sub(self, earlier: Millis) -> Duration {
+        Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)
+    }
+}
+
+/// Whole milliseconds of `d`, saturating at `i64::MAX`.
+fn duration_ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Add<Duration> for Millis {
+    type Output = Millis;
+    fn add(self, d: Duration) -> Millis {
+        Millis(self.0.saturating_add(duration_ms(d)))
+    }
+}
+
+impl Sub<Duration> for Millis {
+    type Output = Millis;
+    fn sub(self, d: Duration) -> Millis {
+        Millis(self.0.saturating_sub(duration_ms(d)))
+    }
+}
+
+/// The number of milliseconds, e.g. `1700000000123`.
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_convert_both_ways() {
+        assert_eq!(Millis::from_secs(1_700_000_000), Millis(1_700_000_000_000));
+        assert_eq!(Millis(1_700_000_000_999).as_secs(), 1_700_000_000);
+        assert_eq!(Millis::from_secs(i64::MAX), Millis(i64::MAX));
+    }
+
+    #[test]
+    fn durations_add_subtract_and_saturate() {
+        let t = Millis(10_000);
+        assert_eq!(t + Duration::from_millis(1500), Millis(11_500));
+        assert_eq!(t - Duration::from_secs(2), Millis(8_000));
+        assert_eq!(
+            Millis(i64::MAX - 1) + Duration::from_secs(1),
+            Millis(i64::MAX)
+        );
+        assert_eq!(t + Duration::MAX, Millis(i64::MAX));
+        assert_eq!(
+            Millis(12_500).saturating_sub(t),
+            Duration::from_millis(2500)
+        );
+        assert_eq!(t.saturating_sub(Millis(12_500)), Duration::ZERO);
+    }
+
+    #[test]
+    fn orders_and_displays_as_milliseconds() {
+        assert!(Millis(1) < Millis(2));
+        assert_eq!(Millis(1_700_000_000_123).to_string(), "1700000000123");
+        assert!(Millis::now() > Millis::from_secs(1_600_000_000));
+    }
+}

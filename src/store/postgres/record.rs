@@ -1,0 +1,210 @@
+//! Recording a batch of events on PostgreSQL.
+//!
+//! Rule: a batch costs the same round trips as one event, thanks to
+//! `UNNEST`: insert events, insert their deliveries (+ NOTIFY), read
+//! conflicting hashes (only when there are conflicts), commit. Rows are
+//! locked in one global key order so concurrent batches cannot deadlock.
+
+use super::super::rows::first_occurrence;
+use super::super::{NewEvent, Recorded, StoreError};
+use super::NOTIFY_CHANNEL;
+use sqlx::Row;
+use sqlx::postgres::{PgConnection, PgPool};
+use std::collections::HashMap;
+
+/// An event's key, borrowed from the batch.
+type Key<'a> = (&'a str, &'a str);
+
+/// Inserts every event not already present, with its delivery rows, in one
+/// transaction. Results are in input order.
+pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
+    let repeats = first_occurrence(batch);
+    let unique = unique_in_lock_order(batch, &repeats);
+    // Rows come back in no particular order: match them to `unique` by key,
+    // borrowing the batch's strings (no copies per lookup).
+    let position: HashMap<Key, usize> = unique
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (key(e), i))
+        .collect();
+
+    let mut tx = pool.begin().await?;
+    let pk = insert_events(&mut tx, &unique, &position).await?;
+    insert_deliveries(&mut tx, &unique, &pk).await?;
+    let stored = stored_hashes(&mut tx, &unique, &pk, &position).await?;
+    tx.commit().await?;
+
+    Ok(results(batch, &repeats, &position, &pk, stored))
+}
+
+fn key(e: &NewEvent) -> Key<'_> {
+    (e.source.as_str(), e.event_id.as_str())
+}
+
+/// One field of every event, as an array parameter for `UNNEST`.
+fn column<'a, T>(events: &[&'a NewEvent], field: impl Fn(&'a NewEvent) -> T) -> Vec<T> {
+    events.iter().map(|e| field(e)).collect()
+}
+
+/// The first occurrence of each key, sorted by key. One lock order for every
+/// writer: two batches holding the same ids (possible while the cache is
+/// down) wait for each other instead of deadlocking.
+fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) -> Vec<&'a NewEvent> {
+    let mut unique: Vec<&NewEvent> = batch
+        .iter()
+        .zip(repeats)
+        .filter(|(_, r)| r.is_none())
+        .map(|(e, _)| e)
+        .collect();
+    unique.sort_unstable_by(|a, b| key(a).cmp(&key(b)));
+    unique
+}
+
+/// Inserts the events; returns the new primary key of each one inserted
+/// (`None` where the key already existed).
+async fn insert_events(
+    conn: &mut PgConnection,
+    unique: &[&NewEvent],
+    position: &HashMap<Key<'_>, usize>,
+) -> Result<Vec<Option<i64>>, StoreError> {
+    let inserted = sqlx::query(
+        "INSERT INTO hookgate_events
+             (source, event_id, body, body_sha256, headers, received_at, expires_at)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
+                              $5::text[], $6::int8[], $7::int8[])
+         ON CONFLICT (source, event_id) DO NOTHING
+         RETURNING id, source, event_id",
+    )
+    .bind(column(unique, |e| e.source.as_str()))
+    .bind(column(unique, |e| e.event_id.as_str()))
+    .bind(column(unique, |e| e.body.as_ref()))
+    .bind(column(unique, |e| &e.body_sha256[..]))
+    .bind(column(unique, |e| e.headers.as_str()))
+    .bind(column(unique, |e| e.received_at))
+    .bind(column(unique, |e| e.expires_at))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
+    for row in &inserted {
+        let (s, i): Key = (row.try_get(1)?, row.try_get(2)?);
+        if let Some(&at) = position.get(&(s, i)) {
+            pk[at] = Some(row.try_get(0)?);
+        }
+    }
+    Ok(pk)
+}
+
+/// One delivery row per target of each inserted event, due at once; then
+/// notifies the targets.
+async fn insert_deliveries(
+    conn: &mut PgConnection,
+    unique: &[&NewEvent],
+    pk: &[Option<i64>],
+) -> Result<(), StoreError> {
+    let (mut d_event, mut d_source, mut d_target, mut d_at) = (vec![], vec![], vec![], vec![]);
+    for (e, pk) in unique.iter().zip(pk) {
+        if let Some(pk) = *pk {
+            for t in &e.targets {
+                d_event.push(pk);
+                d_source.push(e.source.as_str());
+                d_target.push(t.as_str());
+                d_at.push(e.received_at);
+            }
+        }
+    }
+    if d_event.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO hookgate_deliveries
+             (event_pk, source, target, next_attempt_at, updated_at)
+         SELECT e, s, t, a, a FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::int8[])
+             AS u(e, s, t, a)",
+    )
+    .bind(&d_event)
+    .bind(&d_source)
+    .bind(&d_target)
+    .bind(&d_at)
+    .execute(&mut *conn)
+    .await?;
+    notify(conn, d_target).await
+}
+
+/// Queues one NOTIFY per distinct target; Postgres delivers them at COMMIT,
+/// which wakes the workers of every replica.
+async fn notify(conn: &mut PgConnection, mut targets: Vec<&str>) -> Result<(), StoreError> {
+    targets.sort_unstable();
+    targets.dedup();
+    sqlx::query("SELECT pg_notify($1, t) FROM UNNEST($2::text[]) AS t")
+        .bind(NOTIFY_CHANNEL)
+        .bind(&targets)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// The stored body hash of each event whose insert conflicted (`None`
+/// elsewhere). No query when nothing conflicted.
+async fn stored_hashes(
+    conn: &mut PgConnection,
+    unique: &[&NewEvent],
+    pk: &[Option<i64>],
+    position: &HashMap<Key<'_>, usize>,
+) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    let mut stored: Vec<Option<Vec<u8>>> = vec![None; unique.len()];
+    let conflicted: Vec<&NewEvent> = unique
+        .iter()
+        .zip(pk)
+        .filter(|(_, pk)| pk.is_none())
+        .map(|(e, _)| *e)
+        .collect();
+    if conflicted.is_empty() {
+        return Ok(stored);
+    }
+    // READ COMMITTED: this statement sees the row whose commit our INSERT
+    // waited for.
+    let rows = sqlx::query(
+        "SELECT e.source, e.event_id, e.body_sha256 FROM hookgate_events e
+         JOIN UNNEST($1::text[], $2::text[]) AS k(s, i)
+           ON e.source = k.s AND e.event_id = k.i",
+    )
+    .bind(column(&conflicted, |e| e.source.as_str()))
+    .bind(column(&conflicted, |e| e.event_id.as_str()))
+    .fetch_all(&mut *conn)
+    .await?;
+    for r in &rows {
+        let (s, i): Key = (r.try_get(0)?, r.try_get(1)?);
+        if let Some(&at) = position.get(&(s, i)) {
+            stored[at] = Some(r.try_get(2)?);
+        }
+    }
+    Ok(stored)
+}
+
+/// One result per input event, in input order.
+fn results(
+    batch: &[NewEvent],
+    repeats: &[Option<usize>],
+    position: &HashMap<Key<'_>, usize>,
+    pk: &[Option<i64>],
+    mut stored: Vec<Option<Vec<u8>>>,
+) -> Vec<Recorded> {
+    batch
+        .iter()
+        .zip(repeats)
+        .map(|(e, rep)| match rep {
+            Some(first) => Recorded::Duplicate {
+                stored_sha256: batch[*first].body_sha256.to_vec(),
+            },
+            None => {
+                let at = position[&key(e)];
+                match pk[at] {
+                    Some(_) => Recorded::New,
+                    None => Recorded::Duplicate {
+                        stored_sha256: stored[at].take().unwrap_or_default(),
+                    },
+                }
+            }
+        })
+        .collect()
+}
