@@ -1,10 +1,10 @@
 //! Command line: serve, check-config, sign, migrate, replay.
 
 use crate::app::App;
-use crate::config::duration::show;
 use crate::config::redis_url::RedisTopology;
-use crate::config::secret::Secret;
 use crate::config::{Config, redact_url};
+use crate::primitives::duration::show;
+use crate::primitives::secret::Secret;
 use crate::store::{self, ReplayFilter};
 use crate::verify::provider::Registry;
 use crate::verify::provider::Scheme;

@@ -4,11 +4,10 @@
 //! Rule: every error names the file and the key; no secret value is ever part
 //! of an error, `Debug` output or the `check-config` summary.
 
-pub mod duration;
 pub mod raw;
 pub mod redis_url;
-pub mod secret;
 
+use crate::primitives::secret::Secret;
 use crate::verify::client_ip::parse_net;
 use crate::verify::provider::{Provider, Registry};
 use crate::verify::scheme::SigningKey;
@@ -18,7 +17,6 @@ use figment::providers::{Env, Format, Toml};
 use ipnet::IpNet;
 use raw::{LogFormat, RawConfig};
 use redis_url::RedisTopology;
-use secret::Secret;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;

@@ -3,7 +3,7 @@
 //! This file is the config reference: every field has its doc and its default.
 //! Validation into typed values happens in `config/mod.rs`.
 
-use super::duration::Dur;
+use crate::primitives::duration::Dur;
 use crate::verify::provider::{EventIdSpec, SignatureOverrides};
 use serde::Deserialize;
 use std::collections::BTreeMap;

@@ -5,7 +5,7 @@
 //! (only when there are conflicts), commit.
 
 use super::*;
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Row};
 use std::collections::HashMap;

@@ -14,7 +14,7 @@ use super::scheme::{Algorithm, Encoding, SecretEncoding, SigningKey};
 pub use super::schemes::Scheme;
 pub use super::spec::{EventIdSpec, HeaderFormat, OneOrMany, SignatureOverrides, TimeUnit};
 use super::spec::{ProviderFile, SignatureSpec};
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use std::time::Duration;
 
 // ---------- the checked model ----------

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use std::fmt;
 use subtle::ConstantTimeEq;
 
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 
 /// Standard base64 that accepts input with or without padding.
 pub const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(

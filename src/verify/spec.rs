@@ -4,7 +4,7 @@
 
 use super::scheme::{Algorithm, Encoding, SecretEncoding};
 use super::schemes::Scheme;
-use crate::config::duration::Dur;
+use crate::primitives::duration::Dur;
 use serde::Deserialize;
 use std::time::Duration;
 

@@ -99,7 +99,7 @@ pub fn challenge_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::secret::Secret;
+    use crate::primitives::secret::Secret;
     use crate::verify::provider::Registry;
 
     // braintree_python tests/unit/test_webhooks.py (and the Ruby, PHP and

@@ -10,7 +10,7 @@
 //! this module except in the request body to Plaid.
 
 use super::plaid::{Jwk, Key, Token, header_value};
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use crate::verify::VerifyError;
 use http::HeaderMap;
 use std::collections::HashMap;

@@ -11,7 +11,7 @@ use super::provider::Registry;
 use super::scheme::SigningKey;
 use super::sign::{SignRequest, sign};
 use super::*;
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use http::{HeaderName, HeaderValue};
 use std::time::Duration;
 
