@@ -265,3 +265,27 @@ async fn health_readiness_metrics_and_stats_auth() {
     assert_eq!(wrong.status(), 401);
     assert_eq!(app.stats().await["sources"]["stripe"]["unique"], 1);
 }
+
+/// `verify` may not import `admin`, so the check that stats count every
+/// rejection label lives here.
+#[test]
+fn every_rejection_label_is_a_known_stats_reason() {
+    use hookgate::admin::stats::REJECT_REASONS;
+    use hookgate::verify::VerifyError;
+    let all = [
+        VerifyError::MissingSignature,
+        VerifyError::MalformedSignature("x"),
+        VerifyError::InvalidSignature,
+        VerifyError::MissingTimestamp,
+        VerifyError::MalformedTimestamp,
+        VerifyError::TimestampOutOfTolerance,
+        VerifyError::MissingEventId,
+        VerifyError::InvalidEventId("x"),
+        VerifyError::BadBody("x"),
+        VerifyError::IpNotAllowed,
+        VerifyError::CertificateUnavailable,
+    ];
+    for e in all {
+        assert!(REJECT_REASONS.contains(&e.label()), "{}", e.label());
+    }
+}

@@ -1,5 +1,9 @@
-//! Signature primitives: algorithms, encodings, signed-content templates,
-//! keys and the constant-time comparison. Knows schemes, not providers.
+//! Cryptographic primitives every scheme builds on: MAC and digest
+//! algorithms, signature and secret encodings, [`SigningKey`] and the
+//! constant-time comparison.
+//!
+//! Rule: knows neither schemes nor providers; all MAC comparison goes
+//! through [`mac_eq`].
 
 use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
