@@ -43,6 +43,13 @@ pub struct PaypalSign<'a> {
     pub cert_url: &'a str,
 }
 
+/// What a scheme's signer works from.
+pub struct Signer<'a> {
+    pub provider: &'a Provider,
+    pub key: &'a SigningKey,
+    pub req: &'a SignRequest<'a>,
+}
+
 /// The signed request.
 #[derive(Debug, Default)]
 pub struct Signed {

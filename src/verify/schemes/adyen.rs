@@ -6,10 +6,9 @@
 use super::hmac::decode_candidates;
 use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::Provider;
+use crate::verify::crypto::{Algorithm, Encoding};
 use crate::verify::request::scalar;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 
 pub struct Adyen;
@@ -22,12 +21,8 @@ impl SchemeDef for Adyen {
     }
 
     /// Signs every item in place: the signature is part of the body.
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
         let sig = &provider.signature;
         let mut json: Value = serde_json::from_slice(req.body).map_err(|e| format!("body: {e}"))?;
         let items = json

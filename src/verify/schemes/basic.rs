@@ -5,9 +5,8 @@
 use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
 use super::{Ctx, Defaults, SchemeDef, first_header};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding, SigningKey};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding};
+use crate::verify::sign::{Signed, Signer};
 use base64::Engine;
 
 pub struct Basic;
@@ -19,12 +18,8 @@ impl SchemeDef for Basic {
         verify(ctx).map(Some)
     }
 
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        _req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, .. } = *s;
         let creds = base64::engine::general_purpose::STANDARD.encode(key.bytes());
         out.headers.push((
             first_header(&provider.signature),

@@ -8,9 +8,9 @@
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
 use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
 use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::{Provider, Signature};
+use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::sign::{Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{GetAnswer, VerifyError};
 use base64::Engine;
@@ -26,12 +26,8 @@ impl SchemeDef for Braintree {
     }
 
     /// A form body with `bt_signature` and the body as `bt_payload`.
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
         let payload = base64::engine::general_purpose::STANDARD.encode(req.body);
         let mac = provider
             .signature

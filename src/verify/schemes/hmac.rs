@@ -3,11 +3,10 @@
 
 use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::crypto::SigningKey;
 use crate::verify::locator::{Locator, Lookup, Segment};
-use crate::verify::provider::{Provider, Signature};
+use crate::verify::provider::Signature;
 use crate::verify::request::Fields;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::sign::{Signed, Signer};
 use crate::verify::spec::{HeaderFormat, TimeUnit};
 use http::HeaderMap;
 
@@ -32,13 +31,8 @@ impl SchemeDef for Hmac {
         verify(ctx).map(Some)
     }
 
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
-        let (name, value) = sign(provider, key, req, &mut out.headers)?;
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let (name, value) = sign(s, &mut out.headers)?;
         out.headers.push((name, value));
         Ok(())
     }
@@ -210,12 +204,8 @@ pub fn decode_candidates(sig: &Signature, texts: &[&str]) -> Result<Vec<Vec<u8>>
 
 /// The signature header for `req`; headers the signed content names (the
 /// timestamp, ids) are added to `out` first.
-fn sign(
-    provider: &Provider,
-    key: &SigningKey,
-    req: &SignRequest<'_>,
-    out: &mut Vec<(String, String)>,
-) -> Result<(String, String), String> {
+fn sign(s: &Signer<'_>, out: &mut Vec<(String, String)>) -> Result<(String, String), String> {
+    let Signer { provider, key, req } = *s;
     let sig = &provider.signature;
     let ts = match provider.timestamp.as_ref().map(|t| t.unit) {
         Some(TimeUnit::Millis) => (req.timestamp * 1000).to_string(),

@@ -12,7 +12,7 @@
 use super::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
 use super::provider::{Provider, Signature};
 use super::request::Fields;
-use super::sign::{SignRequest, Signed};
+use super::sign::{SignRequest, Signed, Signer};
 use super::source::Source;
 use super::{GetAnswer, Incoming, VerifyError};
 use serde::Deserialize;
@@ -29,12 +29,7 @@ pub trait SchemeDef {
 
     /// The inverse of [`SchemeDef::verify`]: adds the signature of
     /// `req.body` to `out` (headers, query, or a rewritten body).
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String>;
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String>;
 
     /// The key the request names (PayPal's certificate, Plaid's JWK),
     /// obtained before the synchronous check. Most schemes need none.
@@ -99,8 +94,9 @@ macro_rules! schemes {
                 req: &SignRequest<'_>,
                 out: &mut Signed,
             ) -> Result<(), String> {
+                let s = Signer { provider, key, req };
                 match self {
-                    $(Self::$variant => <$module::$def as SchemeDef>::sign(provider, key, req, out),)*
+                    $(Self::$variant => <$module::$def as SchemeDef>::sign(&s, out),)*
                 }
             }
 

@@ -3,9 +3,8 @@
 
 use super::{Ctx, Defaults, SchemeDef};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{Signed, Signer};
 
 pub struct Unsigned;
 
@@ -20,12 +19,7 @@ impl SchemeDef for Unsigned {
         Ok(None)
     }
 
-    fn sign(
-        _provider: &Provider,
-        _key: &SigningKey,
-        _req: &SignRequest<'_>,
-        _out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(_s: &Signer<'_>, _out: &mut Signed) -> Result<(), String> {
         Ok(())
     }
 }

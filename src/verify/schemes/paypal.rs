@@ -11,9 +11,8 @@
 
 use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings};
 use crate::primitives::secret::Secret;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{PaypalSign, SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
@@ -62,12 +61,8 @@ impl SchemeDef for Paypal {
     }
 
     /// PayPal signs with its own private key, so this needs a test key.
-    fn sign(
-        _provider: &Provider,
-        _key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { req, .. } = *s;
         let p = req
             .paypal
             .as_ref()

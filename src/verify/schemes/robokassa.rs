@@ -6,9 +6,8 @@
 
 use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{Signed, Signer};
 
 pub struct Robokassa;
 
@@ -20,12 +19,8 @@ impl SchemeDef for Robokassa {
     }
 
     /// Appends `SignatureValue` (uppercase hex, as Robokassa sends it).
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
         let fields: Vec<(String, String)> = form_urlencoded::parse(req.body)
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect();

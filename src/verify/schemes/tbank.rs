@@ -5,9 +5,8 @@
 
 use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 
 pub struct Tbank;
@@ -20,12 +19,8 @@ impl SchemeDef for Tbank {
     }
 
     /// Adds `Token` to the JSON body.
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
         let mut json: Value = serde_json::from_slice(req.body).map_err(|e| format!("body: {e}"))?;
         let obj = json.as_object_mut().ok_or("body is not a JSON object")?;
         let content = tbank_content(obj, &password(key));

@@ -7,10 +7,9 @@
 use super::hmac::MAX_SIGNATURE_HEADER;
 use super::{Ctx, Defaults, SchemeDef, password};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Lookup;
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::sign::{Signed, Signer};
 
 pub struct Token;
 
@@ -22,12 +21,8 @@ impl SchemeDef for Token {
     }
 
     /// The secret itself, in the header (after the prefix) or the query.
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        _req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, .. } = *s;
         let sig = &provider.signature;
         match (sig.headers.first(), &sig.query) {
             (Some(h), _) => out

@@ -8,9 +8,8 @@
 use super::hmac::{decode_candidates, signature_values};
 use super::{Ctx, Defaults, SchemeDef, first_header, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::sign::{Signed, Signer};
 
 pub struct Twilio;
 
@@ -26,12 +25,8 @@ impl SchemeDef for Twilio {
 
     /// Form bodies sign URL + sorted parameters; JSON bodies add
     /// `bodySHA256` to the query and sign the URL alone.
-    fn sign(
-        provider: &Provider,
-        key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
         let sig = &provider.signature;
         let url = req.url.ok_or("twilio signs the URL: pass the public URL")?;
         let text = std::str::from_utf8(req.body).map_err(|_| "body is not UTF-8")?;

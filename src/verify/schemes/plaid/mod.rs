@@ -10,9 +10,8 @@
 pub mod keys;
 
 use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings, first_header};
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
-use crate::verify::provider::Provider;
-use crate::verify::sign::{PlaidSign, SignRequest, Signed};
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::sign::{PlaidSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{Incoming, VerifyError};
 use base64::Engine;
@@ -40,12 +39,8 @@ impl SchemeDef for Plaid {
     }
 
     /// Plaid signs with its own P-256 key, so this needs a test key.
-    fn sign(
-        provider: &Provider,
-        _key: &SigningKey,
-        req: &SignRequest<'_>,
-        out: &mut Signed,
-    ) -> Result<(), String> {
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, req, .. } = *s;
         let p = req.plaid.as_ref().ok_or(
             "Plaid signs with its own private key: pass --private-key (a test P-256 key)",
         )?;
