@@ -11,6 +11,7 @@
 //!   rows and counters, written with group commit.
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
+//! - [`primitives`]: values every layer shares (durations, secrets); imports nothing.
 //! - [`app`], [`http`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;

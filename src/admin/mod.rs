@@ -27,7 +27,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    if crate::verify::scheme::mac_eq(expected.expose().as_bytes(), given.trim().as_bytes()) {
+    if crate::verify::crypto::mac_eq(expected.expose().as_bytes(), given.trim().as_bytes()) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)

@@ -1,9 +1,9 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::duration::show;
 use crate::config::redact_url;
 use crate::config::redis_url::RedisTopology;
+use crate::primitives::duration::show;
 use std::fmt::Write as _;
 
 /// The `check-config` summary: everything resolved, no secret.

@@ -1,12 +1,14 @@
 //! `hookgate sign`: the headers (and body, where the signature travels in
 //! it) a provider would send, plus a ready curl line.
 
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
-use crate::verify::provider::Scheme;
-use crate::verify::provider::{Provider, Registry};
-use crate::verify::scheme::SigningKey;
-use crate::verify::sign::{PaypalSign, PlaidSign, SignRequest, plaid_public_jwk, sign};
+use crate::verify::crypto::SigningKey;
+use crate::verify::provider::Provider;
+use crate::verify::registry::Registry;
+use crate::verify::schemes::Scheme;
+use crate::verify::schemes::plaid::signing_key_jwk as plaid_public_jwk;
+use crate::verify::sign::{PaypalSign, PlaidSign, SignRequest, sign};
 use anyhow::{Context, bail};
 use std::fmt::Write as _;
 use std::path::PathBuf;

@@ -4,21 +4,18 @@
 //! Rule: every error names the file and the key; no secret value is ever part
 //! of an error, `Debug` output or the `check-config` summary.
 
-pub mod duration;
 pub mod raw;
 pub mod redis_url;
-pub mod secret;
+mod validate;
 
-use crate::verify::client_ip::parse_net;
-use crate::verify::provider::{Provider, Registry};
-use crate::verify::scheme::SigningKey;
-use crate::verify::schemes::{Scheme, braintree, paypal, plaid_keys};
+use crate::primitives::secret::Secret;
+use crate::verify::crypto::SigningKey;
+use crate::verify::registry::Registry;
+use crate::verify::source::Source;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use ipnet::IpNet;
 use raw::{LogFormat, RawConfig};
-use redis_url::RedisTopology;
-use secret::Secret;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
@@ -78,7 +75,7 @@ pub enum Database {
 }
 
 impl Database {
-    fn parse(url: Secret) -> Result<Self, String> {
+    pub(crate) fn parse(url: Secret) -> Result<Self, String> {
         let text = url.expose();
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Ok(Self::Postgres(url))
@@ -126,27 +123,6 @@ pub struct Delivery {
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub lease: Duration,
-}
-
-/// One provider endpoint: `POST /webhooks/<name>`.
-#[derive(Debug)]
-pub struct Source {
-    pub name: String,
-    pub provider: Arc<Provider>,
-    /// Decoded verification keys; several = rotation.
-    pub keys: Vec<SigningKey>,
-    pub tolerance: Duration,
-    pub dedup_window: Duration,
-    pub targets: Vec<String>,
-    pub public_url: Option<String>,
-    /// Client address allowlist; empty = everyone.
-    pub allow_ips: Vec<IpNet>,
-    /// PayPal sources: webhook id and certificate handling.
-    pub paypal: Option<Arc<paypal::Settings>>,
-    /// Plaid sources: key fetching (credentials, host) or pinned keys.
-    pub plaid: Option<Arc<plaid_keys::Settings>>,
-    /// Braintree sources: the public key for the `bt_challenge` GET.
-    pub braintree: Option<braintree::Settings>,
 }
 
 /// An internal endpoint events are forwarded to.
@@ -229,7 +205,7 @@ impl Config {
             .and_then(Path::parent)
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        let mut config = Self::validate(raw, &origin, &base)?;
+        let mut config = validate::config(raw, &origin, &base)?;
         config.warnings.extend(unused_env_vars(&text));
         Ok(config)
     }
@@ -241,410 +217,13 @@ impl Config {
         let raw: RawConfig = Figment::from(Toml::string(text))
             .extract()
             .map_err(|e| figment_error(&origin, e))?;
-        Self::validate(raw, &origin, base_dir)
-    }
-
-    fn validate(raw: RawConfig, origin: &str, base: &Path) -> Result<Self, ConfigError> {
-        let mut v = Validator {
-            base,
-            problems: Vec::new(),
-        };
-        let mut providers = Registry::builtin();
-        if let Some(dir) = &raw.server.providers_dir
-            && let Err(e) = providers.load_dir(&base.join(dir))
-        {
-            v.problem("server.providers_dir", e.to_string());
-        }
-
-        let listen = raw.server.listen.parse().unwrap_or_else(|_| {
-            v.problem(
-                "server.listen",
-                format!(
-                    "`{}` is not an address like 127.0.0.1:8080",
-                    raw.server.listen
-                ),
-            );
-            SocketAddr::from(([127, 0, 0, 1], 8080))
-        });
-        if raw.server.max_body_bytes == 0 {
-            v.problem("server.max_body_bytes", "must be greater than 0".into());
-        }
-        let admin_token = raw
-            .server
-            .admin_token
-            .as_deref()
-            .and_then(|r| v.secret("server.admin_token", r));
-        let mut trusted_proxies = Vec::new();
-        for (i, t) in raw.server.trusted_proxies.iter().enumerate() {
-            match parse_net(t) {
-                Ok(n) => trusted_proxies.push(n),
-                Err(e) => v.problem(&format!("server.trusted_proxies[{i}]"), e),
-            }
-        }
-        let server = Server {
-            trusted_proxies,
-            listen,
-            max_body_bytes: raw.server.max_body_bytes as usize,
-            admin_token,
-            log_format: raw.server.log_format,
-            log_level: raw.server.log_level,
-            request_timeout: raw.server.request_timeout.0,
-            shutdown_grace: raw.server.shutdown_grace.0,
-        };
-
-        let database = match raw.storage.database_url.as_deref() {
-            None => Some(Database::Sqlite("sqlite://hookgate.db".into())),
-            Some(r) => match Secret::resolve_optional(r, base) {
-                Ok(None) => Some(Database::Sqlite("sqlite://hookgate.db".into())),
-                Ok(Some(url)) => Database::parse(url)
-                    .map_err(|e| v.problem("storage.database_url", e))
-                    .ok(),
-                Err(e) => {
-                    v.problem("storage.database_url", e.to_string());
-                    None
-                }
-            },
-        };
-        let redis_url = match raw.storage.redis_url.as_deref() {
-            None => None,
-            Some(r) => match Secret::resolve_optional(r, base) {
-                Ok(Some(url)) => match RedisTopology::parse(url.expose()) {
-                    Ok(_) => Some(url),
-                    Err(e) => {
-                        v.problem("storage.redis_url", e);
-                        None
-                    }
-                },
-                Ok(None) => None,
-                Err(e) => {
-                    v.problem("storage.redis_url", e.to_string());
-                    None
-                }
-            },
-        };
-        if !valid_name(&raw.storage.key_prefix) {
-            v.problem(
-                "storage.key_prefix",
-                "use letters, digits, `-` and `_`".into(),
-            );
-        }
-        let storage = Storage {
-            database: database.unwrap_or(Database::Sqlite("sqlite://hookgate.db".into())),
-            redis_url,
-            migrate: raw.storage.migrate,
-            key_prefix: raw.storage.key_prefix,
-            cache_capacity: raw.storage.cache_capacity,
-            redis_timeout: raw.storage.redis_timeout.0,
-            max_connections: raw.storage.max_connections,
-        };
-        let dedup = Dedup {
-            claim_ttl: raw.dedup.claim_ttl.0,
-            cache_ttl: raw.dedup.cache_ttl.0,
-            inflight_wait: raw.dedup.inflight_wait.0,
-            purge_interval: raw.dedup.purge_interval.0,
-            stats_flush_interval: raw.dedup.stats_flush_interval.0,
-        };
-        if dedup.claim_ttl < Duration::from_millis(100) {
-            v.problem("dedup.claim_ttl", "must be at least 100ms".into());
-        }
-        let delivery = Delivery {
-            enabled: raw.delivery.enabled,
-            max_in_flight: raw.delivery.max_in_flight.max(1),
-            poll_interval: raw.delivery.poll_interval.0,
-            backoff_base: raw.delivery.backoff_base.0,
-            backoff_max: raw.delivery.backoff_max.0,
-            lease: raw.delivery.lease.0,
-        };
-
-        let mut targets = BTreeMap::new();
-        for (name, t) in raw.targets {
-            let key = format!("targets.{name}");
-            if !valid_name(&name) {
-                v.problem(&key, "target names use letters, digits, `-` and `_`".into());
-            }
-            if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
-                v.problem(
-                    &format!("{key}.url"),
-                    "must be an http:// or https:// URL".into(),
-                );
-            }
-            if t.max_attempts == 0 {
-                v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
-            }
-            let signing_key = t.signing_secret.as_deref().and_then(|r| {
-                let s = v.secret(&format!("{key}.signing_secret"), r)?;
-                Some(SigningKey::standard_webhooks(&s))
-            });
-            targets.insert(
-                name.clone(),
-                Arc::new(Target {
-                    name,
-                    url: t.url,
-                    timeout: t.timeout.0,
-                    max_attempts: t.max_attempts,
-                    signing_key,
-                    concurrency: t.concurrency.max(1),
-                }),
-            );
-        }
-
-        let mut sources = BTreeMap::new();
-        let mut warnings = Vec::new();
-        for (name, s) in raw.sources {
-            let key = format!("sources.{name}");
-            if !valid_name(&name) {
-                v.problem(&key, "source names use letters, digits, `-` and `_`".into());
-            }
-            let Some(base) = providers.get(&s.provider) else {
-                v.problem(
-                    &format!("{key}.provider"),
-                    format!(
-                        "unknown provider `{}` (known: {})",
-                        s.provider,
-                        providers.names().join(", ")
-                    ),
-                );
-                continue;
-            };
-            let provider = if s.signature.is_some() || s.event_id.is_some() {
-                match base.customized(s.signature.as_ref(), s.event_id.as_ref()) {
-                    Ok(p) => Arc::new(p),
-                    Err(e) => {
-                        let k = if s.signature.is_some() {
-                            "signature"
-                        } else {
-                            "event_id"
-                        };
-                        v.problem(&format!("{key}.{k}"), e);
-                        continue;
-                    }
-                }
-            } else {
-                base
-            };
-            if let Some(why) = &provider.incomplete {
-                v.problem(&format!("{key}.signature"), why.clone());
-            }
-            if s.secrets.is_empty() && provider.needs_secret() {
-                v.problem(
-                    &format!("{key}.secrets"),
-                    "at least one secret is required".into(),
-                );
-            }
-            let mut keys = Vec::new();
-            for (i, r) in s.secrets.iter().enumerate() {
-                let k = format!("{key}.secrets[{i}]");
-                if let Some(secret) = v.secret(&k, r) {
-                    match provider.signing_key(&secret) {
-                        Ok(sk) => keys.push(sk),
-                        Err(e) => v.problem(&k, e),
-                    }
-                }
-            }
-            for t in &s.targets {
-                if !targets.contains_key(t) {
-                    v.problem(
-                        &format!("{key}.targets"),
-                        format!("unknown target `{t}` (define it under [targets.{t}])"),
-                    );
-                }
-            }
-            if provider.needs_public_url() && s.public_url.is_none() {
-                v.problem(
-                    &format!("{key}.public_url"),
-                    format!("provider `{}` signs the URL: set public_url", provider.name),
-                );
-            }
-            let mut allow_ips = Vec::new();
-            for (i, a) in s.allow_ips.iter().enumerate() {
-                match parse_net(a) {
-                    Ok(n) => allow_ips.push(n),
-                    Err(e) => v.problem(&format!("{key}.allow_ips[{i}]"), e),
-                }
-            }
-            if provider.needs_allow_ips() && s.allow_ips.is_empty() {
-                v.problem(
-                    &format!("{key}.allow_ips"),
-                    format!(
-                        "provider `{}` sends unsigned requests: list the provider's addresses in allow_ips",
-                        provider.name
-                    ),
-                );
-            }
-            let paypal = match (&s.paypal, provider.signature.scheme) {
-                (Some(p), Scheme::Paypal) => v.paypal(&format!("{key}.paypal"), p),
-                (None, Scheme::Paypal) => {
-                    v.problem(
-                        &format!("{key}.paypal"),
-                        "set [sources.<name>.paypal] webhook_id".into(),
-                    );
-                    None
-                }
-                (Some(_), _) => {
-                    v.problem(
-                        &format!("{key}.paypal"),
-                        format!("provider `{}` is not PayPal", provider.name),
-                    );
-                    None
-                }
-                (None, _) => None,
-            };
-            let plaid = match (&s.plaid, provider.signature.scheme) {
-                (Some(p), Scheme::Plaid) => v.plaid(&format!("{key}.plaid"), p),
-                (None, Scheme::Plaid) => {
-                    v.problem(
-                        &format!("{key}.plaid"),
-                        "set [sources.<name>.plaid] client_id and secret (or pin keys)".into(),
-                    );
-                    None
-                }
-                (Some(_), _) => {
-                    v.problem(
-                        &format!("{key}.plaid"),
-                        format!("provider `{}` is not Plaid", provider.name),
-                    );
-                    None
-                }
-                (None, _) => None,
-            };
-            let braintree = match (&s.braintree, provider.signature.scheme) {
-                (Some(b), Scheme::Braintree) => braintree::Settings::new(b.public_key.clone())
-                    .map_err(|e| v.problem(&format!("{key}.braintree.public_key"), e))
-                    .ok(),
-                (None, Scheme::Braintree) => {
-                    warnings.push(format!(
-                        "`{key}.braintree.public_key` is unset: Braintree's bt_challenge GET gets 404"
-                    ));
-                    None
-                }
-                (Some(_), _) => {
-                    v.problem(
-                        &format!("{key}.braintree"),
-                        format!("provider `{}` is not Braintree", provider.name),
-                    );
-                    None
-                }
-                (None, _) => None,
-            };
-            sources.insert(
-                name.clone(),
-                Arc::new(Source {
-                    allow_ips,
-                    paypal,
-                    plaid,
-                    braintree,
-                    tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
-                    name,
-                    provider,
-                    keys,
-                    dedup_window: s.dedup_window.0,
-                    targets: s.targets,
-                    public_url: s.public_url,
-                }),
-            );
-        }
-
-        if v.problems.is_empty() {
-            Ok(Self {
-                origin: origin.to_owned(),
-                server,
-                storage,
-                dedup,
-                delivery,
-                sources,
-                targets,
-                providers,
-                warnings,
-            })
-        } else {
-            Err(ConfigError {
-                origin: origin.to_owned(),
-                problems: v.problems,
-            })
-        }
+        validate::config(raw, &origin, base_dir)
     }
 
     /// The cache TTL for a source: never longer than its dedup window, so the
     /// cache cannot call an id a duplicate after the ledger forgot it.
     pub fn cache_ttl(&self, source: &Source) -> Duration {
         self.dedup.cache_ttl.min(source.dedup_window)
-    }
-}
-
-struct Validator<'a> {
-    base: &'a Path,
-    problems: Vec<(String, String)>,
-}
-
-impl Validator<'_> {
-    fn problem(&mut self, key: &str, msg: String) {
-        self.problems.push((key.to_owned(), msg));
-    }
-
-    fn paypal(&mut self, key: &str, raw: &raw::RawPaypal) -> Option<Arc<paypal::Settings>> {
-        let webhook_id = self.secret(&format!("{key}.webhook_id"), &raw.webhook_id)?;
-        let cert = match &raw.cert {
-            Some(r) => Some(self.secret(&format!("{key}.cert"), r)?),
-            None => None,
-        };
-        paypal::Settings::new(
-            webhook_id.expose().to_owned(),
-            cert.as_ref().map(Secret::expose),
-            raw.cert_hosts.clone(),
-        )
-        .map(Arc::new)
-        .map_err(|e| self.problem(key, e))
-        .ok()
-    }
-
-    fn plaid(&mut self, key: &str, raw: &raw::RawPlaid) -> Option<Arc<plaid_keys::Settings>> {
-        let environment = plaid_keys::Environment::parse(&raw.environment)
-            .map_err(|e| self.problem(&format!("{key}.environment"), e))
-            .ok()?;
-        let client_id = match &raw.client_id {
-            Some(r) => Some(self.secret(&format!("{key}.client_id"), r)?),
-            None => None,
-        };
-        let secret = match &raw.secret {
-            Some(r) => Some(self.secret(&format!("{key}.secret"), r)?),
-            None => None,
-        };
-        let credentials = match (client_id, secret) {
-            (Some(client_id), Some(secret)) => Some(plaid_keys::Credentials { client_id, secret }),
-            (None, None) => None,
-            (Some(_), None) => {
-                self.problem(
-                    &format!("{key}.secret"),
-                    "set together with client_id".into(),
-                );
-                return None;
-            }
-            (None, Some(_)) => {
-                self.problem(
-                    &format!("{key}.client_id"),
-                    "set together with secret".into(),
-                );
-                return None;
-            }
-        };
-        let mut keys = Vec::new();
-        for (i, r) in raw.keys.iter().enumerate() {
-            keys.push(
-                self.secret(&format!("{key}.keys[{i}]"), r)?
-                    .expose()
-                    .to_owned(),
-            );
-        }
-        plaid_keys::Settings::new(credentials, environment, &keys, raw.api_base.as_deref())
-            .map(Arc::new)
-            .map_err(|e| self.problem(key, e))
-            .ok()
-    }
-
-    fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {
-        Secret::resolve(reference, self.base)
-            .map_err(|e| self.problem(key, e.to_string()))
-            .ok()
     }
 }
 
@@ -658,14 +237,6 @@ fn unused_env_vars(config_text: &str) -> Vec<String> {
         .filter(|k| !config_text.contains(&format!("env:{k}")))
         .map(|k| format!("environment variable `{k}` is not used by this config"))
         .collect()
-}
-
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 fn figment_error(origin: &str, e: figment::Error) -> ConfigError {

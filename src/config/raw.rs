@@ -1,10 +1,13 @@
 //! The config file as written: serde structs with `deny_unknown_fields`.
 //!
-//! This file is the config reference: every field has its doc and its default.
-//! Validation into typed values happens in `config/mod.rs`.
+//! This file is the config reference: every field has its doc and its
+//! default (a scheme's own `[sources.<name>.<scheme>]` table is documented
+//! in its file under `verify/schemes/`). Validation into typed values
+//! happens in `config/validate.rs`.
 
-use super::duration::Dur;
-use crate::verify::provider::{EventIdSpec, SignatureOverrides};
+use crate::primitives::duration::Dur;
+use crate::verify::schemes::{braintree, paypal, plaid};
+use crate::verify::spec::{EventIdSpec, SignatureOverrides};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -201,59 +204,14 @@ pub struct RawSource {
     pub signature: Option<SignatureOverrides>,
     /// Replaces the provider's `[event_id]` rule.
     pub event_id: Option<EventIdSpec>,
+    // The schemes' own tables; each is documented (and checked) in its
+    // scheme's file under `verify/schemes/`.
     /// PayPal: webhook id and certificate settings.
-    pub paypal: Option<RawPaypal>,
+    pub paypal: Option<paypal::Raw>,
     /// Plaid: API credentials for fetching verification keys, or pinned keys.
-    pub plaid: Option<RawPlaid>,
+    pub plaid: Option<plaid::Raw>,
     /// Braintree: the public key, for answering the `bt_challenge` GET.
-    pub braintree: Option<RawBraintree>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawBraintree {
-    /// The merchant's public key (Control panel → API keys), sent back in
-    /// the answer to Braintree's `GET ?bt_challenge=…`. Required for the
-    /// challenge; POST verification needs only the private key (`secrets`).
-    pub public_key: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPaypal {
-    /// The webhook's ID in the PayPal dashboard (literal or `env:NAME`).
-    pub webhook_id: String,
-    /// A pinned signing certificate (PEM, `file:PATH` or `env:NAME`): no
-    /// certificate is ever fetched (air-gapped installs).
-    pub cert: Option<String>,
-    /// Hosts certificates may be fetched from. Default: PayPal's live and
-    /// sandbox API hosts. Only change this for tests.
-    pub cert_hosts: Option<Vec<String>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawPlaid {
-    /// Plaid API client id (secret: `env:`, `file:` or literal). Required
-    /// unless `keys` are pinned.
-    pub client_id: Option<String>,
-    /// Plaid API secret for the chosen environment (`env:`, `file:` or
-    /// literal). Required unless `keys` are pinned.
-    pub secret: Option<String>,
-    /// `production` (default) or `sandbox`: which Plaid host the keys are
-    /// fetched from (`production.plaid.com` / `sandbox.plaid.com`).
-    #[serde(default = "default_plaid_environment")]
-    pub environment: String,
-    /// Pinned verification keys, each a JWK as JSON (or `file:PATH` /
-    /// `env:NAME`): nothing is ever fetched (air-gapped installs).
-    #[serde(default)]
-    pub keys: Vec<String>,
-    /// Replaces Plaid's API host; accepted for loopback URLs only (tests).
-    pub api_base: Option<String>,
-}
-
-fn default_plaid_environment() -> String {
-    "production".into()
+    pub braintree: Option<braintree::Raw>,
 }
 
 fn default_window() -> Dur {

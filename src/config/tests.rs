@@ -2,6 +2,7 @@
 //! except through figment's `Jail`.
 
 use super::*;
+use crate::verify::schemes::SchemeSettings;
 
 const GOOD: &str = r#"
 [server]
@@ -208,7 +209,10 @@ cert = "file:tests/fixtures/paypal/test-cert.pem"
     let acme = &c.sources["acme"];
     assert_eq!(acme.provider.signature.headers, vec!["x-sig"]);
     assert_eq!(acme.allow_ips.len(), 2);
-    assert!(c.sources["pp"].paypal.is_some());
+    assert!(matches!(
+        c.sources["pp"].settings,
+        Some(SchemeSettings::Paypal(_))
+    ));
     assert!(c.sources["pp"].keys.is_empty());
 }
 

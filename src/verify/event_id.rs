@@ -6,9 +6,9 @@
 //! event maps to the same key.
 
 use super::VerifyError;
+use super::crypto::Algorithm;
 use super::provider::EventIdRule;
 use super::request::Fields;
-use super::scheme::Algorithm;
 
 /// Longest accepted event id, in bytes.
 pub const MAX_EVENT_ID: usize = 256;

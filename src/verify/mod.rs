@@ -5,28 +5,32 @@
 //! id. Order inside: source IP allowlist → (unsigned pings) → signature →
 //! timestamp → (signed challenges) → event id → reply. Nothing here is
 //! logged: bodies, signatures and keys stay inside.
+//!
+//! Layering: `verify` imports only `primitives`; `config` builds each
+//! [`source::Source`] with the checks the schemes provide here.
 
 pub mod client_ip;
+pub mod crypto;
 pub mod event_id;
 pub mod locator;
 pub mod provider;
 pub mod registry;
 pub mod reply;
 pub mod request;
-pub mod scheme;
 pub mod schemes;
 pub mod sign;
+pub mod source;
 pub mod spec;
 
-use crate::config::Source;
 use crate::stats::RejectReason;
 use bytes::Bytes;
 pub use event_id::{EventId, MAX_EVENT_ID};
 use http::HeaderMap;
 pub use reply::Reply;
 use request::Fields;
+use schemes::Ctx;
 pub use schemes::FetchedKey;
-use schemes::{Ctx, Scheme};
+use source::Source;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,24 +157,13 @@ pub async fn check(
 ) -> Result<Checked, VerifyError> {
     client_ip::check(&source.allow_ips, incoming.client_ip)?;
     let scheme = source.provider.signature.scheme;
-    let fetched = match (&source.paypal, &source.plaid, scheme) {
-        (Some(settings), _, Scheme::Paypal) => Some(FetchedKey::Paypal(
-            settings.key_for(incoming.headers, now).await?,
-        )),
-        (_, Some(settings), Scheme::Plaid) => {
-            let key = settings
-                .key_for(incoming.headers, &incoming.body, source.tolerance, now)
-                .await?;
-            Some(FetchedKey::Plaid(key))
-        }
-        _ => None,
-    };
+    let fetched = scheme.fetch(source, &incoming, now).await?;
     check_with(source, incoming, now, fetched.as_ref())
 }
 
 /// [`check`] with the provider's key already at hand (tests, and after
 /// the fetch).
-pub fn check_with(
+pub(crate) fn check_with(
     source: &Arc<Source>,
     incoming: Incoming<'_>,
     now: i64,
@@ -204,7 +197,7 @@ pub fn check_with(
         url: url.as_deref(),
         fetched,
     };
-    let key = schemes::verify(&ctx)?.map(|i| (&source.keys[i], sig));
+    let key = sig.scheme.verify(&ctx)?.map(|i| (&source.keys[i], sig));
 
     if let Some(answer) = reply::control(provider, &fields, true, key) {
         return Ok(Checked::Answer(answer));
@@ -236,31 +229,7 @@ pub enum GetAnswer {
 
 /// Answers a GET challenge for `source` from its query string.
 pub fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
-    if source.provider.signature.scheme != Scheme::Braintree {
-        return GetAnswer::NotOffered;
-    }
-    let challenge = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
-        .find(|(k, _)| k == "bt_challenge")
-        .map(|(_, v)| v.into_owned());
-    let Some(challenge) = challenge else {
-        return GetAnswer::Bad("missing bt_challenge");
-    };
-    let (Some(settings), Some(key)) = (&source.braintree, source.keys.first()) else {
-        return GetAnswer::NotConfigured("set [sources.<name>.braintree] public_key");
-    };
-    match schemes::braintree::challenge_answer(
-        settings,
-        key,
-        &source.provider.signature,
-        &challenge,
-    ) {
-        Ok(body) => GetAnswer::Reply(Reply {
-            status: 200,
-            body,
-            content_type: Some("text/plain; charset=utf-8".into()),
-        }),
-        Err(why) => GetAnswer::Bad(why),
-    }
+    source.provider.signature.scheme.answer_get(source, query)
 }
 
 /// Rejects `ts` outside `now ± tolerance` (future side only if asked).

@@ -7,14 +7,13 @@
 //! and `[event_id]` (the generic `hmac`, `bearer`, `basic` providers need
 //! that); the overridden provider is checked like a file.
 
-pub use super::locator::{Locator, Lookup, ReplyPart, Segment};
-use super::locator::{parse_reply, parse_template};
-pub use super::registry::{ProviderError, Registry};
-use super::scheme::{Algorithm, Encoding, SecretEncoding, SigningKey};
-pub use super::schemes::Scheme;
-pub use super::spec::{EventIdSpec, HeaderFormat, OneOrMany, SignatureOverrides, TimeUnit};
-use super::spec::{ProviderFile, SignatureSpec};
-use crate::config::secret::Secret;
+use super::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
+use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
+use super::schemes::Scheme;
+use super::spec::{
+    EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides, SignatureSpec, TimeUnit,
+};
+use crate::primitives::secret::Secret;
 use std::time::Duration;
 
 // ---------- the checked model ----------
@@ -191,19 +190,16 @@ impl Provider {
     /// PayPal (certificates), Plaid (fetched keys) and unsigned providers
     /// take no secret.
     pub fn needs_secret(&self) -> bool {
-        !matches!(
-            self.signature.scheme,
-            Scheme::Paypal | Scheme::Plaid | Scheme::None
-        )
+        self.signature.scheme.defaults().needs_secret
     }
 
     pub fn needs_public_url(&self) -> bool {
-        self.signature.scheme == Scheme::Twilio || self.signature.content.contains(&Segment::Url)
+        self.signature.scheme.defaults().signs_url || self.signature.content.contains(&Segment::Url)
     }
 
     /// Unsigned providers are only safe behind a source IP allowlist.
     pub fn needs_allow_ips(&self) -> bool {
-        self.signature.scheme == Scheme::None
+        self.signature.scheme.defaults().needs_allow_ips
     }
 
     pub fn default_tolerance(&self) -> Duration {

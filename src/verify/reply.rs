@@ -3,9 +3,10 @@
 //! (Slack `url_verification`, Zoom `endpoint.url_validation`). Rendered from
 //! the request itself, so a duplicate gets exactly the same answer.
 
-use super::provider::{Provider, ReplyPart, Response, Signature};
+use super::crypto::SigningKey;
+use super::locator::ReplyPart;
+use super::provider::{Provider, Response, Signature};
 use super::request::Fields;
-use super::scheme::SigningKey;
 
 /// The key that verified the request, with the provider's MAC settings
 /// (for `${mac:…}`).

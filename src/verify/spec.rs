@@ -2,9 +2,9 @@
 //! `providers/*.toml` and the per-source overrides. Checked into the model
 //! in `provider.rs`.
 
-use super::scheme::{Algorithm, Encoding, SecretEncoding};
+use super::crypto::{Algorithm, Encoding, SecretEncoding};
 use super::schemes::Scheme;
-use crate::config::duration::Dur;
+use crate::primitives::duration::Dur;
 use serde::Deserialize;
 use std::time::Duration;
 

@@ -10,7 +10,7 @@ mod conn;
 
 use super::cache::{CacheError, Claim, ClaimCache, parse_value};
 use crate::config::redis_url::RedisTopology;
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use async_trait::async_trait;
 use conn::{Conn, Op};
 use redis::FromRedisValue;

@@ -14,7 +14,7 @@ use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, attempt_from_row, count_from_row,
 };
 use super::*;
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use std::str::FromStr;

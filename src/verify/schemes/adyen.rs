@@ -4,10 +4,47 @@
 //! Every item must verify; one forged item rejects the whole request.
 
 use super::hmac::decode_candidates;
-use super::{Ctx, matching_key};
+use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
+use crate::verify::crypto::{Algorithm, Encoding};
 use crate::verify::request::scalar;
+use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
+
+pub struct Adyen;
+
+impl SchemeDef for Adyen {
+    const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha256, Encoding::Base64);
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(Some)
+    }
+
+    /// Signs every item in place: the signature is part of the body.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
+        let sig = &provider.signature;
+        let mut json: Value = serde_json::from_slice(req.body).map_err(|e| format!("body: {e}"))?;
+        let items = json
+            .get_mut("notificationItems")
+            .and_then(|v| v.as_array_mut())
+            .ok_or("body has no notificationItems")?;
+        for item in items {
+            let nri = item
+                .get_mut("NotificationRequestItem")
+                .ok_or("item without NotificationRequestItem")?;
+            let content = signed_fields(nri);
+            let mac = sig.algorithm.mac(key.bytes(), &[content.as_bytes()]);
+            let obj = nri.as_object_mut().ok_or("item is not an object")?;
+            let extra = obj
+                .entry("additionalData")
+                .or_insert_with(|| serde_json::json!({}));
+            extra["hmacSignature"] = sig.encoding.encode(&mac).into();
+        }
+        out.body = Some(serde_json::to_vec(&json).map_err(|e| e.to_string())?);
+        Ok(())
+    }
+}
 
 /// Most items accepted in one request (Adyen sends one, historically up to a few).
 const MAX_ITEMS: usize = 100;
@@ -48,7 +85,7 @@ pub fn items(body: &Value) -> Result<Vec<&Value>, VerifyError> {
         .collect()
 }
 
-pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     let json = match ctx.fields.json() {
         Some(v) if v.is_object() => v,
         Some(_) => return Err(VerifyError::BadBody("JSON body is not an object")),
@@ -72,11 +109,10 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::scheme::Algorithm;
 
     fn mac_b64(hex_key: &str, content: &str) -> String {
         let key = hex::decode(hex_key).unwrap();
-        crate::verify::scheme::Encoding::Base64
+        Encoding::Base64
             .encode(&Algorithm::HmacSha256.mac(&key, &[content.as_bytes()]))
     }
 

@@ -6,10 +6,66 @@
 //! match proves knowledge of the private key either way.
 
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
-use super::{Ctx, matching_key};
-use crate::verify::VerifyError;
+use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
+use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
+use crate::verify::provider::Signature;
+use crate::verify::reply::Reply;
+use crate::verify::sign::{Signed, Signer};
+use crate::verify::source::{Resolve, SettingsTable, Source};
+use crate::verify::{GetAnswer, VerifyError};
+use base64::Engine;
+use serde::Deserialize;
 
-pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+pub struct Braintree;
+
+impl SchemeDef for Braintree {
+    const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha1, Encoding::Hex);
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(Some)
+    }
+
+    /// A form body with `bt_signature` and the body as `bt_payload`.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
+        let payload = base64::engine::general_purpose::STANDARD.encode(req.body);
+        let mac = provider
+            .signature
+            .algorithm
+            .mac(key.bytes(), &[payload.as_bytes()]);
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("bt_signature", &format!("hookgate|{}", hex::encode(mac)))
+            .append_pair("bt_payload", &payload)
+            .finish();
+        out.body = Some(body.into_bytes());
+        Ok(())
+    }
+
+    /// Braintree verifies the URL with `GET …?bt_challenge=<hex>`.
+    fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
+        let challenge = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .find(|(k, _)| k == "bt_challenge")
+            .map(|(_, v)| v.into_owned());
+        let Some(challenge) = challenge else {
+            return GetAnswer::Bad("missing bt_challenge");
+        };
+        let (Some(SchemeSettings::Braintree(settings)), Some(key)) =
+            (&source.settings, source.keys.first())
+        else {
+            return GetAnswer::NotConfigured("set [sources.<name>.braintree] public_key");
+        };
+        match challenge_answer(settings, key, &source.provider.signature, &challenge) {
+            Ok(body) => GetAnswer::Reply(Reply {
+                status: 200,
+                body,
+                content_type: Some("text/plain; charset=utf-8".into()),
+            }),
+            Err(why) => GetAnswer::Bad(why),
+        }
+    }
+}
+
+fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     if std::str::from_utf8(ctx.fields.body()).is_err() {
         return Err(VerifyError::BadBody("form body is not UTF-8"));
     }
@@ -49,6 +105,36 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     Err(VerifyError::InvalidSignature)
 }
 
+/// `[sources.<name>.braintree]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Raw {
+    /// The merchant's public key (Control panel → API keys), sent back in
+    /// the answer to Braintree's `GET ?bt_challenge=…`. Required for the
+    /// challenge; POST verification needs only the private key (`secrets`).
+    pub public_key: String,
+}
+
+impl SettingsTable for Raw {
+    const SCHEME: super::Scheme = super::Scheme::Braintree;
+    const TABLE: &'static str = "braintree";
+    const TITLE: &'static str = "Braintree";
+
+    fn build(&self, key: &str, cx: &mut dyn Resolve) -> Option<SchemeSettings> {
+        Settings::new(self.public_key.clone())
+            .map(SchemeSettings::Braintree)
+            .map_err(|e| cx.problem(&format!("{key}.public_key"), e))
+            .ok()
+    }
+
+    /// POST verification works without it; only the challenge does not.
+    fn missing(key: &str, cx: &mut dyn Resolve) {
+        cx.warning(format!(
+            "`{key}.public_key` is unset: Braintree's bt_challenge GET gets 404"
+        ));
+    }
+}
+
 /// A source's Braintree settings (`[sources.<name>.braintree]`).
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -85,8 +171,8 @@ fn is_challenge(text: &str) -> bool {
 /// source's first key (already SHA-1 of the private key).
 pub fn challenge_answer(
     settings: &Settings,
-    key: &crate::verify::scheme::SigningKey,
-    sig: &crate::verify::provider::Signature,
+    key: &SigningKey,
+    sig: &Signature,
     challenge: &str,
 ) -> Result<String, &'static str> {
     if !is_challenge(challenge) {
@@ -99,8 +185,8 @@ pub fn challenge_answer(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::secret::Secret;
-    use crate::verify::provider::Registry;
+    use crate::primitives::secret::Secret;
+    use crate::verify::registry::Registry;
 
     // braintree_python tests/unit/test_webhooks.py (and the Ruby, PHP and
     // Node SDKs): the integration merchant's keys and this challenge.

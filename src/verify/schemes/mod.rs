@@ -2,97 +2,189 @@
 //! others exist because their signed content cannot be described as a
 //! template (Adyen's per-item fields, Twilio's sorted parameters, PayPal's
 //! certificates, …). A provider picks one with `[signature] scheme = "…"`.
+//!
+//! Rule: one file per scheme, holding its verification, its signer (the
+//! inverse, for `hookgate sign` and the tests) and, if it has any, its
+//! `[sources.<name>.<scheme>]` settings. The file implements [`SchemeDef`];
+//! the [`schemes!`] list below is the only place that names every scheme,
+//! so adding one is a new file plus one line there.
 
-pub mod adyen;
-pub mod braintree;
-pub mod digest_forms;
-pub mod hmac;
-pub mod paypal;
-pub mod plaid;
-pub mod plaid_keys;
-pub mod token;
-pub mod twilio;
-
-use super::VerifyError;
-use super::provider::Signature;
+use super::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
+use super::provider::{Provider, Signature};
 use super::request::Fields;
-use super::scheme::{Algorithm, Encoding, mac_eq};
-use crate::config::Source;
+use super::sign::{SignRequest, Signed, Signer};
+use super::source::Source;
+use super::{GetAnswer, Incoming, VerifyError};
 use serde::Deserialize;
+use std::future::Future;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum Scheme {
-    /// MAC over a signed-content template (most providers).
-    #[default]
-    Hmac,
-    /// HMAC over eight fields of every notification item, in the body.
-    Adyen,
-    /// RSA-SHA256 with PayPal's certificate over `id|time|webhook_id|crc32`.
-    Paypal,
-    /// ES256 JWS in `Plaid-Verification` with a body-hash claim; keys by `kid`.
-    Plaid,
-    /// HMAC-SHA1 over the public URL plus sorted form parameters.
-    Twilio,
-    /// HMAC-SHA1 (key = SHA-1 of the private key) over the `bt_payload` field.
-    Braintree,
-    /// SHA-256 over sorted root values plus the terminal password (`Token`).
-    Tbank,
-    /// Digest of `OutSum:InvId:Password2[:Shp_…]` (`SignatureValue`).
-    Robokassa,
-    /// A shared token in a header or query parameter.
-    Token,
-    /// HTTP Basic credentials.
-    Basic,
-    /// No signature: the source must restrict `allow_ips`.
-    None,
+/// What a scheme is: the functions every scheme file provides.
+pub trait SchemeDef {
+    /// What the scheme assumes and requires (see [`Defaults`]).
+    const DEFAULTS: Defaults;
+
+    /// Checks the request; `Ok(Some(i))` names the configured key that
+    /// matched, `Ok(None)` a scheme that uses no configured key.
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError>;
+
+    /// The inverse of [`SchemeDef::verify`]: adds the signature of
+    /// `req.body` to `out` (headers, query, or a rewritten body).
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String>;
+
+    /// The key the request names (PayPal's certificate, Plaid's JWK),
+    /// obtained before the synchronous check. Most schemes need none.
+    fn fetch(
+        source: &Source,
+        incoming: &Incoming<'_>,
+        now: i64,
+    ) -> impl Future<Output = Result<Option<FetchedKey>, VerifyError>> + Send {
+        let _ = (source, incoming, now);
+        async { Ok(None) }
+    }
+
+    /// The answer to a `GET /webhooks/<source>`; only schemes that verify
+    /// the URL with a GET challenge offer one.
+    fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
+        let _ = (source, query);
+        GetAnswer::NotOffered
+    }
 }
 
-/// What a scheme assumes when the provider file leaves a field out.
+/// Declares the scheme modules and the [`Scheme`] enum, and dispatches each
+/// [`SchemeDef`] function over it. The module name is the scheme's name in
+/// provider files.
+macro_rules! schemes {
+    ($($(#[$attr:meta])* $variant:ident => $module:ident :: $def:ident,)*) => {
+        $(pub mod $module;)*
+
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+        #[serde(rename_all = "lowercase")]
+        pub enum Scheme {
+            $($(#[$attr])* $variant,)*
+        }
+
+        impl Scheme {
+            /// Every scheme, in list order.
+            pub const ALL: &[Scheme] = &[$(Self::$variant),*];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($module),)*
+                }
+            }
+
+            pub fn defaults(self) -> Defaults {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::DEFAULTS,)*
+                }
+            }
+
+            /// Checks the request; see [`SchemeDef::verify`].
+            pub fn verify(self, ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::verify(ctx),)*
+                }
+            }
+
+            /// Signs a request; see [`SchemeDef::sign`].
+            pub fn sign(
+                self,
+                provider: &Provider,
+                key: &SigningKey,
+                req: &SignRequest<'_>,
+                out: &mut Signed,
+            ) -> Result<(), String> {
+                let s = Signer { provider, key, req };
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::sign(&s, out),)*
+                }
+            }
+
+            /// The key the request names, if the scheme fetches one.
+            pub async fn fetch(
+                self,
+                source: &Source,
+                incoming: &Incoming<'_>,
+                now: i64,
+            ) -> Result<Option<FetchedKey>, VerifyError> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::fetch(source, incoming, now).await,)*
+                }
+            }
+
+            /// Answers a GET challenge; see [`SchemeDef::answer_get`].
+            pub fn answer_get(self, source: &Source, query: Option<&str>) -> GetAnswer {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::answer_get(source, query),)*
+                }
+            }
+        }
+    };
+}
+
+schemes! {
+    /// MAC over a signed-content template (most providers).
+    #[default]
+    Hmac => hmac::Hmac,
+    /// HMAC over eight fields of every notification item, in the body.
+    Adyen => adyen::Adyen,
+    /// RSA-SHA256 with PayPal's certificate over `id|time|webhook_id|crc32`.
+    Paypal => paypal::Paypal,
+    /// ES256 JWS in `Plaid-Verification` with a body-hash claim; keys by `kid`.
+    Plaid => plaid::Plaid,
+    /// HMAC-SHA1 over the public URL plus sorted form parameters.
+    Twilio => twilio::Twilio,
+    /// HMAC-SHA1 (key = SHA-1 of the private key) over the `bt_payload` field.
+    Braintree => braintree::Braintree,
+    /// SHA-256 over sorted root values plus the terminal password (`Token`).
+    Tbank => tbank::Tbank,
+    /// Digest of `OutSum:InvId:Password2[:Shp_…]` (`SignatureValue`).
+    Robokassa => robokassa::Robokassa,
+    /// A shared token in a header or query parameter.
+    Token => token::Token,
+    /// HTTP Basic credentials.
+    Basic => basic::Basic,
+    /// No signature: the source must restrict `allow_ips`.
+    None => none::Unsigned,
+}
+
+/// What a scheme assumes when the provider file leaves a field out, and
+/// what it requires of a source.
 pub struct Defaults {
     pub needs_header: bool,
     pub algorithm: Option<Algorithm>,
     pub encoding: Option<Encoding>,
+    /// Verifies with the source's `secrets` (PayPal and Plaid use the
+    /// provider's own keys, unsigned sources none).
+    pub needs_secret: bool,
+    /// Signs the URL the provider called, so the source needs `public_url`.
+    pub signs_url: bool,
+    /// Unsigned: only safe behind a source IP allowlist.
+    pub needs_allow_ips: bool,
 }
 
-impl Scheme {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Hmac => "hmac",
-            Self::Adyen => "adyen",
-            Self::Paypal => "paypal",
-            Self::Plaid => "plaid",
-            Self::Twilio => "twilio",
-            Self::Braintree => "braintree",
-            Self::Tbank => "tbank",
-            Self::Robokassa => "robokassa",
-            Self::Token => "token",
-            Self::Basic => "basic",
-            Self::None => "none",
-        }
-    }
-
-    pub fn defaults(self) -> Defaults {
-        use Algorithm as A;
-        use Encoding as E;
-        let (needs_header, a, e) = match self {
-            Self::Hmac => (true, None, None),
-            Self::Twilio => (true, Some(A::HmacSha1), Some(E::Base64)),
-            Self::Basic => (true, Some(A::Sha256), Some(E::Base64)),
-            Self::Adyen => (false, Some(A::HmacSha256), Some(E::Base64)),
-            Self::Paypal => (false, Some(A::Sha256), Some(E::Base64)),
-            Self::Plaid => (true, Some(A::Sha256), Some(E::Hex)),
-            Self::Braintree => (false, Some(A::HmacSha1), Some(E::Hex)),
-            Self::Tbank => (false, Some(A::Sha256), Some(E::Hex)),
-            Self::Robokassa => (false, Some(A::Md5), Some(E::Hex)),
-            Self::Token | Self::None => (false, Some(A::Sha256), Some(E::Hex)),
-        };
-        Defaults {
+impl Defaults {
+    /// A scheme that takes its MAC from a secret and reads no URL.
+    pub const fn keyed(needs_header: bool, algorithm: Algorithm, encoding: Encoding) -> Self {
+        Self {
             needs_header,
-            algorithm: a,
-            encoding: e,
+            algorithm: Some(algorithm),
+            encoding: Some(encoding),
+            needs_secret: true,
+            signs_url: false,
+            needs_allow_ips: false,
         }
     }
+}
+
+/// A source's scheme-specific settings (`[sources.<name>.<scheme>]`), built
+/// by the scheme's own `Raw::build` during config validation.
+#[derive(Debug)]
+pub enum SchemeSettings {
+    Paypal(paypal::Settings),
+    /// Boxed: the key cache is several times larger than the others.
+    Plaid(Box<plaid::keys::Settings>),
+    Braintree(braintree::Settings),
 }
 
 /// Everything a scheme may look at.
@@ -118,38 +210,6 @@ pub enum FetchedKey {
     Plaid(std::sync::Arc<plaid::Key>),
 }
 
-impl Ctx<'_> {
-    pub fn paypal_key(&self) -> Option<&rsa::RsaPublicKey> {
-        match self.fetched {
-            Some(FetchedKey::Paypal(k)) => Some(k),
-            _ => None,
-        }
-    }
-    pub fn plaid_key(&self) -> Option<&plaid::Key> {
-        match self.fetched {
-            Some(FetchedKey::Plaid(k)) => Some(k),
-            _ => None,
-        }
-    }
-}
-
-/// Checks the request; `Ok(Some(i))` names the configured key that matched.
-pub fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
-    match ctx.sig.scheme {
-        Scheme::Hmac => hmac::verify(ctx).map(Some),
-        Scheme::Adyen => adyen::verify(ctx).map(Some),
-        Scheme::Paypal => paypal::verify(ctx).map(|()| None),
-        Scheme::Plaid => plaid::verify(ctx).map(|()| None),
-        Scheme::Twilio => twilio::verify(ctx).map(Some),
-        Scheme::Braintree => braintree::verify(ctx).map(Some),
-        Scheme::Tbank => digest_forms::verify_tbank(ctx).map(Some),
-        Scheme::Robokassa => digest_forms::verify_robokassa(ctx).map(Some),
-        Scheme::Token => token::verify_token(ctx).map(Some),
-        Scheme::Basic => token::verify_basic(ctx).map(Some),
-        Scheme::None => Ok(None),
-    }
-}
-
 /// The index of the first key whose MAC of `parts` equals a candidate.
 /// Every key is tried against every candidate (rotation).
 pub fn matching_key(ctx: &Ctx<'_>, parts: &[&[u8]], candidates: &[Vec<u8>]) -> Option<usize> {
@@ -159,6 +219,27 @@ pub fn matching_key(ctx: &Ctx<'_>, parts: &[&[u8]], candidates: &[Vec<u8>]) -> O
     })
 }
 
+/// The first configured secret whose digest (computed by `digest` from the
+/// secret's text) equals `given`: for schemes that hash the secret into the
+/// signed text (T-Bank, Robokassa).
+pub fn secret_position(
+    ctx: &Ctx<'_>,
+    digest: impl Fn(&str) -> Vec<u8>,
+    given: &[u8],
+) -> Result<usize, VerifyError> {
+    ctx.source
+        .keys
+        .iter()
+        .position(|k| mac_eq(&digest(&password(k)), given))
+        .ok_or(VerifyError::InvalidSignature)
+}
+
+/// The raw secret as configured (T-Bank password, Robokassa password #2,
+/// tokens): raw secrets are the UTF-8 text as written.
+pub fn password(key: &SigningKey) -> String {
+    String::from_utf8_lossy(key.bytes()).into_owned()
+}
+
 /// Decodes a hex digest case-insensitively (Robokassa sends uppercase).
 pub fn decode_hex(text: &str, want: usize) -> Result<Vec<u8>, VerifyError> {
     match hex::decode(text.trim()) {
@@ -166,5 +247,25 @@ pub fn decode_hex(text: &str, want: usize) -> Result<Vec<u8>, VerifyError> {
         _ => Err(VerifyError::MalformedSignature(
             "signature is not valid encoding",
         )),
+    }
+}
+
+/// The first signature header the provider names, for schemes that sign
+/// into one header.
+pub fn first_header(sig: &Signature) -> String {
+    sig.headers.first().cloned().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_scheme_name_is_its_provider_file_spelling() {
+        for s in Scheme::ALL {
+            let parsed: Scheme = serde_json::from_value(s.name().into()).unwrap();
+            assert_eq!(parsed, *s);
+        }
+        assert_eq!(Scheme::default(), Scheme::Hmac);
     }
 }

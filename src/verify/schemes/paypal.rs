@@ -9,14 +9,19 @@
 //! Air-gapped installs pin the certificate in the config and never fetch.
 //! Chain trust comes from the TLS connection to PayPal's own host.
 
-use super::Ctx;
-use crate::verify::VerifyError;
+use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings};
+use crate::primitives::secret::Secret;
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
+use crate::verify::source::{Resolve, SettingsTable, Source};
+use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
 use rsa::RsaPublicKey;
 use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::pkcs8::DecodePublicKey;
 use rsa::sha2::Sha256;
 use rsa::signature::Verifier;
+use serde::Deserialize;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -42,6 +47,83 @@ const MAX_CERT_BYTES: usize = 64 * 1024;
 const MAX_CACHED: usize = 32;
 const MAX_URL: usize = 2048;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+pub struct Paypal;
+
+impl SchemeDef for Paypal {
+    const DEFAULTS: Defaults = Defaults {
+        needs_secret: false,
+        ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Base64)
+    };
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(|()| None)
+    }
+
+    /// PayPal signs with its own private key, so this needs a test key.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { req, .. } = *s;
+        let p = req
+            .paypal
+            .as_ref()
+            .ok_or("PayPal signs with its own private key: pass --private-key (a test key)")?;
+        out.headers.extend(sign(p, req)?);
+        Ok(())
+    }
+
+    async fn fetch(
+        source: &Source,
+        incoming: &Incoming<'_>,
+        now: i64,
+    ) -> Result<Option<FetchedKey>, VerifyError> {
+        match &source.settings {
+            Some(SchemeSettings::Paypal(settings)) => Ok(Some(FetchedKey::Paypal(
+                settings.key_for(incoming.headers, now).await?,
+            ))),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `[sources.<name>.paypal]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Raw {
+    /// The webhook's ID in the PayPal dashboard (literal or `env:NAME`).
+    pub webhook_id: String,
+    /// A pinned signing certificate (PEM, `file:PATH` or `env:NAME`): no
+    /// certificate is ever fetched (air-gapped installs).
+    pub cert: Option<String>,
+    /// Hosts certificates may be fetched from. Default: PayPal's live and
+    /// sandbox API hosts. Only change this for tests.
+    pub cert_hosts: Option<Vec<String>>,
+}
+
+impl SettingsTable for Raw {
+    const SCHEME: Scheme = Scheme::Paypal;
+    const TABLE: &'static str = "paypal";
+    const TITLE: &'static str = "PayPal";
+
+    fn build(&self, key: &str, cx: &mut dyn Resolve) -> Option<SchemeSettings> {
+        let webhook_id = cx.secret(&format!("{key}.webhook_id"), &self.webhook_id)?;
+        let cert = match &self.cert {
+            Some(r) => Some(cx.secret(&format!("{key}.cert"), r)?),
+            None => None,
+        };
+        Settings::new(
+            webhook_id.expose().to_owned(),
+            cert.as_ref().map(Secret::expose),
+            self.cert_hosts.clone(),
+        )
+        .map(SchemeSettings::Paypal)
+        .map_err(|e| cx.problem(key, e))
+        .ok()
+    }
+
+    fn missing(key: &str, cx: &mut dyn Resolve) {
+        cx.problem(key, "set [sources.<name>.paypal] webhook_id".into());
+    }
+}
 
 /// A source's PayPal settings (`[sources.<name>.paypal]`).
 pub struct Settings {
@@ -232,14 +314,14 @@ pub fn message(transmission_id: &str, time: &str, webhook_id: &str, body: &[u8])
     )
 }
 
-pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
+fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
     let headers = ctx.fields.headers();
-    let settings = ctx
-        .source
-        .paypal
-        .as_ref()
-        .ok_or(VerifyError::MissingSignature)?;
-    let key = ctx.paypal_key().ok_or(VerifyError::MissingSignature)?;
+    let Some(SchemeSettings::Paypal(settings)) = &ctx.source.settings else {
+        return Err(VerifyError::MissingSignature);
+    };
+    let Some(FetchedKey::Paypal(key)) = ctx.fetched else {
+        return Err(VerifyError::MissingSignature);
+    };
     let sig_b64 = header(headers, TRANSMISSION_SIG)?;
     let id = header(headers, TRANSMISSION_ID)?;
     let time = header(headers, TRANSMISSION_TIME)?;
@@ -265,7 +347,7 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
     let signature = Signature::try_from(raw.as_slice())
         .map_err(|_| VerifyError::MalformedSignature("signature is not valid encoding"))?;
     let msg = message(id, time, &settings.webhook_id, ctx.fields.body());
-    VerifyingKey::<Sha256>::new(key.clone())
+    VerifyingKey::<Sha256>::new(RsaPublicKey::clone(key))
         .verify(msg.as_bytes(), &signature)
         .map_err(|_| VerifyError::InvalidSignature)?;
     let sent = humantime::parse_rfc3339_weak(time).map_err(|_| VerifyError::MalformedTimestamp)?;
@@ -274,6 +356,29 @@ pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
         .map_err(|_| VerifyError::MalformedTimestamp)?
         .as_secs() as i64;
     crate::verify::check_window(secs, ctx.now, ctx.source.tolerance, true)
+}
+
+/// The PayPal headers for `req`, signed with a test key.
+fn sign(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String, String)>, String> {
+    use rsa::pkcs1::DecodeRsaPrivateKey;
+    use rsa::pkcs8::DecodePrivateKey;
+    use rsa::signature::{SignatureEncoding, Signer};
+    let key = rsa::RsaPrivateKey::from_pkcs8_pem(p.private_key_pem)
+        .or_else(|_| rsa::RsaPrivateKey::from_pkcs1_pem(p.private_key_pem))
+        .map_err(|_| "--private-key is not an RSA private key (PEM)".to_owned())?;
+    let id = uuid::Uuid::new_v4().to_string();
+    let when = std::time::UNIX_EPOCH + Duration::from_secs(req.timestamp.max(0) as u64);
+    let time = humantime::format_rfc3339_seconds(when).to_string();
+    let msg = message(&id, &time, p.webhook_id, req.body);
+    let signer = rsa::pkcs1v15::SigningKey::<rsa::sha2::Sha256>::new(key);
+    let sig = signer.sign(msg.as_bytes()).to_bytes();
+    Ok(vec![
+        (TRANSMISSION_ID.into(), id),
+        (TRANSMISSION_TIME.into(), time),
+        (TRANSMISSION_SIG.into(), Encoding::Base64.encode(&sig)),
+        (CERT_URL.into(), p.cert_url.to_owned()),
+        (AUTH_ALGO.into(), "SHA256withRSA".into()),
+    ])
 }
 
 #[cfg(test)]

@@ -1,16 +1,47 @@
-//! Shared-secret schemes without a MAC: a token in a header or query
-//! parameter (Xendit's `x-callback-token`, generic bearer / API keys), and
-//! HTTP Basic credentials. Both compare SHA-256 digests of the values in
-//! constant time, so neither the content nor the length of a secret leaks
-//! through timing. They authenticate the sender, not the body.
+//! A shared token in a header or query parameter (Xendit's
+//! `x-callback-token`, generic bearer / API keys). The token is compared as
+//! a SHA-256 digest in constant time, so neither the content nor the length
+//! of a secret leaks through timing. It authenticates the sender, not the
+//! body.
 
-use super::Ctx;
 use super::hmac::MAX_SIGNATURE_HEADER;
+use super::{Ctx, Defaults, SchemeDef, password};
 use crate::verify::VerifyError;
-use crate::verify::scheme::{Algorithm, BASE64_LENIENT, mac_eq};
-use base64::Engine;
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::locator::Lookup;
+use crate::verify::sign::{Signed, Signer};
 
-pub fn verify_token(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+pub struct Token;
+
+impl SchemeDef for Token {
+    const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(Some)
+    }
+
+    /// The secret itself, in the header (after the prefix) or the query.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, .. } = *s;
+        let sig = &provider.signature;
+        match (sig.headers.first(), &sig.query) {
+            (Some(h), _) => out
+                .headers
+                .push((h.clone(), format!("{}{}", sig.prefix, password(key)))),
+            (None, Some(q)) => {
+                out.query = Some(
+                    form_urlencoded::Serializer::new(String::new())
+                        .append_pair(q, &password(key))
+                        .finish(),
+                )
+            }
+            (None, None) => return Err("token has neither header nor query".into()),
+        }
+        Ok(())
+    }
+}
+
+fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let from_header = sig
         .headers
@@ -26,7 +57,7 @@ pub fn verify_token(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
                 .to_owned()
         }
         (None, Some(q)) => {
-            let l = crate::verify::locator::Lookup::parse(&format!("query:{q}"))
+            let l = Lookup::parse(&format!("query:{q}"))
                 .map_err(|_| VerifyError::MissingSignature)?;
             ctx.fields
                 .lookup(&l, &[])
@@ -40,27 +71,7 @@ pub fn verify_token(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     matching_secret(ctx, token.as_bytes())
 }
 
-pub fn verify_basic(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
-    let v = ctx
-        .sig
-        .headers
-        .iter()
-        .find_map(|h| ctx.fields.headers().get(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
-    let v = header_text(v)?;
-    let encoded = strip_prefix_ignore_case(v, "basic ").ok_or(VerifyError::MalformedSignature(
-        "expected Basic credentials",
-    ))?;
-    let decoded = BASE64_LENIENT
-        .decode(encoded.trim())
-        .map_err(|_| VerifyError::MalformedSignature("credentials are not base64"))?;
-    if !decoded.contains(&b':') {
-        return Err(VerifyError::MalformedSignature("expected user:password"));
-    }
-    matching_secret(ctx, &decoded)
-}
-
-fn header_text(v: &http::HeaderValue) -> Result<&str, VerifyError> {
+pub(super) fn header_text(v: &http::HeaderValue) -> Result<&str, VerifyError> {
     if v.len() > MAX_SIGNATURE_HEADER {
         return Err(VerifyError::MalformedSignature("header too long"));
     }
@@ -68,13 +79,15 @@ fn header_text(v: &http::HeaderValue) -> Result<&str, VerifyError> {
         .map_err(|_| VerifyError::MalformedSignature("not visible ASCII"))
 }
 
-fn strip_prefix_ignore_case<'a>(v: &'a str, prefix: &str) -> Option<&'a str> {
+pub(super) fn strip_prefix_ignore_case<'a>(v: &'a str, prefix: &str) -> Option<&'a str> {
     let head = v.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &v[prefix.len()..])
 }
 
-fn matching_secret(ctx: &Ctx<'_>, given: &[u8]) -> Result<usize, VerifyError> {
+/// The first configured secret equal to `given` (compared as SHA-256
+/// digests, in constant time).
+pub(super) fn matching_secret(ctx: &Ctx<'_>, given: &[u8]) -> Result<usize, VerifyError> {
     let given = Algorithm::Sha256.digest(&[given]);
     ctx.source
         .keys

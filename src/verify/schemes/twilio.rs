@@ -6,11 +6,51 @@
 //! port, so the URL is tried with and without it.
 
 use super::hmac::{decode_candidates, signature_values};
-use super::{Ctx, matching_key};
+use super::{Ctx, Defaults, SchemeDef, first_header, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::scheme::{Algorithm, mac_eq};
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::sign::{Signed, Signer};
 
-pub fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+pub struct Twilio;
+
+impl SchemeDef for Twilio {
+    const DEFAULTS: Defaults = Defaults {
+        signs_url: true,
+        ..Defaults::keyed(true, Algorithm::HmacSha1, Encoding::Base64)
+    };
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(Some)
+    }
+
+    /// Form bodies sign URL + sorted parameters; JSON bodies add
+    /// `bodySHA256` to the query and sign the URL alone.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, req } = *s;
+        let sig = &provider.signature;
+        let url = req.url.ok_or("twilio signs the URL: pass the public URL")?;
+        let text = std::str::from_utf8(req.body).map_err(|_| "body is not UTF-8")?;
+        let (url, params) = if serde_json::from_str::<serde_json::Value>(text).is_ok() {
+            let hash = hex::encode(Algorithm::Sha256.digest(&[req.body]));
+            let q = format!("bodySHA256={hash}");
+            out.query = Some(q.clone());
+            let sep = if url.contains('?') { '&' } else { '?' };
+            (format!("{url}{sep}{q}"), String::new())
+        } else {
+            let params: Vec<(String, String)> = form_urlencoded::parse(req.body)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+            (url.to_owned(), sorted_params(&params))
+        };
+        let mac = sig
+            .algorithm
+            .mac(key.bytes(), &[url.as_bytes(), params.as_bytes()]);
+        out.headers.push((first_header(sig), sig.encoding.encode(&mac)));
+        Ok(())
+    }
+}
+
+fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     let (values, _) = signature_values(ctx.sig, ctx.fields.headers())?;
     let candidates = decode_candidates(ctx.sig, &values)?;
     // Config validation guarantees a public URL for this scheme.
@@ -86,7 +126,6 @@ pub fn url_variants(url: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::scheme::Encoding;
 
     fn sign(url: &str, params: &[(&str, &str)]) -> String {
         let p: Vec<(String, String)> = params

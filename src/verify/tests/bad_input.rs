@@ -99,7 +99,7 @@ fn non_object_json_and_non_utf8_bodies_after_a_valid_signature_are_400() {
         b"\xff\xfe\xfd",
         b"42",
     ] {
-        let mac = hex::encode(scheme::Algorithm::HmacSha256.mac(b"k", &[body]));
+        let mac = hex::encode(crypto::Algorithm::HmacSha256.mac(b"k", &[body]));
         let h = headers(&[("cko-signature", &mac)]);
         let e = run(&src, &h, Bytes::from_static(body), None, NOW).unwrap_err();
         assert_eq!(e.status(), 400, "{body:?}: {e}");
@@ -112,7 +112,7 @@ fn absurdly_long_event_ids_are_400_and_composites_are_hashed() {
     let long = "e".repeat(5_000);
     let src = source("checkout", &["k"]);
     let body = format!(r#"{{"id":"{long}"}}"#);
-    let mac = hex::encode(scheme::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
+    let mac = hex::encode(crypto::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
     let e = check(&src, &[("cko-signature", &mac)], &body, NOW).unwrap_err();
     assert_eq!(
         e,
@@ -121,7 +121,7 @@ fn absurdly_long_event_ids_are_400_and_composites_are_hashed() {
 
     let src = source("razorpay", &["k"]);
     let body = "{}";
-    let mac = hex::encode(scheme::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
+    let mac = hex::encode(crypto::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
     let e = check(
         &src,
         &[
@@ -139,7 +139,7 @@ fn absurdly_long_event_ids_are_400_and_composites_are_hashed() {
         .collect();
     let body = format!(r#"{{"events":[{}]}}"#, events.join(","));
     let src = source("gocardless", &["k"]);
-    let mac = hex::encode(scheme::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
+    let mac = hex::encode(crypto::Algorithm::HmacSha256.mac(b"k", &[body.as_bytes()]));
     let v = check(&src, &[("webhook-signature", &mac)], &body, NOW).unwrap();
     assert!(v.event_id().as_str().starts_with("sha256:"));
     assert_eq!(v.event_id().as_str().len(), 71);

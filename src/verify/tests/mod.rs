@@ -7,11 +7,11 @@ mod paypal;
 mod plaid;
 mod saas;
 
-use super::provider::Registry;
-use super::scheme::SigningKey;
+use super::crypto::SigningKey;
+use super::registry::Registry;
 use super::sign::{SignRequest, sign};
 use super::*;
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 use http::{HeaderName, HeaderValue};
 use std::time::Duration;
 
@@ -35,9 +35,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         targets: vec![],
         public_url: None,
         allow_ips: vec![],
-        paypal: None,
-        plaid: None,
-        braintree: None,
+        settings: None,
     };
     edit(&mut s);
     Arc::new(s)
@@ -97,22 +95,22 @@ fn check(
     verify(src, &headers(h), Bytes::from(body.to_owned()), now)
 }
 
-// Stripe derived vector (PROVIDERS.md, appendix A7): stripe-python
+// Stripe vector from stripe-python (github.com/stripe/stripe-python)
 // tests/test_webhook.py constants (DUMMY_WEBHOOK_PAYLOAD, secret
 // whsec_test_secret, t=12345); the test `test_timestamp_off_but_no_tolerance`
 // verifies exactly this header.
-const STRIPE_A7: &str = "{\n  \"id\": \"evt_test_webhook\",\n  \"object\": \"event\",\n  \"data\": { \"object\": { \"id\": \"rdr_123\", \"object\": \"terminal.reader\" } }\n}";
-const STRIPE_A7_SIG: &str =
+const STRIPE_SDK_BODY: &str = "{\n  \"id\": \"evt_test_webhook\",\n  \"object\": \"event\",\n  \"data\": { \"object\": { \"id\": \"rdr_123\", \"object\": \"terminal.reader\" } }\n}";
+const STRIPE_SDK_SIG: &str =
     "t=12345,v1=07b1ede164afb7b5de91267ffa656f568c65d6e0783ce0ac55ee094643578eda";
 
 #[test]
 fn stripe_sdk_vector_verifies_and_yields_event_id() {
-    assert_eq!(STRIPE_A7.len(), 125);
+    assert_eq!(STRIPE_SDK_BODY.len(), 125);
     let src = source("stripe", &["whsec_test_secret"]);
     let v = check(
         &src,
-        &[("stripe-signature", STRIPE_A7_SIG)],
-        STRIPE_A7,
+        &[("stripe-signature", STRIPE_SDK_SIG)],
+        STRIPE_SDK_BODY,
         12345,
     )
     .unwrap();
@@ -126,35 +124,35 @@ fn stripe_accepts_any_v1_and_ignores_v0_and_unknown_schemes() {
         "t=12345,v0=deadbeef,v1={},v1=07b1ede164afb7b5de91267ffa656f568c65d6e0783ce0ac55ee094643578eda,v9=zz",
         "0".repeat(64)
     );
-    assert!(check(&src, &[("stripe-signature", &sig)], STRIPE_A7, 12345).is_ok());
+    assert!(check(&src, &[("stripe-signature", &sig)], STRIPE_SDK_BODY, 12345).is_ok());
 }
 
 #[test]
 fn stripe_rejects_stale_and_future_timestamps() {
     let src = source("stripe", &["whsec_test_secret"]);
-    let h = [("stripe-signature", STRIPE_A7_SIG)];
+    let h = [("stripe-signature", STRIPE_SDK_SIG)];
     assert_eq!(
-        check(&src, &h, STRIPE_A7, 12345 + 301).unwrap_err(),
+        check(&src, &h, STRIPE_SDK_BODY, 12345 + 301).unwrap_err(),
         VerifyError::TimestampOutOfTolerance
     );
     assert_eq!(
-        check(&src, &h, STRIPE_A7, 12345 - 301).unwrap_err(),
+        check(&src, &h, STRIPE_SDK_BODY, 12345 - 301).unwrap_err(),
         VerifyError::TimestampOutOfTolerance
     );
-    assert!(check(&src, &h, STRIPE_A7, 12345 + 300).is_ok());
+    assert!(check(&src, &h, STRIPE_SDK_BODY, 12345 + 300).is_ok());
 }
 
 #[test]
 fn stripe_header_parsing_errors_are_malformed() {
     let src = source("stripe", &["whsec_test_secret"]);
     for bad in ["garbage", "t=1", "t=1,v1=nothex", "t=1,v1=abcd"] {
-        let e = check(&src, &[("stripe-signature", bad)], STRIPE_A7, 1).unwrap_err();
+        let e = check(&src, &[("stripe-signature", bad)], STRIPE_SDK_BODY, 1).unwrap_err();
         assert!(
             matches!(e, VerifyError::MalformedSignature(_)),
             "{bad}: {e:?}"
         );
     }
-    let e = check(&src, &[], STRIPE_A7, 1).unwrap_err();
+    let e = check(&src, &[], STRIPE_SDK_BODY, 1).unwrap_err();
     assert_eq!(e, VerifyError::MissingSignature);
 }
 

@@ -3,7 +3,7 @@
 
 use super::payments::{NOW, pairs};
 use super::*;
-use crate::verify::schemes::paypal;
+use crate::verify::schemes::{SchemeSettings, paypal};
 
 const PAYPAL_KEY: &str = include_str!("../../../tests/fixtures/paypal/test-key.pem");
 const PAYPAL_CERT: &str = include_str!("../../../tests/fixtures/paypal/test-cert.pem");
@@ -12,7 +12,9 @@ const CERT_URL: &str = "https://api.sandbox.paypal.com/v1/notifications/certs/CE
 
 fn paypal_source() -> Arc<Source> {
     let settings = paypal::Settings::new("WH-ID-1".into(), Some(PAYPAL_CERT), None).unwrap();
-    source_with("paypal", &[], |s| s.paypal = Some(Arc::new(settings)))
+    source_with("paypal", &[], |s| {
+        s.settings = Some(SchemeSettings::Paypal(settings))
+    })
 }
 
 fn paypal_signed(key_pem: &str, webhook_id: &str, ts: i64, body: &[u8]) -> HeaderMap {

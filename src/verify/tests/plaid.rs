@@ -3,7 +3,8 @@
 
 use super::payments::NOW;
 use super::*;
-use crate::verify::schemes::{plaid, plaid_keys};
+use crate::verify::schemes::SchemeSettings;
+use crate::verify::schemes::plaid::{self, keys as plaid_keys};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use p256::pkcs8::DecodePrivateKey;
@@ -23,7 +24,7 @@ fn plaid_source(tolerance: Option<Duration>) -> Arc<Source> {
     let settings =
         plaid_keys::Settings::new(None, plaid_keys::Environment::Sandbox, &pinned, None).unwrap();
     source_with("plaid", &[], |s| {
-        s.plaid = Some(Arc::new(settings));
+        s.settings = Some(SchemeSettings::Plaid(Box::new(settings)));
         if let Some(t) = tolerance {
             s.tolerance = t;
         }
@@ -40,7 +41,7 @@ fn token(pem: &str, kid: &str, iat: i64, body: &[u8]) -> String {
         private_key_pem: pem,
         kid,
     };
-    sign::sign_plaid(&p, &req).unwrap()
+    plaid::sign_token(&p, &req).unwrap()
 }
 
 async fn plaid_check(

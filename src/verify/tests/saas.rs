@@ -87,8 +87,8 @@ fn woocommerce_composite_id_and_unsigned_ping() {
 }
 
 // V4: docs.slack.dev "Verifying requests from Slack" / python-slack-sdk
-// tests/slack_sdk/signature/test_signature_verifier.py (appendix A1).
-const SLACK_A1: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
+// tests/slack_sdk/signature/test_signature_verifier.py.
+const SLACK_DOCS_BODY: &str = "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c";
 
 #[test]
 fn slack_v4_vector_and_url_verification() {
@@ -100,13 +100,13 @@ fn slack_v4_vector_and_url_verification() {
             "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
         ),
     ];
-    let v = check(&src, &h, SLACK_A1, 1531420618).unwrap();
+    let v = check(&src, &h, SLACK_DOCS_BODY, 1531420618).unwrap();
     assert_eq!(
         v.event_id().as_str(),
         "398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
     );
     assert_eq!(
-        check(&src, &h, SLACK_A1, 1531420618 + 301).unwrap_err(),
+        check(&src, &h, SLACK_DOCS_BODY, 1531420618 + 301).unwrap_err(),
         VerifyError::TimestampOutOfTolerance
     );
 
@@ -216,7 +216,7 @@ fn zoom_url_validation_answers_with_the_hmac_of_the_token() {
         panic!("not answered")
     };
     let want = hex::encode(
-        scheme::Algorithm::HmacSha256.mac(b"zoom-secret-token", &[b"qgg8vlvZRS6UYooatFL8Aw"]),
+        crypto::Algorithm::HmacSha256.mac(b"zoom-secret-token", &[b"qgg8vlvZRS6UYooatFL8Aw"]),
     );
     let json: serde_json::Value = serde_json::from_str(&r.body).unwrap();
     assert_eq!(json["plainToken"], "qgg8vlvZRS6UYooatFL8Aw");
@@ -228,7 +228,7 @@ fn linear_checks_the_body_timestamp_in_milliseconds() {
     let src = source("linear", &["lin-secret"]);
     let sign_body = |ts_ms: i64| {
         let body = format!(r#"{{"action":"create","webhookId":"w1","webhookTimestamp":{ts_ms}}}"#);
-        let mac = scheme::Algorithm::HmacSha256.mac(b"lin-secret", &[body.as_bytes()]);
+        let mac = crypto::Algorithm::HmacSha256.mac(b"lin-secret", &[body.as_bytes()]);
         (body, hex::encode(mac))
     };
     let (body, sig) = sign_body(NOW * 1000 + 500);
@@ -248,7 +248,7 @@ fn linear_checks_the_body_timestamp_in_milliseconds() {
     );
 }
 
-fn generic(provider: &str, secrets: &[&str], sig: provider::SignatureOverrides) -> Arc<Source> {
+fn generic(provider: &str, secrets: &[&str], sig: spec::SignatureOverrides) -> Arc<Source> {
     let base = Registry::builtin().get(provider).unwrap();
     let p = Arc::new(base.customized(Some(&sig), None).unwrap());
     assert!(p.incomplete.is_none());
@@ -264,18 +264,18 @@ fn generic(provider: &str, secrets: &[&str], sig: provider::SignatureOverrides) 
 
 #[test]
 fn generic_hmac_takes_everything_from_the_source() {
-    let o = provider::SignatureOverrides {
-        header: Some(provider::OneOrMany::One("X-Acme-Sig".into())),
-        algorithm: Some(scheme::Algorithm::HmacSha512),
-        encoding: Some(scheme::Encoding::Base64),
+    let o = spec::SignatureOverrides {
+        header: Some(spec::OneOrMany::One("X-Acme-Sig".into())),
+        algorithm: Some(crypto::Algorithm::HmacSha512),
+        encoding: Some(crypto::Encoding::Base64),
         prefix: Some("sha512=".into()),
         signed_content: Some("{header:X-Acme-Ts}.{body}".into()),
         ..Default::default()
     };
     let src = generic("hmac", &["acme-key"], o);
     let body = r#"{"id":"a-1"}"#;
-    let mac = scheme::Algorithm::HmacSha512.mac(b"acme-key", &[b"99.", body.as_bytes()]);
-    let sig = format!("sha512={}", scheme::Encoding::Base64.encode(&mac));
+    let mac = crypto::Algorithm::HmacSha512.mac(b"acme-key", &[b"99.", body.as_bytes()]);
+    let sig = format!("sha512={}", crypto::Encoding::Base64.encode(&mac));
     let h = [("x-acme-sig", sig.as_str()), ("x-acme-ts", "99")];
     assert_eq!(
         check(&src, &h, body, NOW).unwrap().event_id().as_str(),
@@ -315,8 +315,8 @@ fn bearer_and_basic_tokens() {
     let by_query = generic(
         "bearer",
         &["q-token"],
-        provider::SignatureOverrides {
-            header: Some(provider::OneOrMany::Many(vec![])),
+        spec::SignatureOverrides {
+            header: Some(spec::OneOrMany::Many(vec![])),
             query: Some("token".into()),
             ..Default::default()
         },
@@ -339,9 +339,9 @@ fn bearer_and_basic_tokens() {
     assert_eq!(r.unwrap_err(), VerifyError::InvalidSignature);
 
     let basic = source("basic", &["hook:pa55"]);
-    let good = format!("Basic {}", scheme::Encoding::Base64.encode(b"hook:pa55"));
+    let good = format!("Basic {}", crypto::Encoding::Base64.encode(b"hook:pa55"));
     assert!(check(&basic, &[("authorization", &good)], "{}", NOW).is_ok());
-    let bad = format!("Basic {}", scheme::Encoding::Base64.encode(b"hook:nope"));
+    let bad = format!("Basic {}", crypto::Encoding::Base64.encode(b"hook:nope"));
     assert_eq!(
         check(&basic, &[("authorization", &bad)], "{}", NOW).unwrap_err(),
         VerifyError::InvalidSignature

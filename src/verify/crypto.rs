@@ -1,5 +1,9 @@
-//! Signature primitives: algorithms, encodings, signed-content templates,
-//! keys and the constant-time comparison. Knows schemes, not providers.
+//! Cryptographic primitives every scheme builds on: MAC and digest
+//! algorithms, signature and secret encodings, [`SigningKey`] and the
+//! constant-time comparison.
+//!
+//! Rule: knows neither schemes nor providers; all MAC comparison goes
+//! through [`mac_eq`].
 
 use base64::Engine;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig};
@@ -9,7 +13,7 @@ use serde::Deserialize;
 use std::fmt;
 use subtle::ConstantTimeEq;
 
-use crate::config::secret::Secret;
+use crate::primitives::secret::Secret;
 
 /// Standard base64 that accepts input with or without padding.
 pub const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(

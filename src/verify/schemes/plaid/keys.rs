@@ -9,8 +9,8 @@
 //! With pinned keys nothing is ever fetched. The credentials never leave
 //! this module except in the request body to Plaid.
 
-use super::plaid::{Jwk, Key, Token, header_value};
-use crate::config::secret::Secret;
+use super::{Jwk, Key, Token, header_value};
+use crate::primitives::secret::Secret;
 use crate::verify::VerifyError;
 use http::HeaderMap;
 use std::collections::HashMap;

@@ -5,11 +5,15 @@
 //! Rule: only `alg = "ES256"` is accepted (no `none`, no HMAC with the
 //! public key as secret), the body hash is compared in constant time, and
 //! `iat` must lie within the source's tolerance (default 5 minutes). Keys
-//! come from `plaid_keys` (pinned, cached, or fetched from Plaid's API).
+//! come from [`keys`] (pinned, cached, or fetched from Plaid's API).
 
-use super::Ctx;
-use crate::verify::VerifyError;
-use crate::verify::scheme::mac_eq;
+pub mod keys;
+
+use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings, first_header};
+use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::sign::{PlaidSign, SignRequest, Signed, Signer};
+use crate::verify::source::{Resolve, SettingsTable, Source};
+use crate::verify::{Incoming, VerifyError};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use p256::ecdsa::signature::Verifier;
@@ -21,6 +25,119 @@ pub const HEADER: &str = "plaid-verification";
 /// A JWT of a few hundred bytes; anything far larger is not Plaid's.
 const MAX_TOKEN: usize = 4096;
 const MAX_KID: usize = 128;
+
+pub struct Plaid;
+
+impl SchemeDef for Plaid {
+    const DEFAULTS: Defaults = Defaults {
+        needs_secret: false,
+        ..Defaults::keyed(true, Algorithm::Sha256, Encoding::Hex)
+    };
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(|()| None)
+    }
+
+    /// Plaid signs with its own P-256 key, so this needs a test key.
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, req, .. } = *s;
+        let p = req.plaid.as_ref().ok_or(
+            "Plaid signs with its own private key: pass --private-key (a test P-256 key)",
+        )?;
+        out.headers
+            .push((first_header(&provider.signature), sign_token(p, req)?));
+        Ok(())
+    }
+
+    async fn fetch(
+        source: &Source,
+        incoming: &Incoming<'_>,
+        now: i64,
+    ) -> Result<Option<FetchedKey>, VerifyError> {
+        match &source.settings {
+            Some(SchemeSettings::Plaid(settings)) => {
+                let key = settings
+                    .key_for(incoming.headers, &incoming.body, source.tolerance, now)
+                    .await?;
+                Ok(Some(FetchedKey::Plaid(key)))
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
+/// `[sources.<name>.plaid]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Raw {
+    /// Plaid API client id (secret: `env:`, `file:` or literal). Required
+    /// unless `keys` are pinned.
+    pub client_id: Option<String>,
+    /// Plaid API secret for the chosen environment (`env:`, `file:` or
+    /// literal). Required unless `keys` are pinned.
+    pub secret: Option<String>,
+    /// `production` (default) or `sandbox`: which Plaid host the keys are
+    /// fetched from (`production.plaid.com` / `sandbox.plaid.com`).
+    #[serde(default = "default_environment")]
+    pub environment: String,
+    /// Pinned verification keys, each a JWK as JSON (or `file:PATH` /
+    /// `env:NAME`): nothing is ever fetched (air-gapped installs).
+    #[serde(default)]
+    pub keys: Vec<String>,
+    /// Replaces Plaid's API host; accepted for loopback URLs only (tests).
+    pub api_base: Option<String>,
+}
+
+fn default_environment() -> String {
+    "production".into()
+}
+
+impl SettingsTable for Raw {
+    const SCHEME: Scheme = Scheme::Plaid;
+    const TABLE: &'static str = "plaid";
+    const TITLE: &'static str = "Plaid";
+
+    fn build(&self, key: &str, cx: &mut dyn Resolve) -> Option<SchemeSettings> {
+        let environment = keys::Environment::parse(&self.environment)
+            .map_err(|e| cx.problem(&format!("{key}.environment"), e))
+            .ok()?;
+        let client_id = match &self.client_id {
+            Some(r) => Some(cx.secret(&format!("{key}.client_id"), r)?),
+            None => None,
+        };
+        let secret = match &self.secret {
+            Some(r) => Some(cx.secret(&format!("{key}.secret"), r)?),
+            None => None,
+        };
+        let credentials = match (client_id, secret) {
+            (Some(client_id), Some(secret)) => Some(keys::Credentials { client_id, secret }),
+            (None, None) => None,
+            (Some(_), None) => {
+                cx.problem(&format!("{key}.secret"), "set together with client_id".into());
+                return None;
+            }
+            (None, Some(_)) => {
+                cx.problem(&format!("{key}.client_id"), "set together with secret".into());
+                return None;
+            }
+        };
+        let mut pinned = Vec::new();
+        for (i, r) in self.keys.iter().enumerate() {
+            pinned.push(cx.secret(&format!("{key}.keys[{i}]"), r)?.expose().to_owned());
+        }
+        keys::Settings::new(credentials, environment, &pinned, self.api_base.as_deref())
+            .map(|s| SchemeSettings::Plaid(Box::new(s)))
+            .map_err(|e| cx.problem(key, e))
+            .ok()
+    }
+
+    fn missing(key: &str, cx: &mut dyn Resolve) {
+        cx.problem(
+            key,
+            "set [sources.<name>.plaid] client_id and secret (or pin keys)".into(),
+        );
+    }
+}
 
 /// One of Plaid's verification keys.
 #[derive(Debug, Clone)]
@@ -154,9 +271,11 @@ pub fn header_value(headers: &http::HeaderMap) -> Result<&str, VerifyError> {
     v.to_str().map_err(|_| malformed("not visible ASCII"))
 }
 
-pub fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
+fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
     let token = Token::parse(header_value(ctx.fields.headers())?)?;
-    let key = ctx.plaid_key().ok_or(VerifyError::MissingSignature)?;
+    let Some(FetchedKey::Plaid(key)) = ctx.fetched else {
+        return Err(VerifyError::MissingSignature);
+    };
     token.check_signature(key, ctx.now)?;
     token.check_claims(ctx.fields.body(), ctx.now, ctx.source.tolerance)
 }
@@ -220,4 +339,37 @@ pub fn public_jwk(kid: &str, key: &VerifyingKey) -> String {
         "expired_at": null,
     })
     .to_string()
+}
+
+/// A `Plaid-Verification` token: ES256 over `{"alg","kid","typ"}` and
+/// `{"iat","request_body_sha256"}`.
+pub fn sign_token(p: &PlaidSign<'_>, req: &SignRequest<'_>) -> Result<String, String> {
+    use p256::ecdsa::signature::Signer;
+    let key = secret_key(p)?;
+    let header = serde_json::json!({"alg": "ES256", "kid": p.kid, "typ": "JWT"});
+    let claims = serde_json::json!({
+        "iat": req.timestamp,
+        "request_body_sha256": hex::encode(Algorithm::Sha256.digest(&[req.body])),
+    });
+    let input = format!(
+        "{}.{}",
+        B64URL.encode(header.to_string()),
+        B64URL.encode(claims.to_string())
+    );
+    let sig: p256::ecdsa::Signature = p256::ecdsa::SigningKey::from(key).sign(input.as_bytes());
+    Ok(format!("{input}.{}", B64URL.encode(sig.to_bytes())))
+}
+
+fn secret_key(p: &PlaidSign<'_>) -> Result<p256::SecretKey, String> {
+    use p256::pkcs8::DecodePrivateKey;
+    p256::SecretKey::from_pkcs8_pem(p.private_key_pem)
+        .or_else(|_| p256::SecretKey::from_sec1_pem(p.private_key_pem))
+        .map_err(|_| "--private-key is not a P-256 private key (PEM)".to_owned())
+}
+
+/// The JWK a source pins (`[sources.<name>.plaid] keys`) to accept what
+/// the signer signs with this test key.
+pub fn signing_key_jwk(p: &PlaidSign<'_>) -> Result<String, String> {
+    let public = secret_key(p)?.public_key();
+    Ok(public_jwk(p.kid, &VerifyingKey::from(public)))
 }

@@ -1,0 +1,377 @@
+//! Validation of a [`RawConfig`] into a [`Config`], one section at a time.
+//!
+//! Rule: every problem is collected (not just the first) under the key path
+//! it came from, in file order; no message carries a secret value. What a
+//! scheme's own `[sources.<name>.<scheme>]` table means is checked by that
+//! scheme (`verify::source::settings_from`), not here.
+
+use super::raw::{self, RawConfig};
+use super::redis_url::RedisTopology;
+use super::{Config, ConfigError, Database, Dedup, Delivery, Server, Storage, Target};
+use crate::primitives::secret::Secret;
+use crate::verify::client_ip::parse_net;
+use crate::verify::crypto::SigningKey;
+use crate::verify::provider::Provider;
+use crate::verify::registry::Registry;
+use crate::verify::source::{Resolve, Source, settings_from};
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Checks every section of `raw`; `base` anchors `file:` secrets and
+/// `providers_dir`.
+pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config, ConfigError> {
+    let mut v = Validator {
+        base,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut providers = Registry::builtin();
+    if let Some(dir) = &raw.server.providers_dir
+        && let Err(e) = providers.load_dir(&base.join(dir))
+    {
+        v.problem("server.providers_dir", e.to_string());
+    }
+    let server = server(raw.server, &mut v);
+    let storage = storage(raw.storage, &mut v);
+    let dedup = dedup(raw.dedup, &mut v);
+    let delivery = delivery(raw.delivery);
+    let targets = targets(raw.targets, &mut v);
+    let sources = sources(raw.sources, &providers, &targets, &mut v);
+
+    if v.problems.is_empty() {
+        Ok(Config {
+            origin: origin.to_owned(),
+            server,
+            storage,
+            dedup,
+            delivery,
+            sources,
+            targets,
+            providers,
+            warnings: v.warnings,
+        })
+    } else {
+        Err(ConfigError {
+            origin: origin.to_owned(),
+            problems: v.problems,
+        })
+    }
+}
+
+fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
+    let listen = raw.listen.parse().unwrap_or_else(|_| {
+        v.problem(
+            "server.listen",
+            format!("`{}` is not an address like 127.0.0.1:8080", raw.listen),
+        );
+        SocketAddr::from(([127, 0, 0, 1], 8080))
+    });
+    if raw.max_body_bytes == 0 {
+        v.problem("server.max_body_bytes", "must be greater than 0".into());
+    }
+    let admin_token = raw
+        .admin_token
+        .as_deref()
+        .and_then(|r| v.secret("server.admin_token", r));
+    let trusted_proxies = nets(&raw.trusted_proxies, "server.trusted_proxies", v);
+    Server {
+        trusted_proxies,
+        listen,
+        max_body_bytes: raw.max_body_bytes as usize,
+        admin_token,
+        log_format: raw.log_format,
+        log_level: raw.log_level,
+        request_timeout: raw.request_timeout.0,
+        shutdown_grace: raw.shutdown_grace.0,
+    }
+}
+
+fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
+    let database = match raw.database_url.as_deref() {
+        None => Some(Database::Sqlite("sqlite://hookgate.db".into())),
+        Some(r) => match Secret::resolve_optional(r, v.base) {
+            Ok(None) => Some(Database::Sqlite("sqlite://hookgate.db".into())),
+            Ok(Some(url)) => Database::parse(url)
+                .map_err(|e| v.problem("storage.database_url", e))
+                .ok(),
+            Err(e) => {
+                v.problem("storage.database_url", e.to_string());
+                None
+            }
+        },
+    };
+    let redis_url = match raw.redis_url.as_deref() {
+        None => None,
+        Some(r) => match Secret::resolve_optional(r, v.base) {
+            Ok(Some(url)) => match RedisTopology::parse(url.expose()) {
+                Ok(_) => Some(url),
+                Err(e) => {
+                    v.problem("storage.redis_url", e);
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                v.problem("storage.redis_url", e.to_string());
+                None
+            }
+        },
+    };
+    if !valid_name(&raw.key_prefix) {
+        v.problem(
+            "storage.key_prefix",
+            "use letters, digits, `-` and `_`".into(),
+        );
+    }
+    Storage {
+        database: database.unwrap_or(Database::Sqlite("sqlite://hookgate.db".into())),
+        redis_url,
+        migrate: raw.migrate,
+        key_prefix: raw.key_prefix,
+        cache_capacity: raw.cache_capacity,
+        redis_timeout: raw.redis_timeout.0,
+        max_connections: raw.max_connections,
+    }
+}
+
+fn dedup(raw: raw::RawDedup, v: &mut Validator<'_>) -> Dedup {
+    let dedup = Dedup {
+        claim_ttl: raw.claim_ttl.0,
+        cache_ttl: raw.cache_ttl.0,
+        inflight_wait: raw.inflight_wait.0,
+        purge_interval: raw.purge_interval.0,
+        stats_flush_interval: raw.stats_flush_interval.0,
+    };
+    if dedup.claim_ttl < Duration::from_millis(100) {
+        v.problem("dedup.claim_ttl", "must be at least 100ms".into());
+    }
+    dedup
+}
+
+fn delivery(raw: raw::RawDelivery) -> Delivery {
+    Delivery {
+        enabled: raw.enabled,
+        max_in_flight: raw.max_in_flight.max(1),
+        poll_interval: raw.poll_interval.0,
+        backoff_base: raw.backoff_base.0,
+        backoff_max: raw.backoff_max.0,
+        lease: raw.lease.0,
+    }
+}
+
+fn targets(
+    raw: BTreeMap<String, raw::RawTarget>,
+    v: &mut Validator<'_>,
+) -> BTreeMap<String, Arc<Target>> {
+    let mut targets = BTreeMap::new();
+    for (name, t) in raw {
+        let key = format!("targets.{name}");
+        if !valid_name(&name) {
+            v.problem(&key, "target names use letters, digits, `-` and `_`".into());
+        }
+        if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
+            v.problem(
+                &format!("{key}.url"),
+                "must be an http:// or https:// URL".into(),
+            );
+        }
+        if t.max_attempts == 0 {
+            v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
+        }
+        let signing_key = t.signing_secret.as_deref().and_then(|r| {
+            let s = v.secret(&format!("{key}.signing_secret"), r)?;
+            Some(SigningKey::standard_webhooks(&s))
+        });
+        targets.insert(
+            name.clone(),
+            Arc::new(Target {
+                name,
+                url: t.url,
+                timeout: t.timeout.0,
+                max_attempts: t.max_attempts,
+                signing_key,
+                concurrency: t.concurrency.max(1),
+            }),
+        );
+    }
+    targets
+}
+
+fn sources(
+    raw: BTreeMap<String, raw::RawSource>,
+    providers: &Registry,
+    targets: &BTreeMap<String, Arc<Target>>,
+    v: &mut Validator<'_>,
+) -> BTreeMap<String, Arc<Source>> {
+    let mut sources = BTreeMap::new();
+    for (name, s) in raw {
+        let key = format!("sources.{name}");
+        if let Some(source) = source(name.clone(), s, &key, providers, targets, v) {
+            sources.insert(name, Arc::new(source));
+        }
+    }
+    sources
+}
+
+/// One source; `None` when its provider could not be resolved (the rest of
+/// the source cannot be checked without it).
+fn source(
+    name: String,
+    s: raw::RawSource,
+    key: &str,
+    providers: &Registry,
+    targets: &BTreeMap<String, Arc<Target>>,
+    v: &mut Validator<'_>,
+) -> Option<Source> {
+    if !valid_name(&name) {
+        v.problem(key, "source names use letters, digits, `-` and `_`".into());
+    }
+    let provider = source_provider(&s, key, providers, v)?;
+    if let Some(why) = &provider.incomplete {
+        v.problem(&format!("{key}.signature"), why.clone());
+    }
+    if s.secrets.is_empty() && provider.needs_secret() {
+        v.problem(
+            &format!("{key}.secrets"),
+            "at least one secret is required".into(),
+        );
+    }
+    let mut keys = Vec::new();
+    for (i, r) in s.secrets.iter().enumerate() {
+        let k = format!("{key}.secrets[{i}]");
+        if let Some(secret) = v.secret(&k, r) {
+            match provider.signing_key(&secret) {
+                Ok(sk) => keys.push(sk),
+                Err(e) => v.problem(&k, e),
+            }
+        }
+    }
+    for t in &s.targets {
+        if !targets.contains_key(t) {
+            v.problem(
+                &format!("{key}.targets"),
+                format!("unknown target `{t}` (define it under [targets.{t}])"),
+            );
+        }
+    }
+    if provider.needs_public_url() && s.public_url.is_none() {
+        v.problem(
+            &format!("{key}.public_url"),
+            format!("provider `{}` signs the URL: set public_url", provider.name),
+        );
+    }
+    let allow_ips = nets(&s.allow_ips, &format!("{key}.allow_ips"), v);
+    if provider.needs_allow_ips() && s.allow_ips.is_empty() {
+        v.problem(
+            &format!("{key}.allow_ips"),
+            format!(
+                "provider `{}` sends unsigned requests: list the provider's addresses in allow_ips",
+                provider.name
+            ),
+        );
+    }
+    // Every scheme's table, in file order; at most one matches the scheme.
+    let settings = [
+        settings_from(s.paypal.as_ref(), &provider, key, v),
+        settings_from(s.plaid.as_ref(), &provider, key, v),
+        settings_from(s.braintree.as_ref(), &provider, key, v),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    Some(Source {
+        allow_ips,
+        settings,
+        tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
+        name,
+        provider,
+        keys,
+        dedup_window: s.dedup_window.0,
+        targets: s.targets,
+        public_url: s.public_url,
+    })
+}
+
+/// The source's provider, with its `[signature]` / `[event_id]` overrides
+/// applied and checked.
+fn source_provider(
+    s: &raw::RawSource,
+    key: &str,
+    providers: &Registry,
+    v: &mut Validator<'_>,
+) -> Option<Arc<Provider>> {
+    let Some(base) = providers.get(&s.provider) else {
+        v.problem(
+            &format!("{key}.provider"),
+            format!(
+                "unknown provider `{}` (known: {})",
+                s.provider,
+                providers.names().join(", ")
+            ),
+        );
+        return None;
+    };
+    if s.signature.is_none() && s.event_id.is_none() {
+        return Some(base);
+    }
+    match base.customized(s.signature.as_ref(), s.event_id.as_ref()) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            let k = if s.signature.is_some() {
+                "signature"
+            } else {
+                "event_id"
+            };
+            v.problem(&format!("{key}.{k}"), e);
+            None
+        }
+    }
+}
+
+/// Addresses or CIDR blocks listed under `key`; each bad entry is a
+/// problem at `key[i]`.
+fn nets(list: &[String], key: &str, v: &mut Validator<'_>) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for (i, a) in list.iter().enumerate() {
+        match parse_net(a) {
+            Ok(n) => out.push(n),
+            Err(e) => v.problem(&format!("{key}[{i}]"), e),
+        }
+    }
+    out
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Collects problems and warnings; resolves secrets relative to `base`.
+struct Validator<'a> {
+    base: &'a Path,
+    problems: Vec<(String, String)>,
+    warnings: Vec<String>,
+}
+
+impl Resolve for Validator<'_> {
+    fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {
+        Secret::resolve(reference, self.base)
+            .map_err(|e| self.problem(key, e.to_string()))
+            .ok()
+    }
+
+    fn problem(&mut self, key: &str, msg: String) {
+        self.problems.push((key.to_owned(), msg));
+    }
+
+    fn warning(&mut self, msg: String) {
+        self.warnings.push(msg);
+    }
+}

@@ -1,0 +1,51 @@
+//! HTTP Basic credentials: `Authorization: Basic base64(user:password)`,
+//! compared with the configured `user:password` as SHA-256 digests in
+//! constant time (see `token`). It authenticates the sender, not the body.
+
+use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
+use super::{Ctx, Defaults, SchemeDef, first_header};
+use crate::verify::VerifyError;
+use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding};
+use crate::verify::sign::{Signed, Signer};
+use base64::Engine;
+
+pub struct Basic;
+
+impl SchemeDef for Basic {
+    const DEFAULTS: Defaults = Defaults::keyed(true, Algorithm::Sha256, Encoding::Base64);
+
+    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        verify(ctx).map(Some)
+    }
+
+    fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+        let Signer { provider, key, .. } = *s;
+        let creds = base64::engine::general_purpose::STANDARD.encode(key.bytes());
+        out.headers.push((
+            first_header(&provider.signature),
+            format!("Basic {creds}"),
+        ));
+        Ok(())
+    }
+}
+
+fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+    let v = ctx
+        .sig
+        .headers
+        .iter()
+        .find_map(|h| ctx.fields.headers().get(h.as_str()))
+        .ok_or(VerifyError::MissingSignature)?;
+    let v = header_text(v)?;
+    let encoded = strip_prefix_ignore_case(v, "basic ").ok_or(VerifyError::MalformedSignature(
+        "expected Basic credentials",
+    ))?;
+    let decoded = BASE64_LENIENT
+        .decode(encoded.trim())
+        .map_err(|_| VerifyError::MalformedSignature("credentials are not base64"))?;
+    if !decoded.contains(&b':') {
+        return Err(VerifyError::MalformedSignature("expected user:password"));
+    }
+    matching_secret(ctx, &decoded)
+}
+

@@ -1,0 +1,25 @@
+//! Unsigned providers (YooKassa): nothing to verify. Config validation
+//! requires such a source to list the provider's addresses in `allow_ips`.
+
+use super::{Ctx, Defaults, SchemeDef};
+use crate::verify::VerifyError;
+use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::sign::{Signed, Signer};
+
+pub struct Unsigned;
+
+impl SchemeDef for Unsigned {
+    const DEFAULTS: Defaults = Defaults {
+        needs_secret: false,
+        needs_allow_ips: true,
+        ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex)
+    };
+
+    fn verify(_ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+        Ok(None)
+    }
+
+    fn sign(_s: &Signer<'_>, _out: &mut Signed) -> Result<(), String> {
+        Ok(())
+    }
+}

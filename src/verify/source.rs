@@ -1,0 +1,90 @@
+//! A source as verification sees it: one provider endpoint
+//! (`POST /webhooks/<name>`) with its keys and settings. Config validation
+//! builds it; the scheme-specific part of that work is done here, by the
+//! scheme that owns the settings, through [`settings_from`].
+//!
+//! Rule: no secret reaches `Debug` output; problems are reported with the
+//! key path they came from, never with a secret value.
+
+use super::crypto::SigningKey;
+use super::provider::Provider;
+use super::schemes::{Scheme, SchemeSettings};
+use crate::primitives::secret::Secret;
+use ipnet::IpNet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One provider endpoint: `POST /webhooks/<name>`.
+#[derive(Debug)]
+pub struct Source {
+    pub name: String,
+    pub provider: Arc<Provider>,
+    /// Decoded verification keys; several = rotation.
+    pub keys: Vec<SigningKey>,
+    pub tolerance: Duration,
+    pub dedup_window: Duration,
+    pub targets: Vec<String>,
+    pub public_url: Option<String>,
+    /// Client address allowlist; empty = everyone.
+    pub allow_ips: Vec<IpNet>,
+    /// The scheme's own settings: PayPal's webhook id and certificate
+    /// handling, Plaid's key fetching or pinned keys, Braintree's public key.
+    pub settings: Option<SchemeSettings>,
+}
+
+/// What building a scheme's settings needs from config validation:
+/// secret resolution and somewhere to report findings by key path.
+pub trait Resolve {
+    /// Resolves an `env:` / `file:` / literal reference; a failure is
+    /// reported under `key` and gives `None`.
+    fn secret(&mut self, key: &str, reference: &str) -> Option<Secret>;
+    /// A problem that makes the config invalid.
+    fn problem(&mut self, key: &str, msg: String);
+    /// A finding that does not stop the config from loading.
+    fn warning(&mut self, msg: String);
+}
+
+/// A scheme's `[sources.<name>.<TABLE>]` table as written in the config.
+pub trait SettingsTable {
+    /// The scheme that reads this table.
+    const SCHEME: Scheme;
+    /// The table's name under `[sources.<name>]`.
+    const TABLE: &'static str;
+    /// The provider family, for "provider `x` is not …".
+    const TITLE: &'static str;
+
+    /// Checks the table and builds the settings; problems go to `cx`
+    /// under `key` (`sources.<name>.<TABLE>`) or a key below it.
+    fn build(&self, key: &str, cx: &mut dyn Resolve) -> Option<SchemeSettings>;
+
+    /// The source uses [`Self::SCHEME`] but has no table.
+    fn missing(key: &str, cx: &mut dyn Resolve);
+}
+
+/// The settings one table contributes to a source whose key path is
+/// `source_key`: built when the provider uses the table's scheme, reported
+/// as missing (per the scheme) when it is absent, and refused when the
+/// provider uses another scheme.
+pub fn settings_from<T: SettingsTable>(
+    raw: Option<&T>,
+    provider: &Provider,
+    source_key: &str,
+    cx: &mut dyn Resolve,
+) -> Option<SchemeSettings> {
+    let key = format!("{source_key}.{}", T::TABLE);
+    match (raw, provider.signature.scheme == T::SCHEME) {
+        (Some(raw), true) => raw.build(&key, cx),
+        (None, true) => {
+            T::missing(&key, cx);
+            None
+        }
+        (Some(_), false) => {
+            cx.problem(
+                &key,
+                format!("provider `{}` is not {}", provider.name, T::TITLE),
+            );
+            None
+        }
+        (None, false) => None,
+    }
+}
