@@ -33,15 +33,7 @@ pub struct App {
 impl App {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let config = Arc::new(config);
-        let ledger = store::connect(&config.storage.database, config.storage.max_connections)
-            .await
-            .with_context(|| format!("opening ledger {}", config.storage.database.display()))?;
-        if config.storage.migrate {
-            ledger
-                .migrate()
-                .await
-                .with_context(|| format!("migrating {}", config.storage.database.display()))?;
-        }
+        let ledger = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
             Some(url) => Arc::new(
                 RedisCache::connect(url, config.storage.redis_timeout)
@@ -146,6 +138,21 @@ impl App {
         tracing::info!("hookgate stopped");
         Ok(())
     }
+}
+
+/// Connects the ledger and, unless told not to, migrates it.
+async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
+    let db = &config.storage.database;
+    let ledger = store::connect(db, config.storage.max_connections)
+        .await
+        .with_context(|| format!("opening ledger {}", db.display()))?;
+    if config.storage.migrate {
+        ledger
+            .migrate()
+            .await
+            .with_context(|| format!("migrating {}", db.display()))?;
+    }
+    Ok(ledger)
 }
 
 /// Adds this instance's counter deltas to the ledger every `every` until

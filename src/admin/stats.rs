@@ -47,30 +47,8 @@ pub async fn snapshot(
             })
             .collect();
         let rejected_total: i64 = rejected.values().filter_map(Value::as_i64).sum();
-        let mut targets = Map::new();
-        let (mut delivered, mut pending, mut retrying, mut dead) = (0, 0, 0, 0);
-        for t in &src.targets {
-            let count = |o: DeliveryOutcome| get(name, &format!("targets.{t}.{}", o.as_str()));
-            let d = count(DeliveryOutcome::Delivered);
-            let p = state(name, t, "pending");
-            let r = state(name, t, "retrying");
-            let x = state(name, t, "dead");
-            delivered += d;
-            pending += p;
-            retrying += r;
-            dead += x;
-            targets.insert(
-                t.clone(),
-                json!({
-                    "delivered": d,
-                    "pending": p,
-                    "retrying": r,
-                    "dead": x,
-                    "dead_total": count(DeliveryOutcome::Dead),
-                    "failed_attempts": count(DeliveryOutcome::Failed),
-                }),
-            );
-        }
+        let (targets, [delivered, pending, retrying, dead]) =
+            targets_doc(&src.targets, &|n| get(name, n), &|t, st| state(name, t, st));
         let (dc, dl) = (
             get(name, "duplicates.cache"),
             get(name, "duplicates.ledger"),
@@ -97,4 +75,38 @@ pub async fn snapshot(
         );
     }
     Ok(json!({ "sources": sources }))
+}
+
+/// Per-target counts of one source, and their sums
+/// `[delivered, pending, retrying, dead]`.
+fn targets_doc(
+    names: &[String],
+    get: &dyn Fn(&str) -> i64,
+    state: &dyn Fn(&str, &str) -> i64,
+) -> (Map<String, Value>, [i64; 4]) {
+    let mut targets = Map::new();
+    let (mut delivered, mut pending, mut retrying, mut dead) = (0, 0, 0, 0);
+    for t in names {
+        let count = |o: DeliveryOutcome| get(&format!("targets.{t}.{}", o.as_str()));
+        let d = count(DeliveryOutcome::Delivered);
+        let p = state(t, "pending");
+        let r = state(t, "retrying");
+        let x = state(t, "dead");
+        delivered += d;
+        pending += p;
+        retrying += r;
+        dead += x;
+        targets.insert(
+            t.clone(),
+            json!({
+                "delivered": d,
+                "pending": p,
+                "retrying": r,
+                "dead": x,
+                "dead_total": count(DeliveryOutcome::Dead),
+                "failed_attempts": count(DeliveryOutcome::Failed),
+            }),
+        );
+    }
+    (targets, [delivered, pending, retrying, dead])
 }

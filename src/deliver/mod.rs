@@ -183,18 +183,12 @@ async fn target_loop(
     }
 }
 
-/// One attempt: POST, classify, record. Recording is retried briefly: if it
-/// still fails, the lease expires and the event is sent again (at least once).
-#[tracing::instrument(skip_all, fields(target = %target.name, source = %row.source, event.id = %row.event_id))]
-async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
-    let number = row.attempts + 1;
-    let started_at = Millis::now();
-    let t0 = Instant::now();
-    let req = request::build(&ctx.client, target, &row, number, started_at.as_secs());
-    let result = req.send().await;
-    let latency_ms = t0.elapsed().as_millis() as i64;
-
-    let (status, error, retry_after) = match &result {
+/// What a target's answer means: (HTTP status, error text if it failed,
+/// the `Retry-After` it asked for on 429/503).
+fn classify(
+    result: &Result<reqwest::Response, reqwest::Error>,
+) -> (Option<i32>, Option<String>, Option<Duration>) {
+    match result {
         Ok(res) => {
             let s = res.status();
             let ra = if s.as_u16() == 429 || s.as_u16() == 503 {
@@ -211,7 +205,21 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
         Err(e) if e.is_timeout() => (None, Some("timeout".to_owned()), None),
         Err(e) if e.is_connect() => (None, Some("connection failed".to_owned()), None),
         Err(e) => (None, Some(format!("request failed: {e}")), None),
-    };
+    }
+}
+
+/// One attempt: POST, classify, record. Recording is retried briefly: if it
+/// still fails, the lease expires and the event is sent again (at least once).
+#[tracing::instrument(skip_all, fields(target = %target.name, source = %row.source, event.id = %row.event_id))]
+async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
+    let number = row.attempts + 1;
+    let started_at = Millis::now();
+    let t0 = Instant::now();
+    let req = request::build(&ctx.client, target, &row, number, started_at.as_secs());
+    let result = req.send().await;
+    let latency_ms = t0.elapsed().as_millis() as i64;
+
+    let (status, error, retry_after) = classify(&result);
     let delivered = error.is_none();
     let next = if delivered {
         NextState::Delivered

@@ -1,4 +1,4 @@
-//! The dedup contract (DESIGN.md state machine), on PostgreSQL + Redis and
+//! The dedup contract (the state machine in docs/design.md), on PostgreSQL + Redis and
 //! on the embedded default.
 
 use crate::both_backends;

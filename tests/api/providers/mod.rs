@@ -190,7 +190,7 @@ async fn payment_providers_verify_and_answer_per_provider() {
     assert_eq!(app.rows("adyen", "PSP-HTTP-1:AUTHORISATION:true").await, 1);
 
     // GoCardless V11 (gocardless-pro-python tests): batch key; 498 when forged.
-    let gc = include_bytes!("../../fixtures/vectors/gocardless_a5.json");
+    let gc = include_bytes!("../../fixtures/vectors/gocardless_vector.json");
     // V11's signature was made with another endpoint secret: forged here.
     let gc_src_sig = "2693754819d3e32d7e8fcb13c729631f316c6de8dc1cf634d6527f1c07276e7e";
     let sig = hex256(b"gc-secret", gc);
@@ -275,7 +275,7 @@ async fn payment_providers_verify_and_answer_per_provider() {
     );
 
     // Razorpay V10 (razorpay-python tests): event id from x-razorpay-event-id.
-    let rz = include_bytes!("../../fixtures/vectors/razorpay_a4.json");
+    let rz = include_bytes!("../../fixtures/vectors/razorpay_vector.json");
     let hdr = h(&[
         (
             "X-Razorpay-Signature",
