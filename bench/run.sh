@@ -227,7 +227,7 @@ cpu() {
   local vals
   vals=$(awk -v n="$4" -v hz="$CLK_TCK" '
     NR == FNR { if ($3 != "") before[$1 " " $2] = $3; next }
-    $3 != "" { d[$1] += $3 - ((($1 " " $2) in before) ? before[$1 " " $2] : $3 * 0) }
+    $3 != "" { d[$1] += $3 - ((($1 " " $2) in before) ? before[$1 " " $2] : 0) }
     END { for (k in d) if (n > 0) printf "%s %.1f\n", k, d[k] * 1e6 / hz / n }' "$2" "$3")
   local k v
   while read -r k v; do [[ -n $k ]] && rec "$1.cpu_$k" "$v"; done <<<"$vals"
