@@ -207,7 +207,7 @@ pub(crate) fn check_with(
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
-        headers: request::forwardable(incoming.headers),
+        headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
     }))

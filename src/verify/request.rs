@@ -198,17 +198,121 @@ const HOP_BY_HOP: &[&str] = &[
     "expect",
 ];
 
-/// The provider's headers as they will be forwarded: hop-by-hop headers,
-/// Host, Content-Length and any client-sent `Hookgate-*` removed.
-pub fn forwardable(headers: &HeaderMap) -> Vec<(String, String)> {
+/// Headers a client (or a proxy in front of hookgate) uses to name the
+/// client; passed on only to targets with `forward_proxy_headers`.
+pub const PROXY_HEADERS: &[&str] = &[
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
+    "x-forwarded-prefix",
+    "x-real-ip",
+];
+
+/// Headers that carry a credential whatever the scheme: never stored or
+/// forwarded unless a target of the source sets `forward_credentials`.
+const ALWAYS_CREDENTIALS: &[&str] = &["authorization", "cookie"];
+
+/// Which of the normally withheld headers a source stores (because one of
+/// its targets forwards them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    pub credentials: bool,
+    pub proxy_headers: bool,
+}
+
+/// The headers holding `provider`'s credential: `Authorization` and
+/// `Cookie` always, plus the header a shared-secret scheme (bearer, token,
+/// basic) reads its secret from. A MAC signature is not a credential (it
+/// only vouches for this one body) and is forwarded.
+pub fn credential_headers(provider: &super::provider::Provider) -> Vec<String> {
+    use super::schemes::Scheme;
+    let mut out: Vec<String> = ALWAYS_CREDENTIALS.iter().map(|h| (*h).to_owned()).collect();
+    if matches!(provider.signature.scheme, Scheme::Token | Scheme::Basic) {
+        for h in &provider.signature.headers {
+            let h = h.to_ascii_lowercase();
+            if !out.contains(&h) {
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
+/// The header names withheld from a destination that does (or does not)
+/// take credentials and proxy headers.
+pub fn withheld(provider: &super::provider::Provider, keep: Keep) -> Vec<String> {
+    let mut out = Vec::new();
+    if !keep.credentials {
+        out.extend(credential_headers(provider));
+    }
+    if !keep.proxy_headers {
+        out.extend(PROXY_HEADERS.iter().map(|h| (*h).to_owned()));
+    }
+    out
+}
+
+/// The provider's headers as they will be stored and forwarded: hop-by-hop
+/// headers, the headers the client's `Connection` header names, Host,
+/// Content-Length, any client-sent `Hookgate-*`, and every name in
+/// `withheld` removed. A value that is not ASCII is kept: as text when it
+/// is UTF-8, otherwise read as ISO-8859-1 (RFC 9110 §5.5's `obs-text`).
+pub fn forwardable(headers: &HeaderMap, withheld: &[String]) -> Vec<(String, String)> {
+    let named_by_connection: Vec<String> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
     headers
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
-            !HOP_BY_HOP.contains(&n) && !n.starts_with("hookgate-")
+            !HOP_BY_HOP.contains(&n)
+                && !n.starts_with("hookgate-")
+                && !named_by_connection.iter().any(|c| c == n)
+                && !withheld.iter().any(|w| w == n)
         })
-        .filter_map(|(name, value)| {
-            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-        })
+        .map(|(name, value)| (name.as_str().to_owned(), header_text(value.as_bytes())))
         .collect()
+}
+
+/// A header value's bytes as text: UTF-8 when valid, else ISO-8859-1.
+pub fn header_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn headers_named_by_connection_and_withheld_ones_are_not_forwarded() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive, X-Hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        h.insert("authorization", HeaderValue::from_static("Bearer t"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        let withheld = vec!["authorization".to_owned(), "x-forwarded-for".to_owned()];
+        let out = forwardable(&h, &withheld);
+        assert_eq!(out, vec![("x-kept".to_owned(), "yes".to_owned())]);
+    }
+
+    #[test]
+    fn non_ascii_header_values_survive() {
+        let mut h = HeaderMap::new();
+        h.insert("x-name", HeaderValue::from_bytes("Zoë".as_bytes()).unwrap());
+        h.insert("x-latin1", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        let out = forwardable(&h, &[]);
+        assert!(out.contains(&("x-name".to_owned(), "Zoë".to_owned())));
+        assert!(out.contains(&("x-latin1".to_owned(), "café".to_owned())));
+    }
 }

@@ -36,7 +36,9 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         public_url: None,
         allow_ips: vec![],
         settings: None,
+        withheld: vec![],
     };
+    s.withheld = crate::verify::request::withheld(&s.provider, Default::default());
     edit(&mut s);
     Arc::new(s)
 }
