@@ -114,6 +114,11 @@ impl<'a> Fields<'a> {
             .alternatives
             .iter()
             .find_map(|l| self.locate(l, pairs))?;
+        let v = if lookup.trim_line_feeds {
+            v.trim_end_matches('\n').to_owned()
+        } else {
+            v
+        };
         Some(if lookup.lowercase {
             v.to_lowercase()
         } else {
