@@ -112,7 +112,7 @@ fn mercadopago_accepts_an_alphanumeric_id_lowercased_or_as_received() {
 fn every_timestamped_provider_refuses_timestamps_beyond_tolerance_in_the_future() {
     let reg = Registry::builtin();
     for name in reg.names() {
-        let p = reg.get(&name).unwrap();
+        let p = reg.get(name).unwrap();
         if let Some(t) = &p.timestamp {
             assert!(t.reject_future, "{name} accepts future timestamps");
         }
