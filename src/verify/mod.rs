@@ -12,6 +12,7 @@
 pub mod client_ip;
 pub mod crypto;
 pub mod event_id;
+pub mod fetch_budget;
 pub mod locator;
 pub mod provider;
 pub mod registry;
