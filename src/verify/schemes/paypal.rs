@@ -118,7 +118,7 @@ impl SettingsTable for Raw {
             cert.as_ref().map(Secret::expose),
             self.cert_hosts.clone(),
         )
-        .map(SchemeSettings::Paypal)
+        .map(|s| SchemeSettings::Paypal(Box::new(s)))
         .map_err(|e| cx.problem(key, e))
         .ok()
     }
