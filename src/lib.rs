@@ -21,6 +21,8 @@ pub mod config;
 pub mod dedup;
 pub mod deliver;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ingest;
 pub mod primitives;

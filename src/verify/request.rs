@@ -46,10 +46,18 @@ impl<'a> Fields<'a> {
         self.body
     }
 
-    /// The body as JSON (parsed at most once).
+    /// The body as JSON (parsed at most once). A body nested deeper than
+    /// [`MAX_JSON_DEPTH`] is not parsed at all: this may run before the
+    /// signature is checked (Adyen, T-Bank, Linear's timestamp), and a
+    /// deep body costs far more than its size. Its size is already bounded
+    /// by `max_body_bytes`.
     pub fn json(&self) -> Option<&Value> {
         self.json
-            .get_or_init(|| serde_json::from_slice(self.body).ok())
+            .get_or_init(|| {
+                json_depth_within(self.body, MAX_JSON_DEPTH)
+                    .then(|| serde_json::from_slice(self.body).ok())
+                    .flatten()
+            })
             .as_ref()
     }
 
@@ -151,6 +159,39 @@ impl<'a> Fields<'a> {
                 .map(|(_, v)| v.clone()),
         }
     }
+}
+
+/// Deepest JSON nesting hookgate parses (real webhooks nest a handful of
+/// levels; serde_json's own recursion limit is 128).
+pub const MAX_JSON_DEPTH: usize = 32;
+
+/// Whether `body`'s `[`/`{` nesting (outside strings) stays within `max`:
+/// one pass over the bytes, no allocation.
+pub fn json_depth_within(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
 }
 
 /// A JSON scalar as text (`true`, `12`, `abc`); objects, arrays and null are
@@ -309,6 +350,22 @@ mod tests {
         let withheld = vec!["authorization".to_owned(), "x-forwarded-for".to_owned()];
         let out = forwardable(&h, &withheld);
         assert_eq!(out, vec![("x-kept".to_owned(), "yes".to_owned())]);
+    }
+
+    #[test]
+    fn bodies_nested_deeper_than_the_limit_are_not_parsed() {
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
+        let ok = format!("{{\"a\":{}1{}}}", "[".repeat(10), "]".repeat(10));
+        let h = HeaderMap::new();
+        assert!(Fields::new(&h, deep.as_bytes()).json().is_none());
+        assert!(Fields::new(&h, ok.as_bytes()).json().is_some());
+        // Brackets inside strings do not count.
+        let s = format!("{{\"a\":\"{}\\\"\"}}", "[".repeat(100));
+        assert!(json_depth_within(s.as_bytes(), 2));
     }
 
     #[test]
