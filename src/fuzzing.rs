@@ -118,8 +118,11 @@ pub fn config(data: &[u8]) {
     }
 }
 
+/// A fuzz target's entry point.
+pub type Target = fn(&[u8]);
+
 /// The fuzz targets by name, for the corpus replay.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("verify_request", verify_request),
     ("client_ip", client_ip),
     ("provider_file", provider_file),
