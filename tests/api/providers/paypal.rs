@@ -69,13 +69,22 @@ async fn paypal_with_a_pinned_certificate() {
 
 /// A loopback "certificate host" serving `pem` and counting requests.
 async fn cert_server(pem: &'static str) -> (String, Arc<AtomicUsize>) {
+    cert_server_answering(axum::http::StatusCode::OK, pem).await
+}
+
+/// A loopback certificate host that answers `status` and `pem` to every
+/// request, counting them.
+async fn cert_server_answering(
+    status: axum::http::StatusCode,
+    pem: &'static str,
+) -> (String, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
     let app = axum::Router::new().route(
         "/v1/notifications/certs/{id}",
         axum::routing::get(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-            async move { pem }
+            async move { (status, pem) }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -138,27 +147,11 @@ cert_hosts = ["{good_host}", "{bad_host}", "{down_host}"]
     assert_eq!((s, text.trim()), (503, "signing certificate unavailable"));
 }
 
-/// A loopback certificate host that answers 500, counting requests.
-async fn failing_cert_server() -> (String, Arc<AtomicUsize>) {
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    let app = axum::Router::new().route(
-        "/v1/notifications/certs/{id}",
-        axum::routing::get(move || {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async { axum::http::StatusCode::INTERNAL_SERVER_ERROR }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (addr.to_string(), hits)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paypal_cert_url_variants_failures_and_floods_cost_a_bounded_number_of_fetches() {
     let (good_host, good_hits) = cert_server(PAYPAL_CERT).await;
-    let (fail_host, fail_hits) = failing_cert_server().await;
+    let (fail_host, fail_hits) =
+        cert_server_answering(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "").await;
     let mut opts = Opts::new(Backend::Embedded);
     opts.extra = format!(
         r#"
