@@ -11,7 +11,7 @@ use crate::primitives::time::Millis;
 use crate::state::{AppState, Shared};
 use crate::stats::Counters;
 use crate::store::{self, Ledger, batch::GroupCommit};
-use crate::{http, telemetry};
+use crate::{http, serve, telemetry};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,24 +112,57 @@ impl App {
         &self.state
     }
 
-    /// Serves on `listener` until `shutdown` is cancelled, then stops in order.
+    /// Serves on `listener` (and on `server.admin_listen`, when set) until
+    /// `shutdown` is cancelled, then stops in order.
     pub async fn run_until_stopped(
-        mut self,
+        self,
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let grace = self.state.config.server.shutdown_grace;
+        let admin = match self.state.config.server.admin_listen {
+            Some(addr) => Some(
+                TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding server.admin_listen {addr}"))?,
+            ),
+            None => None,
+        };
+        self.run_with_admin(listener, admin, shutdown).await
+    }
+
+    /// [`Self::run_until_stopped`] with the admin listener already bound
+    /// (tests bind port 0). `admin` is only used when the config sets
+    /// `server.admin_listen`; otherwise the public listener serves the
+    /// admin routes.
+    pub async fn run_with_admin(
+        mut self,
+        listener: TcpListener,
+        admin: Option<TcpListener>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let server = &self.state.config.server;
+        let grace = server.shutdown_grace;
+        let limits = serve::Limits {
+            max_connections: server.max_connections,
+            header_read_timeout: server.header_read_timeout,
+            idle_timeout: server.idle_timeout,
+        };
         let addr = listener.local_addr()?;
         tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
-        // The peer address feeds per-source `allow_ips`.
-        let service = http::router(self.state.clone())
-            .into_make_service_with_connect_info::<std::net::SocketAddr>();
-        let server = axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+        let mut servers = JoinSet::new();
+        let public = http::router(self.state.clone());
+        servers.spawn(serve::serve(listener, public, limits, shutdown.clone()));
+        if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
+            let addr = admin.local_addr()?;
+            tracing::info!(%addr, "admin endpoints listening");
+            let routes = http::admin_router(self.state.clone());
+            servers.spawn(serve::serve(admin, routes, limits, shutdown.clone()));
+        }
         tokio::select! {
-            r = server => r.context("HTTP server")?,
+            _ = async { while servers.join_next().await.is_some() {} } => {}
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
                 tracing::warn!("shutdown grace period over; dropping open connections");
+                servers.abort_all();
             }
         }
         self.stop.cancel();

@@ -2,25 +2,76 @@
 //!
 //! Rule: routing only. Handlers live in `ingest` and `admin`; errors become
 //! answers in `error`.
+//!
+//! Layers: `POST /webhooks/*` reads its own body under `max_body_bytes` and
+//! its own `request_timeout` (ingest); every other route reads at most
+//! [`SMALL_BODY_LIMIT`] bytes and is cut off after `request_timeout`. Routes
+//! that reveal or change state check the bearer token in a route layer,
+//! before their handler (and so any body extractor) runs.
 
 use crate::state::AppState;
 use crate::{admin, ingest};
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::middleware;
 use axum::routing::{get, post};
+use tower_http::timeout::TimeoutLayer;
 
+/// Largest body a route other than `POST /webhooks/*` reads (a replay
+/// filter is a few hundred bytes).
+pub const SMALL_BODY_LIMIT: usize = 64 * 1024;
+
+/// The public listener: webhooks and `/healthz`, plus the admin routes when
+/// `server.admin_listen` is unset.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let webhooks = Router::new()
         .route(
             "/webhooks/{source}",
             post(ingest::receive).get(ingest::challenge::answer),
         )
-        .route("/healthz", get(admin::health::healthz))
-        .route("/readyz", get(admin::health::readyz))
-        .route("/metrics", get(admin::metrics::render))
-        .route("/stats", get(admin::stats_handler))
-        .route("/admin/replay", post(admin::replay::handler))
         // Our own limit is enforced in ingest with a clear 413; axum's
         // default 2 MiB extractor limit must not cut in first.
-        .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(DefaultBodyLimit::disable());
+    let mut small = Router::new().route("/healthz", get(admin::health::healthz));
+    if state.config.server.admin_listen.is_none() {
+        small = small.merge(admin_routes(&state));
+    }
+    webhooks
+        .merge(small_limits(small, &state))
         .with_state(state)
+}
+
+/// The admin listener (`server.admin_listen`): `/stats`, `/admin/*`,
+/// `/metrics`, `/readyz` and `/healthz`.
+pub fn admin_router(state: AppState) -> Router {
+    let routes = Router::new()
+        .route("/healthz", get(admin::health::healthz))
+        .merge(admin_routes(&state));
+    small_limits(routes, &state).with_state(state)
+}
+
+/// Routes for operators. Those behind the token are checked before their
+/// handler runs, so an anonymous body is never read.
+fn admin_routes(state: &AppState) -> Router<AppState> {
+    let protected = Router::new()
+        .route("/stats", get(admin::stats_handler))
+        .route("/admin/replay", post(admin::replay::handler))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_token,
+        ));
+    Router::new()
+        .route("/readyz", get(admin::health::readyz))
+        .route("/metrics", get(admin::metrics::render))
+        .merge(protected)
+}
+
+fn small_limits(routes: Router<AppState>, state: &AppState) -> Router<AppState> {
+    routes
+        .layer(DefaultBodyLimit::max(SMALL_BODY_LIMIT))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            state.config.server.request_timeout,
+        ))
 }

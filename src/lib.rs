@@ -12,7 +12,7 @@
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`primitives`]: values every layer shares (durations, secrets); imports nothing.
-//! - [`app`], [`http`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//! - [`app`], [`http`], [`serve`] (accept loop and transport limits), [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;
@@ -21,9 +21,12 @@ pub mod config;
 pub mod dedup;
 pub mod deliver;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod http;
 pub mod ingest;
 pub mod primitives;
+pub mod serve;
 pub mod shutdown;
 pub mod state;
 pub mod stats;

@@ -9,12 +9,25 @@ pub mod stats;
 use crate::error::ApiError;
 use crate::state::AppState;
 use axum::Json;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::http::HeaderMap;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
 
-/// Constant-time check of `Authorization: Bearer <admin_token>`. With no
-/// token configured, nobody is authorized.
+/// Route layer for everything behind the token: refuses before the handler
+/// runs, so an anonymous request's body is never read.
+pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    match authorize(&state, req.headers()) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Check of `Authorization: Bearer <admin_token>`. The SHA-256 digests of
+/// both are compared in constant time, so neither the token's content nor
+/// its length shows in the timing. With no token configured, nobody is
+/// authorized.
 pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let expected = state
         .config
@@ -27,7 +40,9 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    if crate::verify::crypto::mac_eq(expected.expose().as_bytes(), given.trim().as_bytes()) {
+    let expected = Sha256::digest(expected.expose().as_bytes());
+    let given = Sha256::digest(given.trim().as_bytes());
+    if crate::verify::crypto::mac_eq(&expected, &given) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)

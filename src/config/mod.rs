@@ -53,6 +53,14 @@ pub struct Server {
     pub shutdown_grace: Duration,
     /// Proxies whose `X-Forwarded-For` names the client.
     pub trusted_proxies: Vec<IpNet>,
+    /// Separate address for the admin endpoints; `None` = the public port serves them.
+    pub admin_listen: Option<SocketAddr>,
+    /// Most open connections per listener.
+    pub max_connections: usize,
+    /// Deadline for a request's headers (HTTP/1: also the idle keep-alive limit).
+    pub header_read_timeout: Duration,
+    /// HTTP/2 keep-alive ping interval and timeout.
+    pub idle_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -135,6 +143,20 @@ pub struct Target {
     /// Standard Webhooks key the gateway signs forwards with.
     pub signing_key: Option<SigningKey>,
     pub concurrency: usize,
+    pub forward_credentials: bool,
+    pub forward_proxy_headers: bool,
+    /// Per source name: stored header names never sent to this target
+    /// (credentials and proxy headers another target of the source needs).
+    pub withheld: BTreeMap<String, Vec<String>>,
+}
+
+impl Target {
+    /// Whether stored header `name` of an event from `source` stays here.
+    pub fn withholds(&self, source: &str, name: &str) -> bool {
+        self.withheld
+            .get(source)
+            .is_some_and(|w| w.iter().any(|h| h.eq_ignore_ascii_case(name)))
+    }
 }
 
 /// A config that could not be loaded: the file and every offending key.
@@ -266,5 +288,7 @@ fn figment_error(origin: &str, e: figment::Error) -> ConfigError {
     }
 }
 
+#[cfg(test)]
+mod hardening_tests;
 #[cfg(test)]
 mod tests;

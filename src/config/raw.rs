@@ -57,6 +57,18 @@ pub struct RawServer {
     /// believed when a source checks `allow_ips`. Default: none (the TCP peer
     /// is the client).
     pub trusted_proxies: Vec<String>,
+    /// A second address for `/stats`, `/admin/*`, `/metrics` and `/readyz`.
+    /// When set, the public `listen` port no longer serves them. Default unset.
+    pub admin_listen: Option<String>,
+    /// Most open client connections (each listener); further clients wait
+    /// in the kernel's accept queue. Default 1024.
+    pub max_connections: usize,
+    /// Time a client has to send a request's headers; on HTTP/1 it also
+    /// bounds how long a kept-alive connection may sit idle. Default 10s.
+    pub header_read_timeout: Dur,
+    /// HTTP/2: a connection that does not answer a keep-alive ping within
+    /// this time (pings are sent after this much idle time) is closed. Default 60s.
+    pub idle_timeout: Dur,
 }
 
 impl Default for RawServer {
@@ -71,6 +83,10 @@ impl Default for RawServer {
             request_timeout: Dur(Duration::from_secs(30)),
             shutdown_grace: Dur(Duration::from_secs(30)),
             trusted_proxies: Vec::new(),
+            admin_listen: None,
+            max_connections: 1024,
+            header_read_timeout: Dur(Duration::from_secs(10)),
+            idle_timeout: Dur(Duration::from_secs(60)),
         }
     }
 }
@@ -234,6 +250,16 @@ pub struct RawTarget {
     /// Most deliveries in flight to this target at once. Default 8.
     #[serde(default = "default_target_concurrency")]
     pub concurrency: usize,
+    /// Forward the credential headers the source authenticates with
+    /// (`Authorization`, a bearer/token scheme's header). Default false:
+    /// they are stripped before the event is stored unless a target of the
+    /// source sets this.
+    #[serde(default)]
+    pub forward_credentials: bool,
+    /// Forward the client's `X-Forwarded-*`, `Forwarded` and `X-Real-IP`
+    /// headers. Default false (stripped before storing, like credentials).
+    #[serde(default)]
+    pub forward_proxy_headers: bool,
 }
 
 fn default_target_timeout() -> Dur {

@@ -13,6 +13,7 @@ use crate::verify::client_ip::parse_net;
 use crate::verify::crypto::SigningKey;
 use crate::verify::provider::Provider;
 use crate::verify::registry::Registry;
+use crate::verify::request::{Keep, withheld};
 use crate::verify::source::{Resolve, Source, settings_from};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -38,9 +39,14 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
     let server = server(raw.server, &mut v);
     let storage = storage(raw.storage, &mut v);
     let dedup = dedup(raw.dedup, &mut v);
-    let delivery = delivery(raw.delivery);
-    let targets = targets(raw.targets, &mut v);
+    let delivery = delivery(raw.delivery, &mut v);
+    let mut targets = targets(raw.targets, &delivery, &mut v);
     let sources = sources(raw.sources, &providers, &targets, &mut v);
+    withhold(&sources, &mut targets);
+    let targets = targets
+        .into_iter()
+        .map(|(name, t)| (name, Arc::new(t)))
+        .collect();
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -78,7 +84,37 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
         .as_deref()
         .and_then(|r| v.secret("server.admin_token", r));
     let trusted_proxies = nets(&raw.trusted_proxies, "server.trusted_proxies", v);
+    let admin_listen = raw.admin_listen.as_deref().and_then(|a| {
+        let parsed = a.parse::<SocketAddr>().map_err(|_| {
+            v.problem(
+                "server.admin_listen",
+                format!("`{a}` is not an address like 127.0.0.1:9090"),
+            )
+        });
+        let addr = parsed.ok()?;
+        if addr == listen && addr.port() != 0 {
+            v.problem(
+                "server.admin_listen",
+                "must differ from server.listen".into(),
+            );
+        }
+        Some(addr)
+    });
+    if raw.max_connections == 0 {
+        v.problem("server.max_connections", "must be at least 1".into());
+    }
+    for (key, d) in [
+        ("server.request_timeout", raw.request_timeout.0),
+        ("server.header_read_timeout", raw.header_read_timeout.0),
+        ("server.idle_timeout", raw.idle_timeout.0),
+    ] {
+        v.positive(key, d);
+    }
     Server {
+        admin_listen,
+        max_connections: raw.max_connections,
+        header_read_timeout: raw.header_read_timeout.0,
+        idle_timeout: raw.idle_timeout.0,
         trusted_proxies,
         listen,
         max_body_bytes: raw.max_body_bytes as usize,
@@ -149,10 +185,32 @@ fn dedup(raw: raw::RawDedup, v: &mut Validator<'_>) -> Dedup {
     if dedup.claim_ttl < Duration::from_millis(100) {
         v.problem("dedup.claim_ttl", "must be at least 100ms".into());
     }
+    // Redis refuses `PX 0`; a zero interval would spin.
+    for (key, d) in [
+        ("dedup.cache_ttl", dedup.cache_ttl),
+        ("dedup.purge_interval", dedup.purge_interval),
+        ("dedup.stats_flush_interval", dedup.stats_flush_interval),
+    ] {
+        v.positive(key, d);
+    }
     dedup
 }
 
-fn delivery(raw: raw::RawDelivery) -> Delivery {
+fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
+    for (key, d) in [
+        ("delivery.poll_interval", raw.poll_interval.0),
+        ("delivery.backoff_base", raw.backoff_base.0),
+        ("delivery.backoff_max", raw.backoff_max.0),
+        ("delivery.lease", raw.lease.0),
+    ] {
+        v.positive(key, d);
+    }
+    if raw.backoff_max.0 < raw.backoff_base.0 {
+        v.problem(
+            "delivery.backoff_max",
+            "must not be shorter than delivery.backoff_base".into(),
+        );
+    }
     Delivery {
         enabled: raw.enabled,
         max_in_flight: raw.max_in_flight.max(1),
@@ -163,10 +221,16 @@ fn delivery(raw: raw::RawDelivery) -> Delivery {
     }
 }
 
+/// Time a lease must outlast a target's `timeout`: recording the attempt
+/// (retried for about 3 s) must finish while the row is still ours, or
+/// another worker could take it and send it again concurrently.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+
 fn targets(
     raw: BTreeMap<String, raw::RawTarget>,
+    delivery: &Delivery,
     v: &mut Validator<'_>,
-) -> BTreeMap<String, Arc<Target>> {
+) -> BTreeMap<String, Target> {
     let mut targets = BTreeMap::new();
     for (name, t) in raw {
         let key = format!("targets.{name}");
@@ -182,29 +246,67 @@ fn targets(
         if t.max_attempts == 0 {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
         }
+        v.positive(&format!("{key}.timeout"), t.timeout.0);
+        if t.timeout.0 + LEASE_MARGIN > delivery.lease {
+            v.problem(
+                &format!("{key}.timeout"),
+                format!(
+                    "must be at least {}s shorter than delivery.lease ({}), or a slow attempt \
+                     could outlive its lease and be sent twice at once",
+                    LEASE_MARGIN.as_secs(),
+                    humantime::format_duration(delivery.lease)
+                ),
+            );
+        }
         let signing_key = t.signing_secret.as_deref().and_then(|r| {
             let s = v.secret(&format!("{key}.signing_secret"), r)?;
             Some(SigningKey::standard_webhooks(&s))
         });
         targets.insert(
             name.clone(),
-            Arc::new(Target {
+            Target {
                 name,
                 url: t.url,
                 timeout: t.timeout.0,
                 max_attempts: t.max_attempts,
                 signing_key,
                 concurrency: t.concurrency.max(1),
-            }),
+                forward_credentials: t.forward_credentials,
+                forward_proxy_headers: t.forward_proxy_headers,
+                withheld: BTreeMap::new(),
+            },
         );
     }
     targets
 }
 
+/// Per target, per source: the stored headers it must not receive
+/// (a source stores credentials or proxy headers when any of its targets
+/// forwards them; the others still must not see them).
+fn withhold(sources: &BTreeMap<String, Arc<Source>>, targets: &mut BTreeMap<String, Target>) {
+    for source in sources.values() {
+        for name in &source.targets {
+            if let Some(t) = targets.get_mut(name) {
+                let keep = Keep {
+                    credentials: t.forward_credentials,
+                    proxy_headers: t.forward_proxy_headers,
+                };
+                let w: Vec<String> = withheld(&source.provider, keep)
+                    .into_iter()
+                    .filter(|h| !source.withheld.contains(h))
+                    .collect();
+                if !w.is_empty() {
+                    t.withheld.insert(source.name.clone(), w);
+                }
+            }
+        }
+    }
+}
+
 fn sources(
     raw: BTreeMap<String, raw::RawSource>,
     providers: &Registry,
-    targets: &BTreeMap<String, Arc<Target>>,
+    targets: &BTreeMap<String, Target>,
     v: &mut Validator<'_>,
 ) -> BTreeMap<String, Arc<Source>> {
     let mut sources = BTreeMap::new();
@@ -224,7 +326,7 @@ fn source(
     s: raw::RawSource,
     key: &str,
     providers: &Registry,
-    targets: &BTreeMap<String, Arc<Target>>,
+    targets: &BTreeMap<String, Target>,
     v: &mut Validator<'_>,
 ) -> Option<Source> {
     if !valid_name(&name) {
@@ -250,14 +352,36 @@ fn source(
             }
         }
     }
-    for t in &s.targets {
+    for (i, t) in s.targets.iter().enumerate() {
         if !targets.contains_key(t) {
             v.problem(
                 &format!("{key}.targets"),
                 format!("unknown target `{t}` (define it under [targets.{t}])"),
             );
         }
+        // Each (event, target) is one delivery row: a repeated name would
+        // violate that key in every batch the event is written with.
+        if s.targets[..i].contains(t) {
+            v.problem(
+                &format!("{key}.targets"),
+                format!("duplicate target `{t}`: list each target once"),
+            );
+        }
     }
+    let keep = s
+        .targets
+        .iter()
+        .filter_map(|t| targets.get(t))
+        .fold(Keep::default(), |k, t| Keep {
+            credentials: k.credentials || t.forward_credentials,
+            proxy_headers: k.proxy_headers || t.forward_proxy_headers,
+        });
+    if let Some(t) = s.tolerance
+        && t.0.is_zero()
+    {
+        v.problem(&format!("{key}.tolerance"), "must be greater than 0".into());
+    }
+    v.positive(&format!("{key}.dedup_window"), s.dedup_window.0);
     if provider.needs_public_url() && s.public_url.is_none() {
         v.problem(
             &format!("{key}.public_url"),
@@ -284,6 +408,7 @@ fn source(
     .flatten()
     .next();
     Some(Source {
+        withheld: withheld(&provider, keep),
         allow_ips,
         settings,
         tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
@@ -358,6 +483,16 @@ struct Validator<'a> {
     base: &'a Path,
     problems: Vec<(String, String)>,
     warnings: Vec<String>,
+}
+
+impl Validator<'_> {
+    /// A duration that means nothing (or spins, or makes Redis refuse a
+    /// `PX 0`) when zero.
+    fn positive(&mut self, key: &str, d: Duration) {
+        if d.is_zero() {
+            self.problem(key, "must be greater than 0".into());
+        }
+    }
 }
 
 impl Resolve for Validator<'_> {

@@ -204,7 +204,7 @@ fn classify(
         }
         Err(e) if e.is_timeout() => (None, Some("timeout".to_owned()), None),
         Err(e) if e.is_connect() => (None, Some("connection failed".to_owned()), None),
-        Err(e) => (None, Some(format!("request failed: {e}")), None),
+        Err(e) => (None, Some(request::error_text(e)), None),
     }
 }
 

@@ -45,6 +45,10 @@ pub fn build(
         if target.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
+        // Credentials or proxy headers stored for another target of the source.
+        if target.withholds(&d.source, name) {
+            continue;
+        }
         req = req.header(name.as_str(), value.as_str());
     }
     req = req
@@ -60,6 +64,26 @@ pub fn build(
             .header("webhook-signature", sig);
     }
     req.body(d.body.clone())
+}
+
+/// A failed attempt as `last_error` stores it: never the target URL, which
+/// may carry a token in its query (reqwest's `Display` includes it).
+pub fn error_text(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(url) = e.url() {
+        text = text.replace(&format!(" for url ({url})"), "");
+        text = text.replace(url.as_str(), "[target url]");
+    }
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    if let Some(url) = e.url() {
+        text = text.replace(url.as_str(), "[target url]");
+    }
+    format!("request failed: {text}")
 }
 
 #[cfg(test)]
@@ -80,6 +104,21 @@ mod tests {
             br#"{"test": 2432232314}"#,
         );
         assert_eq!(sig, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=");
+    }
+
+    #[tokio::test]
+    async fn last_error_never_holds_the_target_url_or_its_query_token() {
+        let client = reqwest::Client::new();
+        // Port 9 (discard) on loopback: refused or closed at once.
+        let e = client
+            .post("http://127.0.0.1:9/hook?token=s3cr3t-query-token")
+            .send()
+            .await
+            .unwrap_err();
+        let text = error_text(&e);
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert!(!text.contains("127.0.0.1:9"), "{text}");
+        assert!(text.starts_with("request failed"), "{text}");
     }
 
     #[test]

@@ -19,19 +19,29 @@ pub enum Locator {
 }
 
 /// Alternatives, tried in order; the first present wins. `lower:` in front
-/// lowercases the value (Mercado Pago signs lowercased ids).
+/// lowercases the value (Mercado Pago signs lowercased ids); `trimlf:`
+/// drops trailing line feeds (Braintree accepts a signature over the
+/// payload with or without one, so both spellings must name one event).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Lookup {
     pub alternatives: Vec<Locator>,
     pub lowercase: bool,
+    pub trim_line_feeds: bool,
 }
 
 impl Lookup {
     pub fn parse(text: &str) -> Result<Self, String> {
-        let (lowercase, text) = match text.trim().strip_prefix("lower:") {
-            Some(rest) => (true, rest),
-            None => (false, text),
-        };
+        let mut text = text.trim();
+        let (mut lowercase, mut trim_line_feeds) = (false, false);
+        loop {
+            if let Some(rest) = text.strip_prefix("lower:") {
+                (lowercase, text) = (true, rest);
+            } else if let Some(rest) = text.strip_prefix("trimlf:") {
+                (trim_line_feeds, text) = (true, rest);
+            } else {
+                break;
+            }
+        }
         let alternatives = text
             .split('|')
             .map(|s| Locator::parse(s.trim()))
@@ -39,6 +49,7 @@ impl Lookup {
         Ok(Self {
             alternatives,
             lowercase,
+            trim_line_feeds,
         })
     }
 
@@ -93,10 +104,37 @@ pub enum Segment {
     Timestamp,
     Url,
     Value(Lookup),
+    /// `[…]`: signed only when every value inside is present (Mercado
+    /// Pago leaves `id:…;` out of its manifest when there is no `data.id`).
+    Optional(Vec<Segment>),
 }
 
-/// Parses `"{timestamp}.{body}"` into segments.
+/// Parses `"{timestamp}.{body}"` into segments; `[…]` (not nested) marks an
+/// optional group.
 pub fn parse_template(text: &str) -> Result<Vec<Segment>, String> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(open) = rest.find('[') {
+        out.extend(parse_plain(&rest[..open])?);
+        let inner = &rest[open + 1..];
+        let close = inner
+            .find(']')
+            .ok_or_else(|| format!("unclosed `[` in `{text}`"))?;
+        let group = parse_plain(&inner[..close])?;
+        if group.is_empty() {
+            return Err(format!("empty `[]` in `{text}`"));
+        }
+        out.push(Segment::Optional(group));
+        rest = &inner[close + 1..];
+    }
+    out.extend(parse_plain(rest)?);
+    Ok(out)
+}
+
+fn parse_plain(text: &str) -> Result<Vec<Segment>, String> {
+    if text.contains(']') {
+        return Err(format!("`]` without `[` in `{text}`"));
+    }
     let mut out = Vec::new();
     for piece in split_placeholders(text, "{")? {
         out.push(match piece {
@@ -171,6 +209,7 @@ mod tests {
         Lookup {
             alternatives: alts,
             lowercase: false,
+            trim_line_feeds: false,
         }
     }
 
@@ -194,6 +233,11 @@ mod tests {
         assert!(parse_template("{nope:x}").is_err());
         let m = parse_template("id:{lower:query:data.id};").unwrap();
         assert!(matches!(&m[1], Segment::Value(l) if l.lowercase));
+        let o = parse_template("[id:{query:data.id};]ts:{timestamp};").unwrap();
+        assert!(matches!(&o[0], Segment::Optional(g) if g.len() == 3));
+        assert_eq!(o[1], Segment::Literal(b"ts:".to_vec()));
+        assert!(parse_template("[id:{query:x}").is_err());
+        assert!(parse_template("id]").is_err());
     }
 
     #[test]

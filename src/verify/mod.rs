@@ -12,6 +12,7 @@
 pub mod client_ip;
 pub mod crypto;
 pub mod event_id;
+pub mod fetch_budget;
 pub mod locator;
 pub mod provider;
 pub mod registry;
@@ -207,7 +208,7 @@ pub(crate) fn check_with(
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
-        headers: request::forwardable(incoming.headers),
+        headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
     }))

@@ -46,10 +46,18 @@ impl<'a> Fields<'a> {
         self.body
     }
 
-    /// The body as JSON (parsed at most once).
+    /// The body as JSON (parsed at most once). A body nested deeper than
+    /// [`MAX_JSON_DEPTH`] is not parsed at all: this may run before the
+    /// signature is checked (Adyen, T-Bank, Linear's timestamp), and a
+    /// deep body costs far more than its size. Its size is already bounded
+    /// by `max_body_bytes`.
     pub fn json(&self) -> Option<&Value> {
         self.json
-            .get_or_init(|| serde_json::from_slice(self.body).ok())
+            .get_or_init(|| {
+                json_depth_within(self.body, MAX_JSON_DEPTH)
+                    .then(|| serde_json::from_slice(self.body).ok())
+                    .flatten()
+            })
             .as_ref()
     }
 
@@ -114,6 +122,11 @@ impl<'a> Fields<'a> {
             .alternatives
             .iter()
             .find_map(|l| self.locate(l, pairs))?;
+        let v = if lookup.trim_line_feeds {
+            v.trim_end_matches('\n').to_owned()
+        } else {
+            v
+        };
         Some(if lookup.lowercase {
             v.to_lowercase()
         } else {
@@ -146,6 +159,39 @@ impl<'a> Fields<'a> {
                 .map(|(_, v)| v.clone()),
         }
     }
+}
+
+/// Deepest JSON nesting hookgate parses (real webhooks nest a handful of
+/// levels; serde_json's own recursion limit is 128).
+pub const MAX_JSON_DEPTH: usize = 32;
+
+/// Whether `body`'s `[`/`{` nesting (outside strings) stays within `max`:
+/// one pass over the bytes, no allocation.
+pub fn json_depth_within(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
 }
 
 /// A JSON scalar as text (`true`, `12`, `abc`); objects, arrays and null are
@@ -198,17 +244,137 @@ const HOP_BY_HOP: &[&str] = &[
     "expect",
 ];
 
-/// The provider's headers as they will be forwarded: hop-by-hop headers,
-/// Host, Content-Length and any client-sent `Hookgate-*` removed.
-pub fn forwardable(headers: &HeaderMap) -> Vec<(String, String)> {
+/// Headers a client (or a proxy in front of hookgate) uses to name the
+/// client; passed on only to targets with `forward_proxy_headers`.
+pub const PROXY_HEADERS: &[&str] = &[
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-port",
+    "x-forwarded-proto",
+    "x-forwarded-prefix",
+    "x-real-ip",
+];
+
+/// Headers that carry a credential whatever the scheme: never stored or
+/// forwarded unless a target of the source sets `forward_credentials`.
+const ALWAYS_CREDENTIALS: &[&str] = &["authorization", "cookie"];
+
+/// Which of the normally withheld headers a source stores (because one of
+/// its targets forwards them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    pub credentials: bool,
+    pub proxy_headers: bool,
+}
+
+/// The headers holding `provider`'s credential: `Authorization` and
+/// `Cookie` always, plus the header a shared-secret scheme (bearer, token,
+/// basic) reads its secret from. A MAC signature is not a credential (it
+/// only vouches for this one body) and is forwarded.
+pub fn credential_headers(provider: &super::provider::Provider) -> Vec<String> {
+    use super::schemes::Scheme;
+    let mut out: Vec<String> = ALWAYS_CREDENTIALS.iter().map(|h| (*h).to_owned()).collect();
+    if matches!(provider.signature.scheme, Scheme::Token | Scheme::Basic) {
+        for h in &provider.signature.headers {
+            let h = h.to_ascii_lowercase();
+            if !out.contains(&h) {
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
+/// The header names withheld from a destination that does (or does not)
+/// take credentials and proxy headers.
+pub fn withheld(provider: &super::provider::Provider, keep: Keep) -> Vec<String> {
+    let mut out = Vec::new();
+    if !keep.credentials {
+        out.extend(credential_headers(provider));
+    }
+    if !keep.proxy_headers {
+        out.extend(PROXY_HEADERS.iter().map(|h| (*h).to_owned()));
+    }
+    out
+}
+
+/// The provider's headers as they will be stored and forwarded: hop-by-hop
+/// headers, the headers the client's `Connection` header names, Host,
+/// Content-Length, any client-sent `Hookgate-*`, and every name in
+/// `withheld` removed. A value that is not ASCII is kept: as text when it
+/// is UTF-8, otherwise read as ISO-8859-1 (RFC 9110 §5.5's `obs-text`).
+pub fn forwardable(headers: &HeaderMap, withheld: &[String]) -> Vec<(String, String)> {
+    let named_by_connection: Vec<String> = headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().to_ascii_lowercase())
+        .filter(|t| !t.is_empty())
+        .collect();
     headers
         .iter()
         .filter(|(name, _)| {
             let n = name.as_str();
-            !HOP_BY_HOP.contains(&n) && !n.starts_with("hookgate-")
+            !HOP_BY_HOP.contains(&n)
+                && !n.starts_with("hookgate-")
+                && !named_by_connection.iter().any(|c| c == n)
+                && !withheld.iter().any(|w| w == n)
         })
-        .filter_map(|(name, value)| {
-            Some((name.as_str().to_owned(), value.to_str().ok()?.to_owned()))
-        })
+        .map(|(name, value)| (name.as_str().to_owned(), header_text(value.as_bytes())))
         .collect()
+}
+
+/// A header value's bytes as text: UTF-8 when valid, else ISO-8859-1.
+pub fn header_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_owned(),
+        Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    #[test]
+    fn headers_named_by_connection_and_withheld_ones_are_not_forwarded() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive, X-Hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("x-forwarded-for", HeaderValue::from_static("203.0.113.9"));
+        h.insert("authorization", HeaderValue::from_static("Bearer t"));
+        h.insert("x-kept", HeaderValue::from_static("yes"));
+        let withheld = vec!["authorization".to_owned(), "x-forwarded-for".to_owned()];
+        let out = forwardable(&h, &withheld);
+        assert_eq!(out, vec![("x-kept".to_owned(), "yes".to_owned())]);
+    }
+
+    #[test]
+    fn bodies_nested_deeper_than_the_limit_are_not_parsed() {
+        let deep = format!(
+            "{}{}",
+            "[".repeat(MAX_JSON_DEPTH + 1),
+            "]".repeat(MAX_JSON_DEPTH + 1)
+        );
+        let ok = format!("{{\"a\":{}1{}}}", "[".repeat(10), "]".repeat(10));
+        let h = HeaderMap::new();
+        assert!(Fields::new(&h, deep.as_bytes()).json().is_none());
+        assert!(Fields::new(&h, ok.as_bytes()).json().is_some());
+        // Brackets inside strings do not count.
+        let s = format!("{{\"a\":\"{}\\\"\"}}", "[".repeat(100));
+        assert!(json_depth_within(s.as_bytes(), 2));
+    }
+
+    #[test]
+    fn non_ascii_header_values_survive() {
+        let mut h = HeaderMap::new();
+        h.insert("x-name", HeaderValue::from_bytes("Zoë".as_bytes()).unwrap());
+        h.insert("x-latin1", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        let out = forwardable(&h, &[]);
+        assert!(out.contains(&("x-name".to_owned(), "Zoë".to_owned())));
+        assert!(out.contains(&("x-latin1".to_owned(), "café".to_owned())));
+    }
 }

@@ -30,6 +30,11 @@ pub struct Source {
     /// The scheme's own settings: PayPal's webhook id and certificate
     /// handling, Plaid's key fetching or pinned keys, Braintree's public key.
     pub settings: Option<SchemeSettings>,
+    /// Header names never stored for this source: credentials and proxy
+    /// headers, unless one of its targets forwards them
+    /// (`forward_credentials`, `forward_proxy_headers`); see
+    /// `request::withheld`.
+    pub withheld: Vec<String>,
 }
 
 /// What building a scheme's settings needs from config validation:

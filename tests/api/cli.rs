@@ -80,6 +80,20 @@ fn check_config_names_the_file_and_key_and_fails() {
             "[sources.a]\nprovider = \"github\"\nsecrets = [\"file:missing.txt\"]\n",
             "sources.a.secrets[0]",
         ),
+        (
+            "[sources.a]\nprovider = \"github\"\nsecrets = [\"x\"]\ntargets = [\"t\", \"t\"]\n\
+             [targets.t]\nurl = \"http://127.0.0.1:9/\"\n",
+            "sources.a.targets",
+        ),
+        ("[dedup]\ncache_ttl = \"0s\"\n", "dedup.cache_ttl"),
+        (
+            "[delivery]\npoll_interval = \"0s\"\n",
+            "delivery.poll_interval",
+        ),
+        (
+            "[delivery]\nlease = \"10s\"\n[targets.t]\nurl = \"http://127.0.0.1:9/\"\n",
+            "targets.t.timeout",
+        ),
     ];
     for (text, key) in cases {
         let path = dir.path().join("bad.toml");

@@ -189,6 +189,7 @@ async fn a_hanging_target_does_not_delay_a_healthy_one(b: Backend) {
     let (slow, fast) = (TestTarget::start().await, TestTarget::start().await);
     slow.hang(Some(Duration::from_secs(30)));
     let mut opts = Opts::new(b);
+    opts.lease = "30s";
     opts.stripe_targets = vec!["slow".into(), "fast".into()];
     opts.extra = targets_toml(&[
         ("slow", &slow, "timeout = \"20s\"\nconcurrency = 2"),

@@ -7,6 +7,7 @@ mod cli;
 mod dedup;
 mod delivery;
 mod faults;
+mod hardening;
 mod ingest;
 mod providers;
 mod topologies;

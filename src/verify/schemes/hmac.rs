@@ -53,33 +53,33 @@ fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
         None => None,
     };
 
-    // Resolve owned pieces first so `parts` can borrow them all.
-    let mut owned: Vec<Vec<u8>> = Vec::new();
-    for seg in &sig.content {
-        if let Segment::Value(l) = seg {
-            let v = ctx
-                .fields
-                .lookup(l, &pairs)
-                .ok_or(VerifyError::MalformedSignature("a signed value is missing"))?;
-            owned.push(v.into_bytes());
-        }
-    }
-    let url = ctx.url.unwrap_or_default();
-    let body = ctx.fields.body();
-    let mut next_owned = owned.iter();
-    let parts: Vec<&[u8]> = sig
-        .content
-        .iter()
-        .map(|seg| match seg {
-            Segment::Literal(b) => b.as_slice(),
-            Segment::Body => body,
-            Segment::Timestamp => timestamp.as_deref().unwrap_or_default().as_bytes(),
-            Segment::Url => url.as_bytes(),
-            Segment::Value(_) => next_owned.next().map(Vec::as_slice).unwrap_or_default(),
+    let fixed = Fixed {
+        body: ctx.fields.body(),
+        timestamp: timestamp.as_deref().unwrap_or_default(),
+        url: ctx.url.unwrap_or_default(),
+    };
+    let missing = VerifyError::MalformedSignature("a signed value is missing");
+    let parts = assemble(&sig.content, &fixed, &mut |l| {
+        ctx.fields.lookup(l, &pairs).map(String::into_bytes)
+    })
+    .ok_or(missing)?;
+    let mut key = matching_key(ctx, &as_slices(&parts), &candidates);
+    // A `lower:` value is also tried as received: Mercado Pago's docs ask
+    // for lowercased ids; what their SDKs sign is not confirmed
+    // (docs/providers.md). Both are MACs with the secret, so accepting
+    // either admits no forgery.
+    if key.is_none() && has_lowercase(&sig.content) {
+        let parts = assemble(&sig.content, &fixed, &mut |l| {
+            let as_received = Lookup {
+                lowercase: false,
+                ..l.clone()
+            };
+            ctx.fields.lookup(&as_received, &pairs).map(String::into_bytes)
         })
-        .collect();
-
-    let key = matching_key(ctx, &parts, &candidates).ok_or(VerifyError::InvalidSignature)?;
+        .ok_or(missing)?;
+        key = matching_key(ctx, &as_slices(&parts), &candidates);
+    }
+    let key = key.ok_or(VerifyError::InvalidSignature)?;
 
     if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp) {
         let ts: i64 = ts
@@ -93,6 +93,52 @@ fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
         crate::verify::check_window(secs, ctx.now, ctx.source.tolerance, spec.reject_future)?;
     }
     Ok(key)
+}
+
+/// The parts of a signed-content template that do not need a lookup.
+struct Fixed<'a> {
+    body: &'a [u8],
+    timestamp: &'a str,
+    url: &'a str,
+}
+
+/// The signed bytes of `content`, in order, with `value` resolving each
+/// lookup. A missing value fails the whole (`None`) unless it sits in an
+/// optional group, which is then left out.
+fn assemble<'a>(
+    content: &[Segment],
+    fixed: &Fixed<'a>,
+    value: &mut dyn FnMut(&Lookup) -> Option<Vec<u8>>,
+) -> Option<Vec<std::borrow::Cow<'a, [u8]>>> {
+    use std::borrow::Cow;
+    let mut out = Vec::with_capacity(content.len());
+    for seg in content {
+        match seg {
+            Segment::Literal(b) => out.push(Cow::Owned(b.clone())),
+            Segment::Body => out.push(Cow::Borrowed(fixed.body)),
+            Segment::Timestamp => out.push(Cow::Borrowed(fixed.timestamp.as_bytes())),
+            Segment::Url => out.push(Cow::Borrowed(fixed.url.as_bytes())),
+            Segment::Value(l) => out.push(Cow::Owned(value(l)?)),
+            Segment::Optional(group) => {
+                if let Some(parts) = assemble(group, fixed, value) {
+                    out.extend(parts);
+                }
+            }
+        }
+    }
+    Some(out)
+}
+
+fn as_slices<'p>(parts: &'p [std::borrow::Cow<'_, [u8]>]) -> Vec<&'p [u8]> {
+    parts.iter().map(|p| p.as_ref()).collect()
+}
+
+fn has_lowercase(content: &[Segment]) -> bool {
+    content.iter().any(|s| match s {
+        Segment::Value(l) => l.lowercase,
+        Segment::Optional(g) => has_lowercase(g),
+        _ => false,
+    })
 }
 
 /// Header values, and the `k=v` pairs parsed from them.
@@ -229,25 +275,21 @@ fn sign(s: &Signer<'_>, out: &mut Vec<(String, String)>) -> Result<(String, Stri
     }
     let empty = HeaderMap::new();
     let fields = Fields::with_query(&empty, req.body, req.query.unwrap_or_default());
-    let mut values: Vec<Vec<u8>> = Vec::new();
-    for seg in &sig.content {
-        if let Segment::Value(l) = seg {
-            values.push(value_for(l, out, &fields)?.into_bytes());
+    let fixed = Fixed {
+        body: req.body,
+        timestamp: &ts_value,
+        url: req.url.unwrap_or_default(),
+    };
+    let mut problem = None;
+    let parts = assemble(&sig.content, &fixed, &mut |l| match value_for(l, out, &fields) {
+        Ok(v) => Some(v.into_bytes()),
+        Err(e) => {
+            problem = Some(e);
+            None
         }
-    }
-    let mut next = values.iter();
-    let url = req.url.unwrap_or_default();
-    let parts: Vec<&[u8]> = sig
-        .content
-        .iter()
-        .map(|seg| match seg {
-            Segment::Literal(b) => b.as_slice(),
-            Segment::Body => req.body,
-            Segment::Timestamp => ts_value.as_bytes(),
-            Segment::Url => url.as_bytes(),
-            Segment::Value(_) => next.next().map(Vec::as_slice).unwrap_or_default(),
-        })
-        .collect();
+    });
+    let parts = parts.ok_or_else(|| problem.unwrap_or_default())?;
+    let parts = as_slices(&parts);
     let mac = sig.encoding.encode(&sig.algorithm.mac(key.bytes(), &parts));
     let first_key = sig.keys.first().map(String::as_str).unwrap_or("v1");
     let value = match sig.format {

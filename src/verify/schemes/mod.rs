@@ -181,7 +181,8 @@ impl Defaults {
 /// by the scheme's own `Raw::build` during config validation.
 #[derive(Debug)]
 pub enum SchemeSettings {
-    Paypal(paypal::Settings),
+    /// Boxed: the certificate caches and fetch state are large.
+    Paypal(Box<paypal::Settings>),
     /// Boxed: the key cache is several times larger than the others.
     Plaid(Box<plaid::keys::Settings>),
     Braintree(braintree::Settings),

@@ -14,6 +14,7 @@ use crate::primitives::secret::Secret;
 use crate::verify::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
+use crate::verify::fetch_budget::FetchBudget;
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
 use rsa::RsaPublicKey;
@@ -47,6 +48,8 @@ const MAX_CERT_BYTES: usize = 64 * 1024;
 const MAX_CACHED: usize = 32;
 const MAX_URL: usize = 2048;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// Seconds a certificate URL that failed is not fetched again.
+const FAILED_FOR: i64 = 60;
 
 pub struct Paypal;
 
@@ -115,7 +118,7 @@ impl SettingsTable for Raw {
             cert.as_ref().map(Secret::expose),
             self.cert_hosts.clone(),
         )
-        .map(SchemeSettings::Paypal)
+        .map(|s| SchemeSettings::Paypal(Box::new(s)))
         .map_err(|e| cx.problem(key, e))
         .ok()
     }
@@ -134,6 +137,12 @@ pub struct Settings {
     /// URL → (key, not-after unix seconds). A plain mutex: held for a map
     /// lookup or insert only, never across the fetch.
     cache: Mutex<HashMap<String, (Arc<RsaPublicKey>, i64)>>,
+    /// Canonical URL → (why it failed, until): a URL that failed is not
+    /// fetched again for [`FAILED_FOR`] seconds.
+    failed: Mutex<HashMap<String, (VerifyError, i64)>>,
+    /// One fetch at a time; waiters re-check the caches.
+    fetching: tokio::sync::Mutex<()>,
+    budget: FetchBudget,
     client: reqwest::Client,
 }
 
@@ -177,39 +186,89 @@ impl Settings {
             pinned,
             cert_hosts,
             cache: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
+            fetching: tokio::sync::Mutex::new(()),
+            budget: FetchBudget::default(),
             client,
         })
     }
 
     /// The key for this request's certificate: pinned, cached or fetched.
+    /// The caches are keyed on the canonical URL (no query, no fragment),
+    /// which is also what is fetched, so query variants can neither flush
+    /// the genuine certificate nor cost a fetch each. Fetches run one at a
+    /// time, failures are remembered for [`FAILED_FOR`] seconds, and each
+    /// source may fetch at most [`crate::verify::fetch_budget::FETCHES_PER_WINDOW`]
+    /// times a minute (then 503 + Retry-After).
     pub async fn key_for(
         &self,
         headers: &HeaderMap,
         now: i64,
     ) -> Result<Arc<RsaPublicKey>, VerifyError> {
         let url = header(headers, CERT_URL)?;
-        let parsed = self.check_url(url)?;
+        let mut parsed = self.check_url(url)?;
         if let Some(k) = &self.pinned {
             return Ok(k.clone());
         }
-        if let Some(k) = self.cached(url, now) {
+        parsed.set_query(None);
+        parsed.set_fragment(None);
+        let canonical = parsed.as_str().to_owned();
+        if let Some(k) = self.cached(&canonical, now) {
             return Ok(k);
         }
-        let pem = self.fetch(parsed).await?;
-        let (key, not_before, not_after) = parse_cert(&pem)
-            .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
-        if now < not_before || now > not_after {
-            return Err(VerifyError::MalformedSignature("certificate is expired"));
+        let _one_at_a_time = self.fetching.lock().await;
+        if let Some(k) = self.cached(&canonical, now) {
+            return Ok(k);
         }
-        let key = Arc::new(key);
+        if let Some(e) = self.failed_recently(&canonical, now) {
+            return Err(e);
+        }
+        if !self.budget.take(now) {
+            return Err(VerifyError::CertificateUnavailable);
+        }
+        let key = self.fetch_key(parsed, now).await;
+        let mut failed = self.failed.lock().expect("failed lock");
+        failed.retain(|_, (_, until)| *until > now);
+        let key = match key {
+            Ok(k) => k,
+            Err(e) => {
+                if failed.len() < MAX_CACHED {
+                    failed.insert(canonical, (e, now + FAILED_FOR));
+                }
+                return Err(e);
+            }
+        };
+        drop(failed);
         let mut cache = self.cache.lock().expect("cache lock");
         if cache.len() >= MAX_CACHED {
             cache.retain(|_, (_, until)| *until >= now);
         }
         if cache.len() < MAX_CACHED {
-            cache.insert(url.to_owned(), (key.clone(), not_after));
+            cache.insert(canonical, (key.0.clone(), key.1));
         }
-        Ok(key)
+        Ok(key.0)
+    }
+
+    async fn fetch_key(
+        &self,
+        url: reqwest::Url,
+        now: i64,
+    ) -> Result<(Arc<RsaPublicKey>, i64), VerifyError> {
+        let pem = self.fetch(url).await?;
+        let (key, not_before, not_after) = parse_cert(&pem)
+            .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
+        if now < not_before || now > not_after {
+            return Err(VerifyError::MalformedSignature("certificate is expired"));
+        }
+        Ok((Arc::new(key), not_after))
+    }
+
+    fn failed_recently(&self, url: &str, now: i64) -> Option<VerifyError> {
+        let failed = self.failed.lock().expect("failed lock");
+        failed
+            .get(url)
+            .filter(|(_, until)| *until > now)
+            .map(|(e, _)| *e)
     }
 
     fn cached(&self, url: &str, now: i64) -> Option<Arc<RsaPublicKey>> {

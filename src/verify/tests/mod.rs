@@ -2,6 +2,7 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod hardening;
 mod payments;
 mod paypal;
 mod plaid;
@@ -36,7 +37,9 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         public_url: None,
         allow_ips: vec![],
         settings: None,
+        withheld: vec![],
     };
+    s.withheld = crate::verify::request::withheld(&s.provider, Default::default());
     edit(&mut s);
     Arc::new(s)
 }

@@ -325,16 +325,26 @@ fn paddle_v9_vector() {
         1696195954,
     );
     assert_eq!(e.unwrap_err(), VerifyError::InvalidSignature);
-    // Paddle only checks age: a timestamp ahead of the clock passes.
+}
+
+// Issue #14: the Paddle SDKs only check age, but hookgate refuses a
+// timestamp outside `tolerance` in both directions, as for every scheme.
+#[test]
+fn paddle_refuses_a_timestamp_ten_minutes_in_the_future() {
+    let src = source(
+        "paddle",
+        &["pdl_ntf_01hbpjmytsa32fhr36nqgc3kgb_WvRO0eL4Bj9rgYYIBZY6wZhG4EHy9jzh"],
+    );
+    let sig = "ts=1696195954;h1=d96299976a6eb066f484d7fde011ac56fc32b38fc9940bc419d6e537fdc6ef02";
+    let h = headers(&[("paddle-signature", sig)]);
+    let body = Bytes::from_static(b"hello-world");
+    let e = verify(&src, &h, body.clone(), 1696195954 - 600).unwrap_err();
+    assert_eq!(e, VerifyError::TimestampOutOfTolerance);
+    let e = verify(&src, &h, body, 1696195954 - 300).unwrap_err();
     assert_eq!(
-        verify(
-            &src,
-            &h,
-            Bytes::from_static(b"hello-world"),
-            1696195954 - 3600
-        )
-        .unwrap_err(),
-        VerifyError::BadBody("body is not valid JSON")
+        e,
+        VerifyError::BadBody("body is not valid JSON"),
+        "inside the window"
     );
 }
 

@@ -13,7 +13,7 @@ const CERT_URL: &str = "https://api.sandbox.paypal.com/v1/notifications/certs/CE
 fn paypal_source() -> Arc<Source> {
     let settings = paypal::Settings::new("WH-ID-1".into(), Some(PAYPAL_CERT), None).unwrap();
     source_with("paypal", &[], |s| {
-        s.settings = Some(SchemeSettings::Paypal(settings))
+        s.settings = Some(SchemeSettings::Paypal(Box::new(settings)))
     })
 }
 

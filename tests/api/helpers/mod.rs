@@ -61,6 +61,10 @@ pub struct Opts {
     pub shutdown_grace: &'static str,
     /// Largest retry delay (also caps Retry-After).
     pub backoff_max: &'static str,
+    /// Serve the admin routes on a second loopback port (`TestApp::admin_addr`).
+    pub admin_listen: bool,
+    /// Extra lines in `[server]`.
+    pub server_extra: String,
 }
 
 impl Opts {
@@ -76,9 +80,12 @@ impl Opts {
             database_url: None,
             redis_url: None,
             poll_interval: "200ms",
-            lease: "10s",
+            // Above the default target timeout (10s) plus the lease margin.
+            lease: "20s",
             shutdown_grace: "5s",
             backoff_max: "200ms",
+            admin_listen: false,
+            server_extra: String::new(),
         }
     }
 
@@ -103,6 +110,8 @@ listen = "{listen}"
 admin_token = "{ADMIN_TOKEN}"
 max_body_bytes = {max_body}
 shutdown_grace = "{shutdown_grace}"
+{admin_listen}
+{server_extra}
 
 [storage]
 database_url = "{db_url}"
@@ -152,6 +161,12 @@ secrets = ["{SHOPIFY_SECRET}"]
             shutdown_grace = self.shutdown_grace,
             backoff_max = self.backoff_max,
             extra = self.extra,
+            admin_listen = if self.admin_listen {
+                "admin_listen = \"127.0.0.1:0\""
+            } else {
+                ""
+            },
+            server_extra = self.server_extra,
         )
     }
 }
@@ -159,6 +174,8 @@ secrets = ["{SHOPIFY_SECRET}"]
 /// A gateway running in this test process.
 pub struct TestApp {
     pub addr: SocketAddr,
+    /// The admin listener, when `Opts::admin_listen`.
+    pub admin_addr: Option<SocketAddr>,
     pub client: reqwest::Client,
     pub db: TestDb,
     pub prefix: String,
@@ -191,12 +208,19 @@ pub async fn spawn_on(opts: Opts, db: TestDb, prefix: String) -> TestApp {
     let config = Config::from_toml_str(&text, Path::new(".")).expect("test config is valid");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let admin = if opts.admin_listen {
+        Some(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap())
+    } else {
+        None
+    };
+    let admin_addr = admin.as_ref().map(|l| l.local_addr().unwrap());
     let app = App::build(config).await.expect("app builds");
     let state = app.state().clone();
     let stop = CancellationToken::new();
-    let handle = tokio::spawn(app.run_until_stopped(listener, stop.clone()));
+    let handle = tokio::spawn(app.run_with_admin(listener, admin, stop.clone()));
     TestApp {
         addr,
+        admin_addr,
         client: reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()

@@ -69,13 +69,22 @@ async fn paypal_with_a_pinned_certificate() {
 
 /// A loopback "certificate host" serving `pem` and counting requests.
 async fn cert_server(pem: &'static str) -> (String, Arc<AtomicUsize>) {
+    cert_server_answering(axum::http::StatusCode::OK, pem).await
+}
+
+/// A loopback certificate host that answers `status` and `pem` to every
+/// request, counting them.
+async fn cert_server_answering(
+    status: axum::http::StatusCode,
+    pem: &'static str,
+) -> (String, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counter = hits.clone();
     let app = axum::Router::new().route(
         "/v1/notifications/certs/{id}",
         axum::routing::get(move || {
             counter.fetch_add(1, Ordering::SeqCst);
-            async move { pem }
+            async move { (status, pem) }
         }),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -136,4 +145,52 @@ cert_hosts = ["{good_host}", "{bad_host}", "{down_host}"]
     )
     .await;
     assert_eq!((s, text.trim()), (503, "signing certificate unavailable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paypal_cert_url_variants_failures_and_floods_cost_a_bounded_number_of_fetches() {
+    let (good_host, good_hits) = cert_server(PAYPAL_CERT).await;
+    let (fail_host, fail_hits) =
+        cert_server_answering(axum::http::StatusCode::INTERNAL_SERVER_ERROR, "").await;
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = format!(
+        r#"
+[sources.pp]
+provider = "paypal"
+[sources.pp.paypal]
+webhook_id = "WH-LOOP"
+cert_hosts = ["{good_host}", "{fail_host}"]
+"#
+    );
+    let app = spawn_app(opts).await;
+    // Query variants are one certificate: fetched once, and they cannot
+    // push the genuine certificate out of the cache.
+    for i in 0..5 {
+        let url = format!("http://{good_host}/v1/notifications/certs/CERT-1?v={i}");
+        let body = format!(r#"{{"id":"WH-VAR-{i}"}}"#);
+        let hdr = paypal_headers("WH-LOOP", &url, now(), body.as_bytes());
+        assert_eq!(send(&app, "pp", &hdr, body.as_bytes()).await.0, 200, "#{i}");
+    }
+    assert_eq!(good_hits.load(Ordering::SeqCst), 1);
+    // A failing URL is remembered: asked once for several posts.
+    let body = br#"{"id":"WH-FAIL"}"#;
+    let url = format!("http://{fail_host}/v1/notifications/certs/CERT-F");
+    for _ in 0..3 {
+        let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+        let (s, _, _) = send(&app, "pp", &hdr, body).await;
+        assert_eq!(s, 503);
+    }
+    assert_eq!(fail_hits.load(Ordering::SeqCst), 1);
+    // A flood of distinct certificate paths: the per-source budget caps
+    // the fetches; the rest are 503 (PayPal would retry).
+    for i in 0..20 {
+        let url = format!("http://{fail_host}/v1/notifications/certs/FLOOD-{i}");
+        let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+        assert_eq!(send(&app, "pp", &hdr, body).await.0, 503);
+    }
+    let fetched = good_hits.load(Ordering::SeqCst) + fail_hits.load(Ordering::SeqCst);
+    assert!(
+        fetched <= hookgate::verify::fetch_budget::FETCHES_PER_WINDOW as usize + 1,
+        "{fetched} fetches"
+    );
 }

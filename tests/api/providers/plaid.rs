@@ -176,3 +176,61 @@ api_base = "{down}"
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plaid_rate_limits_are_temporarily_unavailable_never_an_unknown_key() {
+    let status = Arc::new(std::sync::atomic::AtomicU16::new(429));
+    let hits = Arc::new(AtomicUsize::new(0));
+    let (s2, h2) = (status.clone(), hits.clone());
+    let api = axum::Router::new().route(
+        "/webhook_verification_key/get",
+        axum::routing::post(move || {
+            h2.fetch_add(1, Ordering::SeqCst);
+            let code = s2.load(Ordering::SeqCst);
+            async move {
+                let code = axum::http::StatusCode::from_u16(code).unwrap();
+                let body = serde_json::json!({"key": jwk(KID), "request_id": "r1"});
+                (code, body.to_string())
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, api).await });
+    let app = app_with(format!(
+        r#"
+[sources.pl]
+provider = "plaid"
+[sources.pl.plaid]
+client_id = "client-123"
+secret = "plaid-secret-xyz"
+api_base = "{base}"
+"#
+    ))
+    .await;
+    let b = body("item-429");
+    for code in [429, 503] {
+        status.store(code, Ordering::SeqCst);
+        let hdr = plaid_headers("ES256", KID, now(), &b);
+        let res = app
+            .client
+            .post(app.url("/webhooks/pl"))
+            .headers(
+                hdr.iter()
+                    .map(|(k, v)| (k.parse().unwrap(), v.parse().unwrap()))
+                    .collect(),
+            )
+            .body(b.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 503, "Plaid answered {code}");
+        assert!(res.headers().contains_key("retry-after"));
+    }
+    // Plaid is back: the same kid is fetched and accepted (it was not
+    // remembered as unknown).
+    status.store(200, Ordering::SeqCst);
+    let hdr = plaid_headers("ES256", KID, now(), &b);
+    assert_eq!(send(&app, "pl", &hdr, &b).await.0, 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+}

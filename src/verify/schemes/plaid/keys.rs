@@ -69,6 +69,8 @@ pub struct Settings {
     unknown: Mutex<HashMap<String, i64>>,
     /// Serializes fetches (one in flight per source).
     fetching: tokio::sync::Mutex<()>,
+    /// Per-source fetch budget (a `kid` is chosen by the sender).
+    budget: crate::verify::fetch_budget::FetchBudget,
     client: reqwest::Client,
 }
 
@@ -121,6 +123,7 @@ impl Settings {
             cache: Mutex::new(HashMap::new()),
             unknown: Mutex::new(HashMap::new()),
             fetching: tokio::sync::Mutex::new(()),
+            budget: Default::default(),
             client,
         })
     }
@@ -153,6 +156,9 @@ impl Settings {
             .is_some_and(|t| *t > now)
         {
             return Err(unknown);
+        }
+        if !self.budget.take(now) {
+            return Err(VerifyError::CertificateUnavailable);
         }
         let Some(key) = self.fetch(&token.kid).await? else {
             let mut u = lock(&self.unknown);
@@ -201,6 +207,12 @@ impl Settings {
             .send()
             .await
             .map_err(down)?;
+        // 429 (rate limited) and 5xx are Plaid being busy or down: the
+        // key may well exist, so "temporarily unavailable", never
+        // "unknown key" (which would be remembered).
+        if res.status() == http::StatusCode::TOO_MANY_REQUESTS {
+            return Err(VerifyError::CertificateUnavailable);
+        }
         if res.status().is_client_error() {
             return Ok(None);
         }

@@ -1,0 +1,104 @@
+//! The accept loop: hyper's connection builder with the timeouts axum's
+//! `serve` does not expose, a cap on open connections, and graceful drain.
+//!
+//! Rule: transport only. What is served is `http`'s router; what happens at
+//! shutdown after the drain is `app`'s business.
+//!
+//! Limits (docs/operations.md, "Security model"):
+//! - `header_read_timeout`: a client must finish a request's headers in
+//!   time; on HTTP/1 the same timer runs while a kept-alive connection waits
+//!   for its next request, so it is also the idle limit;
+//! - `idle_timeout`: HTTP/2 keep-alive pings; a peer that does not answer
+//!   is dropped;
+//! - `max_connections`: at most this many connections are open per
+//!   listener; the loop stops accepting (the kernel queues the rest) until
+//!   one closes.
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// Transport limits of one listener.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+/// Serves `router` on `listener` until `stop` is cancelled, then lets open
+/// connections finish their requests (no new ones are read) and returns
+/// when they have closed. The caller bounds the drain with its grace.
+pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
+    let builder = builder(limits);
+    let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let graceful = GracefulShutdown::new();
+    // Dropping this future (the caller's grace ran out) aborts every
+    // connection still open.
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        while conns.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break,
+            },
+            _ = stop.cancelled() => break,
+        };
+        let (stream, peer) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+            // The peer address feeds per-source `allow_ips`.
+            req.extensions_mut().insert(ConnectInfo(peer));
+            router.clone().oneshot(req)
+        });
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        conns.spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, %peer, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    while conns.join_next().await.is_some() {}
+}
+
+fn builder(limits: Limits) -> auto::Builder<TokioExecutor> {
+    let mut b = auto::Builder::new(TokioExecutor::new());
+    b.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .keep_alive(true);
+    b.http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(Some(limits.idle_timeout))
+        .keep_alive_timeout(limits.idle_timeout)
+        .max_concurrent_streams(256);
+    b
+}
