@@ -1,12 +1,12 @@
 //! The router: every URL hookgate serves and the layers around them.
 //!
-//! Rule: routing only. Handlers live in `ingest` and `admin`; errors become
+//! Rule: routing only. Handlers live in `ingest`, `proxy` and `admin`; errors become
 //! answers in `error`.
 
 use crate::state::AppState;
-use crate::{admin, ingest};
+use crate::{admin, ingest, proxy};
 use axum::Router;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 
 pub fn router(state: AppState) -> Router {
     Router::new()
@@ -14,6 +14,7 @@ pub fn router(state: AppState) -> Router {
             "/webhooks/{source}",
             post(ingest::receive).get(ingest::challenge::answer),
         )
+        .route("/api/{api}/{*rest}", any(proxy::handle))
         .route("/healthz", get(admin::health::healthz))
         .route("/readyz", get(admin::health::readyz))
         .route("/metrics", get(admin::metrics::render))

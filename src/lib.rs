@@ -9,6 +9,7 @@
 //!   (Redis or in-process) and the durable ledger.
 //! - [`store`]: the [`store::Ledger`] (PostgreSQL or SQLite): events, delivery
 //!   rows and counters, written with group commit.
+//! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`primitives`]: values every layer shares (durations, secrets); imports nothing.
@@ -24,6 +25,7 @@ pub mod error;
 pub mod http;
 pub mod ingest;
 pub mod primitives;
+pub mod proxy;
 pub mod shutdown;
 pub mod state;
 pub mod stats;

@@ -41,6 +41,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
     let delivery = delivery(raw.delivery);
     let targets = targets(raw.targets, &mut v);
     let sources = sources(raw.sources, &providers, &targets, &mut v);
+    let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -51,6 +52,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             delivery,
             sources,
             targets,
+            apis,
             providers,
             warnings: v.warnings,
         })

@@ -7,6 +7,7 @@ mod cli;
 mod dedup;
 mod delivery;
 mod faults;
+mod idempotency;
 mod ingest;
 mod providers;
 mod topologies;
