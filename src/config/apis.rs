@@ -281,6 +281,64 @@ pub(super) fn validate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn load(api: &str) -> Result<Config, Vec<(String, String)>> {
+        let text = format!("[server]\nmax_body_bytes = 1000\n\n[apis.pay]\n{api}");
+        Config::from_toml_str(&text, Path::new(".")).map_err(|e| e.problems)
+    }
+
+    #[test]
+    fn defaults_fill_an_api_and_the_body_limit_is_the_servers() {
+        let c = load("upstream = \"http://127.0.0.1:9/base/\"").unwrap();
+        let a = &c.apis["pay"];
+        assert_eq!(a.upstream, "http://127.0.0.1:9/base");
+        assert_eq!(a.methods, vec![Method::POST, Method::PATCH]);
+        assert_eq!(a.key_header, "idempotency-key");
+        assert_eq!(a.scope, Scope::None);
+        assert_eq!(
+            (a.ttl, a.lock_ttl),
+            (Duration::from_secs(86_400), Duration::from_secs(30))
+        );
+        assert_eq!((a.max_body_bytes, a.mismatch_status), (1000, 409));
+        let c = load("upstream = \"https://x\"\nscope = \"header:X-User-ID\"\nmax_body_bytes = 5")
+            .unwrap();
+        assert_eq!(c.apis["pay"].scope, Scope::Header("x-user-id".into()));
+        assert_eq!(c.apis["pay"].max_body_bytes, 5);
+    }
+
+    #[test]
+    fn every_bad_value_is_named_by_its_key_path() {
+        let bad = load(
+            r#"upstream = "ftp://x"
+methods = ["POST", "FETCH"]
+scope = "cookie:x"
+ttl = "0s"
+lock_ttl = "10s"
+timeout = "10s"
+replay_statuses = "2xx,5xx"
+mismatch_status = 400
+"#,
+        )
+        .unwrap_err();
+        let keys: Vec<&str> = bad.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "apis.pay.upstream",
+                "apis.pay.methods",
+                "apis.pay.scope",
+                "apis.pay.ttl",
+                "apis.pay.lock_ttl",
+                "apis.pay.replay_statuses",
+                "apis.pay.mismatch_status",
+            ],
+            "{bad:?}"
+        );
+        assert!(bad[4].1.contains("must exceed `timeout`"));
+        assert!(bad[5].1.contains("never replayed"));
+    }
 
     #[test]
     fn replay_statuses_never_store_5xx_and_skip_transient_4xx_unless_exact() {

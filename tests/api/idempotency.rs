@@ -467,3 +467,51 @@ mod killed {
         a_killed_gateway_blocks_its_key_only_until_lock_ttl(Backend::Embedded).await
     }
 }
+
+async fn expired_keys_are_purged_and_then_run_again(backend: Backend) {
+    let up = Upstream::start().await;
+    let mut o = opts(backend, &up);
+    o.extra.push_str(&format!(
+        "\n[apis.short]\nupstream = \"{}\"\nttl = \"300ms\"\nlock_ttl = \"3s\"\ntimeout = \"2s\"\n",
+        up.url
+    ));
+    let app = spawn_app(o).await;
+    let url = app.url("/api/short/x");
+    assert_eq!(
+        send(&app.client, &url, Some("k-exp"), "u", "{}").await.1,
+        false
+    );
+    assert!(
+        send(&app.client, &url, Some("k-exp"), "u", "{}").await.1,
+        "replayed within ttl"
+    );
+    let key = hookgate::store::idempotency::IdemKey {
+        api: "short".into(),
+        scope: String::new(),
+        key: "k-exp".into(),
+    };
+    // purge_interval is 200ms in the test config.
+    let purged = eventually(Duration::from_secs(5), || async {
+        app.state.idempotency.lookup(&key).await.unwrap()
+            == hookgate::store::idempotency::Begin::Vanished
+    })
+    .await;
+    assert!(purged, "the expired key was purged");
+    let again = send(&app.client, &url, Some("k-exp"), "u", "{}").await;
+    assert_eq!((again.0, again.1), (201, false));
+    assert_eq!(up.calls(), 2);
+}
+
+mod expiry {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn production() {
+        expired_keys_are_purged_and_then_run_again(Backend::Production).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn embedded() {
+        expired_keys_are_purged_and_then_run_again(Backend::Embedded).await
+    }
+}
