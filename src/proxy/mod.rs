@@ -137,22 +137,17 @@ async fn proxy(
         }
         Ok(Decision::InFlight) => {
             let msg = "a request with this idempotency key is still being processed";
-            let mut r = error(StatusCode::CONFLICT, "request_in_progress", msg);
-            r.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_IN_FLIGHT),
-            );
-            (ApiOutcome::InflightRejected, r)
+            let r = error(StatusCode::CONFLICT, "request_in_progress", msg);
+            (
+                ApiOutcome::InflightRejected,
+                retry_after(r, RETRY_IN_FLIGHT),
+            )
         }
         Err(e) => {
             tracing::warn!(api = api.name, error = %e, "idempotency store unavailable; answering 503");
             let msg = "storage unavailable; the request was not forwarded";
-            let mut r = error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg);
-            r.headers_mut().insert(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_UNAVAILABLE),
-            );
-            (ApiOutcome::Unavailable, r)
+            let r = error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg);
+            (ApiOutcome::Unavailable, retry_after(r, RETRY_UNAVAILABLE))
         }
     }
 }
@@ -346,6 +341,12 @@ fn forward_error(api: &Api, e: &ForwardError) -> Response {
             "the upstream answer is too large",
         ),
     }
+}
+
+fn retry_after(mut r: Response, secs: &'static str) -> Response {
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+    r
 }
 
 /// A short JSON error: `{"error": code, "message": text}`.
