@@ -68,14 +68,16 @@ pub fn namespaced(api: &Api, headers: &HeaderMap, key: String) -> Result<IdemKey
     })
 }
 
-/// The claim-cache key: `<prefix>:v1:idem:<api>:<sha256(scope NUL key)>`
-/// (hashed so any scope value and key make a safe, bounded Redis key).
+/// The claim-cache key: `<prefix>:idem:v1:<api>:<sha256(scope NUL key)>`
+/// (hashed so any scope value and key make a safe, bounded Redis key; the
+/// `idem` segment before `v1` keeps it apart from webhook keys
+/// `<prefix>:v1:<source>:<event id>`).
 pub fn cache_key(prefix: &str, k: &IdemKey) -> String {
     let mut h = Sha256::new();
     h.update(k.scope.as_bytes());
     h.update([0]);
     h.update(k.key.as_bytes());
-    format!("{prefix}:v1:idem:{}:{}", k.api, hex::encode(h.finalize()))
+    format!("{prefix}:idem:v1:{}:{}", k.api, hex::encode(h.finalize()))
 }
 
 /// SHA-256 over method, path + query and body (exact bytes, or canonical
