@@ -10,7 +10,8 @@ use crate::deliver::{self, Wake};
 use crate::primitives::time::Millis;
 use crate::state::{AppState, Shared};
 use crate::stats::Counters;
-use crate::store::{self, Ledger, batch::GroupCommit};
+use crate::store::idempotency::{self, IdempotencyStore};
+use crate::store::{Ledger, batch::GroupCommit};
 use crate::{http, serve, telemetry};
 use anyhow::Context;
 use std::sync::Arc;
@@ -33,7 +34,7 @@ pub struct App {
 impl App {
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let config = Arc::new(config);
-        let ledger = open_ledger(&config).await?;
+        let (ledger, idempotency) = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
             Some(url) => Arc::new(
                 RedisCache::connect(url, config.storage.redis_timeout)
@@ -53,12 +54,15 @@ impl App {
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));
-        let counters = Arc::new(Counters::new(
-            config
-                .sources
-                .values()
-                .map(|s| (s.name.as_str(), s.targets.as_slice())),
-        ));
+        let counters = Arc::new(
+            Counters::new(
+                config
+                    .sources
+                    .values()
+                    .map(|s| (s.name.as_str(), s.targets.as_slice())),
+            )
+            .with_apis(config.apis.keys().map(String::as_str)),
+        );
         let wake = Wake::new(&config);
         let stop = CancellationToken::new();
 
@@ -71,6 +75,7 @@ impl App {
         ));
         background.spawn(purge_loop(
             ledger.clone(),
+            idempotency.clone(),
             config.dedup.purge_interval,
             stop.clone(),
         ));
@@ -99,6 +104,11 @@ impl App {
             counters,
             wake,
             metrics: telemetry::metrics_handle(),
+            idempotency,
+            upstream: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .context("building the upstream HTTP client")?,
         });
         Ok(Self {
             state,
@@ -173,10 +183,13 @@ impl App {
     }
 }
 
-/// Connects the ledger and, unless told not to, migrates it.
-async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
+/// Connects the ledger (which also holds the idempotency rows) and, unless
+/// told not to, migrates it.
+async fn open_ledger(
+    config: &Config,
+) -> anyhow::Result<(Arc<dyn Ledger>, Arc<dyn IdempotencyStore>)> {
     let db = &config.storage.database;
-    let ledger = store::connect(db, config.storage.max_connections)
+    let (ledger, idem) = idempotency::connect(db, config.storage.max_connections)
         .await
         .with_context(|| format!("opening ledger {}", db.display()))?;
     if config.storage.migrate {
@@ -185,7 +198,7 @@ async fn open_ledger(config: &Config) -> anyhow::Result<Arc<dyn Ledger>> {
             .await
             .with_context(|| format!("migrating {}", db.display()))?;
     }
-    Ok(ledger)
+    Ok((ledger, idem))
 }
 
 /// Adds this instance's counter deltas to the ledger every `every` until
@@ -215,7 +228,12 @@ async fn flush_loop(
     }
 }
 
-async fn purge_loop(ledger: Arc<dyn Ledger>, every: Duration, stop: CancellationToken) {
+async fn purge_loop(
+    ledger: Arc<dyn Ledger>,
+    idempotency: Arc<dyn IdempotencyStore>,
+    every: Duration,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
@@ -225,6 +243,11 @@ async fn purge_loop(ledger: Arc<dyn Ledger>, every: Duration, stop: Cancellation
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged events past their dedup window"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),
+        }
+        match idempotency.purge_idempotency(Millis::now()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(purged = n, "purged idempotency keys past their ttl"),
+            Err(e) => tracing::warn!(error = %e, "idempotency purge failed; will retry"),
         }
     }
 }

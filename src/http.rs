@@ -1,6 +1,6 @@
 //! The router: every URL hookgate serves and the layers around them.
 //!
-//! Rule: routing only. Handlers live in `ingest` and `admin`; errors become
+//! Rule: routing only. Handlers live in `ingest`, `proxy` and `admin`; errors become
 //! answers in `error`.
 //!
 //! Layers: `POST /webhooks/*` reads its own body under `max_body_bytes` and
@@ -10,12 +10,12 @@
 //! before their handler (and so any body extractor) runs.
 
 use crate::state::AppState;
-use crate::{admin, ingest};
+use crate::{admin, ingest, proxy};
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::middleware;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use tower_http::timeout::TimeoutLayer;
 
 /// Largest body a route other than `POST /webhooks/*` reads (a replay
@@ -30,6 +30,9 @@ pub fn router(state: AppState) -> Router {
             "/webhooks/{source}",
             post(ingest::receive).get(ingest::challenge::answer),
         )
+        // The proxy reads its body under the API's own `max_body_bytes`
+        // and applies its own upstream timeout.
+        .route("/api/{api}/{*rest}", any(proxy::handle))
         // Our own limit is enforced in ingest with a clear 413; axum's
         // default 2 MiB extractor limit must not cut in first.
         .layer(DefaultBodyLimit::disable());

@@ -9,6 +9,7 @@
 //!   (Redis or in-process) and the durable ledger.
 //! - [`store`]: the [`store::Ledger`] (PostgreSQL or SQLite): events, delivery
 //!   rows and counters, written with group commit.
+//! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`primitives`]: values every layer shares (durations, secrets); imports nothing.
@@ -26,6 +27,7 @@ pub mod fuzzing;
 pub mod http;
 pub mod ingest;
 pub mod primitives;
+pub mod proxy;
 pub mod serve;
 pub mod shutdown;
 pub mod state;

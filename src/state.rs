@@ -8,6 +8,7 @@ use crate::dedup::Dedup;
 use crate::deliver::Wake;
 use crate::stats::Counters;
 use crate::store::Ledger;
+use crate::store::idempotency::IdempotencyStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -23,6 +24,10 @@ pub struct Shared {
     pub counters: Arc<Counters>,
     pub wake: Wake,
     pub metrics: PrometheusHandle,
+    /// The Idempotency-Key proxy's rows (the ledger's own pool).
+    pub idempotency: Arc<dyn IdempotencyStore>,
+    /// Client for `[apis.*]` upstreams (no redirects followed).
+    pub upstream: reqwest::Client,
 }
 
 impl Deref for AppState {

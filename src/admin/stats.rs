@@ -74,7 +74,8 @@ pub async fn snapshot(
             }),
         );
     }
-    Ok(json!({ "sources": sources }))
+    let apis = crate::stats::apis::doc(config.apis.keys().map(String::as_str), &get);
+    Ok(json!({ "sources": sources, "apis": apis }))
 }
 
 /// Per-target counts of one source, and their sums

@@ -4,6 +4,7 @@
 //! Rule: every error names the file and the key; no secret value is ever part
 //! of an error, `Debug` output or the `check-config` summary.
 
+pub mod apis;
 pub mod raw;
 pub mod redis_url;
 mod validate;
@@ -37,6 +38,8 @@ pub struct Config {
     pub delivery: Delivery,
     pub sources: BTreeMap<String, Arc<Source>>,
     pub targets: BTreeMap<String, Arc<Target>>,
+    /// `[apis.*]`: the Idempotency-Key proxy's upstreams.
+    pub apis: BTreeMap<String, Arc<apis::Api>>,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,

@@ -30,6 +30,10 @@ pub struct RawConfig {
     /// Internal HTTP endpoints that receive forwarded events.
     #[serde(default)]
     pub targets: BTreeMap<String, RawTarget>,
+    /// Internal APIs behind the Idempotency-Key proxy, served at
+    /// `/api/<name>/…`; the table is documented in `config/apis.rs`.
+    #[serde(default)]
+    pub apis: BTreeMap<String, super::apis::RawApi>,
 }
 
 #[derive(Debug, Deserialize)]

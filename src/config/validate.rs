@@ -47,6 +47,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
         .into_iter()
         .map(|(name, t)| (name, Arc::new(t)))
         .collect();
+    let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -57,6 +58,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             delivery,
             sources,
             targets,
+            apis,
             providers,
             warnings: v.warnings,
         })

@@ -8,6 +8,7 @@
 //! rest of the crate: ingest and deliver count, `app` flushes the deltas to
 //! the ledger, `admin` renders them.
 
+pub mod apis;
 mod names;
 
 pub use names::{DeliveryOutcome, Layer, Outcome, RejectReason};
@@ -57,6 +58,8 @@ struct SourceCounters {
 /// This instance's unflushed counts.
 pub struct Counters {
     sources: HashMap<String, SourceCounters>,
+    /// Per proxied API (`stats/apis.rs`); empty until `with_apis`.
+    apis: HashMap<String, apis::ApiCells>,
     /// Held by a flush from taking the deltas until the ledger has them, and
     /// by a snapshot while it reads: otherwise a snapshot taken mid-flush
     /// would miss the deltas in transit (zeroed here, not yet in the table).
@@ -82,6 +85,7 @@ impl Counters {
             .collect();
         Self {
             sources,
+            apis: HashMap::new(),
             flushing: tokio::sync::Mutex::new(()),
         }
     }
@@ -192,11 +196,15 @@ impl Counters {
                 }
             }
         }
+        self.collect_apis(&read, &mut out);
         out
     }
 
     /// The counter cell a flushed name belongs to, if it is still configured.
     fn cell(&self, source: &str, name: &str) -> Option<&AtomicI64> {
+        if name.starts_with("api.") {
+            return self.api_cell(source, name);
+        }
         let s = self.sources.get(source)?;
         if let Some(i) = COUNTERS.iter().position(|(_, n)| *n == name) {
             return Some(&s.fixed[i]);

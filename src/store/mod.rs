@@ -5,6 +5,7 @@
 //! Concurrent requests share transactions through [`batch::GroupCommit`].
 
 pub mod batch;
+pub mod idempotency;
 pub mod postgres;
 mod rows;
 pub mod sqlite;

@@ -7,6 +7,8 @@
 //! Rule: statements are SQLite-specific or the shared text of
 //! [`super::rows`]; nothing is imported from the PostgreSQL backend.
 
+mod idempotency;
+
 use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, FINISH_ATTEMPT_SQL,
     INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, attempt_from_row, count_from_row, due_from_row,

@@ -8,6 +8,7 @@ mod dedup;
 mod delivery;
 mod faults;
 mod hardening;
+mod idempotency;
 mod ingest;
 mod providers;
 mod topologies;

@@ -6,6 +6,7 @@
 //! - [`outbox`](self::outbox): leasing, finishing and replaying deliveries.
 //! - [`listen`](self::listen): `LISTEN`/`NOTIFY` wake-ups across replicas.
 
+mod idempotency;
 mod listen;
 mod outbox;
 mod record;

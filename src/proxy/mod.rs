@@ -1,0 +1,356 @@
+//! The Idempotency-Key proxy (issue #12, docs/idempotency.md):
+//! `/api/{name}/{rest}` → `<upstream>/{rest}`, with the claim + ledger of
+//! webhook dedup applied to the client's `Idempotency-Key`.
+//!
+//! Orchestrates only: body (bounded) → method covered? → key and scope →
+//! [`claim::decide`] → replay, refuse, or (as owner) forward and store. One
+//! outcome is counted and one log line written per request.
+//!
+//! Rule: sits beside `ingest`; uses the claim cache, the idempotency store,
+//! config and stats. Nothing below imports it.
+
+pub mod claim;
+pub mod forward;
+pub mod key;
+
+use crate::config::apis::Api;
+use crate::primitives::time::Millis;
+use crate::state::AppState;
+use crate::stats::apis::ApiOutcome;
+use crate::store::idempotency::StoredResponse;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use claim::{Decision, Keyed};
+use forward::{ForwardError, Upstream};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Set on every replayed answer.
+pub const REPLAYED_HEADER: &str = "idempotency-replayed";
+/// `Retry-After` seconds for a 409 (in flight) and a 503 (storage down).
+const RETRY_IN_FLIGHT: &str = "1";
+const RETRY_UNAVAILABLE: &str = "5";
+
+/// Every method on `/api/{name}/{*rest}`.
+pub async fn handle(
+    State(state): State<AppState>,
+    Path((name, _rest)): Path<(String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let Some(api) = state.config.apis.get(&name).cloned() else {
+        return error(StatusCode::NOT_FOUND, "unknown_api", "no such API");
+    };
+    // The raw (still percent-encoded) path after `/api/<name>`, and the query.
+    let rest = uri
+        .path()
+        .strip_prefix(&format!("/api/{name}"))
+        .unwrap_or("/");
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{rest}?{q}"),
+        None => rest.to_owned(),
+    };
+    let (outcome, response) = proxy(&state, api, method, path_and_query, headers, body).await;
+    state.counters.api(&name, outcome);
+    metrics::counter!("hookgate_api_requests_total", "api" => name.clone(), "outcome" => outcome.as_str())
+        .increment(1);
+    tracing::info!(
+        api = name,
+        outcome = outcome.as_str(),
+        status = response.status().as_u16(),
+        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "proxy"
+    );
+    response
+}
+
+async fn proxy(
+    state: &AppState,
+    api: Arc<Api>,
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Body,
+) -> (ApiOutcome, Response) {
+    let body = match read_body(body, &headers, api.max_body_bytes).await {
+        Ok(b) => b,
+        Err(r) => return (ApiOutcome::BadRequest, r),
+    };
+    if !api.methods.contains(&method) {
+        return pass_through(state, &api, method, &path_and_query, &headers, body).await;
+    }
+    let id = match key::client_key(&api, &headers) {
+        Ok(None) => {
+            return pass_through(state, &api, method, &path_and_query, &headers, body).await;
+        }
+        Ok(Some(k)) => key::namespaced(&api, &headers, k),
+        Err(e) => Err(e),
+    };
+    let id = match id {
+        Ok(id) => id,
+        Err(e) => {
+            let r = error(
+                StatusCode::BAD_REQUEST,
+                "invalid_idempotency_key",
+                &e.to_string(),
+            );
+            return (ApiOutcome::BadRequest, r);
+        }
+    };
+    let keyed = Keyed {
+        cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
+        fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
+        token: format!("{:032x}", rand::random::<u128>()),
+        key: id,
+        api: api.clone(),
+    };
+    let cache = state.dedup.cache().as_ref();
+    let mut waited = false;
+    let decision = claim::decide(&keyed, cache, state.idempotency.as_ref(), &mut waited).await;
+    if waited {
+        state.counters.api(&api.name, ApiOutcome::InflightWait);
+    }
+    match decision {
+        Ok(Decision::Owner { .. }) => {
+            let request = Forward {
+                method,
+                path_and_query,
+                headers,
+                body,
+            };
+            owner(state.clone(), keyed, request).await
+        }
+        Ok(Decision::Replay(stored)) => (ApiOutcome::Replay, replay(stored)),
+        Ok(Decision::Conflict) => {
+            let status = StatusCode::from_u16(api.mismatch_status).unwrap_or(StatusCode::CONFLICT);
+            let msg = "this idempotency key was already used for a different request";
+            (
+                ApiOutcome::Conflict,
+                error(status, "idempotency_key_reused", msg),
+            )
+        }
+        Ok(Decision::InFlight) => {
+            let msg = "a request with this idempotency key is still being processed";
+            let r = error(StatusCode::CONFLICT, "request_in_progress", msg);
+            (
+                ApiOutcome::InflightRejected,
+                retry_after(r, RETRY_IN_FLIGHT),
+            )
+        }
+        Err(e) => {
+            tracing::warn!(api = api.name, error = %e, "idempotency store unavailable; answering 503");
+            let msg = "storage unavailable; the request was not forwarded";
+            let r = error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg);
+            (ApiOutcome::Unavailable, retry_after(r, RETRY_UNAVAILABLE))
+        }
+    }
+}
+
+/// The request as it goes upstream.
+struct Forward {
+    method: Method,
+    path_and_query: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+/// The owner's section: forward, then store (or release). Runs in its own
+/// task, so a client hanging up cannot cut it between the upstream answer
+/// and the row update.
+async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response) {
+    let task = tokio::spawn(async move {
+        let result = call(&state, &k.api, &req).await;
+        match result {
+            Ok(up) if k.api.replay_statuses.stores(up.status.as_u16()) => {
+                let stored = StoredResponse {
+                    status: up.status.as_u16(),
+                    headers: forward::replayable_headers(&k.api, &up.headers),
+                    body: up.body.clone(),
+                };
+                store_response(&state, &k, &stored).await;
+                (ApiOutcome::FirstCall, upstream_response(up))
+            }
+            Ok(up) => {
+                release(&state, &k).await;
+                let outcome = if up.status.is_server_error() {
+                    ApiOutcome::UpstreamError
+                } else {
+                    ApiOutcome::FirstCall
+                };
+                (outcome, upstream_response(up))
+            }
+            Err(e) => {
+                release(&state, &k).await;
+                (ApiOutcome::UpstreamError, forward_error(&k.api, &e))
+            }
+        }
+    });
+    task.await.unwrap_or_else(|_| {
+        let r = error(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "proxy task failed",
+        );
+        (ApiOutcome::UpstreamError, r)
+    })
+}
+
+/// Completes the row, then marks the cache done. If the row cannot be
+/// written the claim is released: the client still gets this answer, and a
+/// retry runs again (docs/idempotency.md, "Failure modes").
+async fn store_response(state: &AppState, k: &Keyed, stored: &StoredResponse) {
+    let expires_at = Millis::now() + k.api.ttl;
+    match state
+        .idempotency
+        .complete(&k.key, &k.token, stored, expires_at)
+        .await
+    {
+        Ok(true) => {
+            let _ = state
+                .dedup
+                .cache()
+                .finish(&k.cache_key, &k.hash(), k.api.ttl)
+                .await;
+        }
+        Ok(false) => tracing::warn!(
+            api = k.api.name,
+            "claim lost before the response was stored (the call outlived lock_ttl)"
+        ),
+        Err(e) => {
+            tracing::warn!(api = k.api.name, error = %e, "could not store the response; releasing the key");
+            release(state, k).await;
+        }
+    }
+}
+
+/// Frees the row and the cache claim (both only while they hold our token).
+async fn release(state: &AppState, k: &Keyed) {
+    if let Err(e) = state.idempotency.release(&k.key, &k.token).await {
+        tracing::warn!(api = k.api.name, error = %e, "could not release the key; it frees after lock_ttl");
+    }
+    let _ = state.dedup.cache().release(&k.cache_key, &k.token).await;
+}
+
+/// Forwards and records the upstream latency.
+async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Upstream, ForwardError> {
+    let started = Instant::now();
+    let result = forward::forward(
+        &state.upstream,
+        api,
+        req.method.clone(),
+        &req.path_and_query,
+        &req.headers,
+        req.body.clone(),
+    )
+    .await;
+    metrics::histogram!("hookgate_api_upstream_duration_seconds", "api" => api.name.clone())
+        .record(started.elapsed().as_secs_f64());
+    if let Err(e) = &result {
+        tracing::warn!(api = api.name, error = %e, "upstream call failed");
+    }
+    result
+}
+
+async fn pass_through(
+    state: &AppState,
+    api: &Api,
+    method: Method,
+    path_and_query: &str,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> (ApiOutcome, Response) {
+    let req = Forward {
+        method,
+        path_and_query: path_and_query.to_owned(),
+        headers: headers.clone(),
+        body,
+    };
+    match call(state, api, &req).await {
+        Ok(up) => (ApiOutcome::Passthrough, upstream_response(up)),
+        Err(e) => (ApiOutcome::UpstreamError, forward_error(api, &e)),
+    }
+}
+
+/// The body, at most `max` bytes (413 past that, on `Content-Length` or
+/// while reading).
+async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, Response> {
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "request body too large",
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            too_large()
+        } else {
+            error(
+                StatusCode::BAD_REQUEST,
+                "bad_body",
+                "could not read the request body",
+            )
+        }
+    })
+}
+
+fn upstream_response(up: Upstream) -> Response {
+    let mut r = (up.status, up.body).into_response();
+    *r.headers_mut() = up.headers;
+    r
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut r = (status, stored.body).into_response();
+    *r.headers_mut() = forward::header_map(&stored.headers);
+    r.headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    r
+}
+
+fn forward_error(api: &Api, e: &ForwardError) -> Response {
+    match e {
+        ForwardError::Timeout => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream_timeout",
+            &format!("the upstream did not answer within {:?}", api.timeout),
+        ),
+        ForwardError::Connect(_) => error(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "the upstream could not be reached",
+        ),
+        ForwardError::TooLarge => error(
+            StatusCode::BAD_GATEWAY,
+            "upstream_error",
+            "the upstream answer is too large",
+        ),
+    }
+}
+
+fn retry_after(mut r: Response, secs: &'static str) -> Response {
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+    r
+}
+
+/// A short JSON error: `{"error": code, "message": text}`.
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": code, "message": message });
+    (status, axum::Json(body)).into_response()
+}
