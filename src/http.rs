@@ -19,6 +19,18 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(admin::metrics::render))
         .route("/stats", get(admin::stats_handler))
         .route("/admin/replay", post(admin::replay::handler))
+        // Admin console and events API (issue #10).
+        .route("/admin/events", get(admin::events::list))
+        .route(
+            "/admin/events/{source}/{event_id}",
+            get(admin::events::show),
+        )
+        .route(
+            "/admin/events/{source}/{event_id}/redeliver",
+            post(admin::events::redeliver),
+        )
+        .route("/admin/stats/series", get(admin::series::handler))
+        .merge(admin::console::routes())
         // Our own limit is enforced in ingest with a clear 413; axum's
         // default 2 MiB extractor limit must not cut in first.
         .layer(axum::extract::DefaultBodyLimit::disable())

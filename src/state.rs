@@ -8,6 +8,7 @@ use crate::dedup::Dedup;
 use crate::deliver::Wake;
 use crate::stats::Counters;
 use crate::store::Ledger;
+use crate::store::arrivals::Arrivals;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -22,6 +23,8 @@ pub struct Shared {
     pub dedup: Arc<Dedup>,
     pub counters: Arc<Counters>,
     pub wake: Wake,
+    /// Duplicate arrivals, recorded in the background (best effort).
+    pub arrivals: Arrivals,
     pub metrics: PrometheusHandle,
 }
 
