@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod admin_events;
 mod cli;
 mod dedup;
 mod delivery;

@@ -17,11 +17,12 @@ impl PgLedger {
         sqlx::query(
             "WITH u AS (
                  SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bool[])
-                     AS u(s, i, at, c)
+                     WITH ORDINALITY AS u(s, i, at, c, o)
              ), ins AS (
                  INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict)
                  SELECT e.id, u.at, u.c FROM u
                  JOIN hookgate_events e ON e.source = u.s AND e.event_id = u.i
+                 ORDER BY u.o
                  RETURNING event_pk, conflict
              )
              UPDATE hookgate_events e
