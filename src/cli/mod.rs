@@ -31,10 +31,6 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per process; boxing would only obscure the clap definition"
-)]
 pub enum Command {
     /// Run the gateway.
     Serve {

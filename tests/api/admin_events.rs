@@ -38,28 +38,21 @@ fn typed_body(id: &str, ty: &str) -> Vec<u8> {
 }
 
 async fn get(app: &TestApp, path: &str) -> (u16, Value) {
-    let r = app
-        .client
-        .get(app.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    let body = r.bytes().await.unwrap();
-    (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    send(app.client.get(app.url(path))).await
 }
 
 async fn post_json(app: &TestApp, path: &str, body: Value) -> (u16, Value) {
-    let r = app
+    let req = app
         .client
         .post(app.url(path))
-        .bearer_auth(ADMIN_TOKEN)
         .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
+        .body(body.to_string());
+    send(req).await
+}
+
+/// Sends with the admin token; the status and the JSON answer (or null).
+async fn send(req: reqwest::RequestBuilder) -> (u16, Value) {
+    let r = req.bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     let status = r.status().as_u16();
     let body = r.bytes().await.unwrap();
     (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
