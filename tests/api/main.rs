@@ -5,6 +5,7 @@ mod helpers;
 
 mod admin_events;
 mod cli;
+mod cli_events;
 mod dedup;
 mod delivery;
 mod faults;
