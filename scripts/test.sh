@@ -38,3 +38,8 @@ for db in $(psql -h "$PGHOST_ADDR" -U postgres -d postgres -Atc \
 done
 
 cargo test --locked "$@"
+
+# The admin console in headless Chromium (skip with HOOKGATE_SKIP_BROWSER=1).
+if [ -z "${HOOKGATE_SKIP_BROWSER:-}" ]; then
+  ./scripts/browser-test.sh
+fi

@@ -11,7 +11,7 @@ use crate::primitives::time::Millis;
 use crate::state::{AppState, Shared};
 use crate::stats::Counters;
 use crate::store::idempotency::{self, IdempotencyStore};
-use crate::store::{Ledger, batch::GroupCommit};
+use crate::store::{Ledger, arrivals::Arrivals, batch::GroupCommit};
 use crate::{http, serve, telemetry};
 use anyhow::Context;
 use std::sync::Arc;
@@ -67,6 +67,8 @@ impl App {
         let stop = CancellationToken::new();
 
         let mut background = JoinSet::new();
+        let (arrivals, arrivals_writer) = Arrivals::start(ledger.clone(), stop.clone());
+        background.spawn(arrivals_writer);
         background.spawn(flush_loop(
             counters.clone(),
             ledger.clone(),
@@ -103,6 +105,7 @@ impl App {
             dedup,
             counters,
             wake,
+            arrivals,
             metrics: telemetry::metrics_handle(),
             idempotency,
             upstream: reqwest::Client::builder()
@@ -211,7 +214,15 @@ async fn flush_loop(
 ) {
     let flush = async || {
         counters
-            .flush(async |deltas| ledger.add_counters(deltas).await)
+            .flush(async |deltas| {
+                ledger.add_counters(deltas).await?;
+                // The per-minute series is best effort: never re-sent.
+                let minute = Millis::now().0.div_euclid(60_000);
+                if let Err(e) = ledger.console().add_minute_counters(minute, deltas).await {
+                    tracing::debug!(error = %e, "per-minute counters not recorded");
+                }
+                Ok::<(), crate::store::StoreError>(())
+            })
             .await
     };
     loop {

@@ -60,13 +60,26 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
     let protected = Router::new()
         .route("/stats", get(admin::stats_handler))
         .route("/admin/replay", post(admin::replay::handler))
+        .route("/admin/events", get(admin::events::list))
+        .route(
+            "/admin/events/{source}/{event_id}",
+            get(admin::events::show),
+        )
+        .route(
+            "/admin/events/{source}/{event_id}/redeliver",
+            post(admin::events::redeliver),
+        )
+        .route("/admin/stats/series", get(admin::series::handler))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_token,
         ));
+    // The console's assets are public (it shows only a login without a
+    // token); everything it reads goes through the protected API above.
     Router::new()
         .route("/readyz", get(admin::health::readyz))
         .route("/metrics", get(admin::metrics::render))
+        .merge(admin::console::routes())
         .merge(protected)
 }
 

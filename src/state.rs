@@ -8,6 +8,7 @@ use crate::dedup::Dedup;
 use crate::deliver::Wake;
 use crate::stats::Counters;
 use crate::store::Ledger;
+use crate::store::arrivals::Arrivals;
 use crate::store::idempotency::IdempotencyStore;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::ops::Deref;
@@ -23,6 +24,8 @@ pub struct Shared {
     pub dedup: Arc<Dedup>,
     pub counters: Arc<Counters>,
     pub wake: Wake,
+    /// Duplicate arrivals, recorded in the background (best effort).
+    pub arrivals: Arrivals,
     pub metrics: PrometheusHandle,
     /// The Idempotency-Key proxy's rows (the ledger's own pool).
     pub idempotency: Arc<dyn IdempotencyStore>,

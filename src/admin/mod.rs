@@ -1,9 +1,12 @@
 //! Admin endpoints: stats, metrics, health, replay. Everything that reveals
 //! or changes state sits behind the bearer `admin_token`.
 
+pub mod console;
+pub mod events;
 pub mod health;
 pub mod metrics;
 pub mod replay;
+pub mod series;
 pub mod stats;
 
 use crate::error::ApiError;

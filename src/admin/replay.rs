@@ -1,23 +1,42 @@
 //! Replay of dead deliveries: `POST /admin/replay` (bearer) and `hookgate replay`.
+//!
+//! The body takes the filters of `GET /admin/events` (`source`, `target`,
+//! `type`, `since`, `until`, `q`, `event_id`; `state` may only be `dead`);
+//! `{}` replays every dead delivery. The answer says how many were queued.
 
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::ReplayFilter;
+use crate::store::events::{DeliveryState, EventFilter};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use serde_json::{Value, json};
 
-/// Body of `POST /admin/replay`: all fields optional; `{}` replays every dead delivery.
-#[derive(Debug, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct ReplayRequest {
-    pub source: Option<String>,
-    pub event_id: Option<String>,
-    pub target: Option<String>,
+/// Parses a replay body (a JSON object of string filters) into a filter.
+pub fn parse_request(body: &[u8]) -> Result<EventFilter, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(EventFilter::default());
+    }
+    let bad = |m: String| ApiError::BadRequest(format!("invalid replay request: {m}"));
+    let doc: serde_json::Map<String, Value> =
+        serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    let mut pairs = Vec::with_capacity(doc.len());
+    for (k, v) in &doc {
+        match v {
+            Value::String(s) => pairs.push((k.as_str(), s.as_str())),
+            Value::Null => {}
+            _ => return Err(bad(format!("`{k}` must be a string"))),
+        }
+    }
+    let filter = super::events::parse_filter(pairs, false)?.filter;
+    if filter.state.is_some_and(|s| s != DeliveryState::Dead) {
+        return Err(bad(
+            "only dead deliveries are replayed (`state` = dead)".into()
+        ));
+    }
+    Ok(filter)
 }
 
 pub async fn handler(
@@ -28,23 +47,16 @@ pub async fn handler(
     if let Err(e) = super::authorize(&state, &headers) {
         return e.into_response();
     }
-    let req: ReplayRequest = if body.is_empty() {
-        ReplayRequest::default()
-    } else {
-        match serde_json::from_slice(&body) {
-            Ok(r) => r,
-            Err(e) => {
-                return ApiError::BadRequest(format!("invalid replay request: {e}"))
-                    .into_response();
-            }
-        }
+    let filter = match parse_request(&body) {
+        Ok(f) => f,
+        Err(e) => return e.into_response(),
     };
-    let filter = ReplayFilter {
-        source: req.source,
-        event_id: req.event_id,
-        target: req.target,
-    };
-    match state.ledger.replay(&filter, Millis::now()).await {
+    match state
+        .ledger
+        .console()
+        .replay_matching(&filter, Millis::now())
+        .await
+    {
         Ok(n) => {
             state.wake.notify_all();
             tracing::info!(replayed = n, "dead deliveries replayed");

@@ -1,16 +1,16 @@
-//! Command line: serve, check-config, sign, migrate, replay.
+//! Command line: serve, check-config, sign, migrate, replay, events.
 
 mod describe;
+mod events;
 mod sign;
 
 pub use describe::describe;
 
 use crate::app::App;
 use crate::config::Config;
-use crate::primitives::time::Millis;
-use crate::store::{self, ReplayFilter};
+use crate::store;
 use crate::{shutdown, telemetry};
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use tokio_util::sync::CancellationToken;
@@ -31,10 +31,6 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "parsed once per process; boxing would only obscure the clap definition"
-)]
 pub enum Command {
     /// Run the gateway.
     Serve {
@@ -49,13 +45,11 @@ pub enum Command {
     /// Apply the ledger migrations and exit.
     Migrate,
     /// Make dead deliveries pending again (all dead ones unless filtered).
-    Replay {
-        #[arg(long)]
-        source: Option<String>,
-        #[arg(long)]
-        event_id: Option<String>,
-        #[arg(long)]
-        target: Option<String>,
+    Replay(events::ReplayArgs),
+    /// Find, inspect and redeliver stored events.
+    Events {
+        #[command(subcommand)]
+        command: events::EventsCommand,
     },
 }
 
@@ -78,21 +72,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrated {}", config.storage.database.display());
             Ok(())
         }
-        Command::Replay {
-            source,
-            event_id,
-            target,
-        } => {
-            replay(
-                &cli.config,
-                ReplayFilter {
-                    source,
-                    event_id,
-                    target,
-                },
-            )
-            .await
-        }
+        Command::Replay(args) => events::replay(&cli.config, args).await,
+        Command::Events { command } => events::run(&cli.config, command).await,
     }
 }
 
@@ -114,26 +95,6 @@ async fn serve(config: &Option<PathBuf>, no_migrate: bool) -> anyhow::Result<()>
     app.run_until_stopped(listener, stop).await
 }
 
-async fn replay(config: &Option<PathBuf>, filter: ReplayFilter) -> anyhow::Result<()> {
-    let config = load(config)?;
-    if let Some(s) = &filter.source
-        && !config.sources.contains_key(s)
-    {
-        bail!("unknown source `{s}`");
-    }
-    if let Some(t) = &filter.target
-        && !config.targets.contains_key(t)
-    {
-        bail!("unknown target `{t}`");
-    }
-    let ledger = store::connect(&config.storage.database, Some(1)).await?;
-    let n = ledger.replay(&filter, Millis::now()).await?;
-    println!(
-        "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
-    );
-    Ok(())
-}
-
-fn load(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+pub(crate) fn load(path: &Option<PathBuf>) -> anyhow::Result<Config> {
     Config::load(path.as_deref()).map_err(|e| anyhow::anyhow!("invalid config:\n{e}"))
 }

@@ -192,6 +192,11 @@ impl Dedup {
                 received_at: now_ms,
                 expires_at: now_ms + source.dedup_window,
                 targets: source.targets.clone(),
+                facts: crate::store::EventFacts {
+                    event_type: v.event_type().map(str::to_owned),
+                    key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
+                    provider_ts: v.provider_timestamp(),
+                },
             };
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {

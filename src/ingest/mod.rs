@@ -140,6 +140,9 @@ async fn handle(
             (Outcome::New, "new")
         }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
+            // Queued in memory only; see store::arrivals.
+            let id = event_id.as_deref().unwrap_or_default();
+            state.arrivals.push(source_name, id, now, conflict);
             let layer = match layer {
                 dedup::Layer::Cache => Layer::Cache,
                 dedup::Layer::Ledger => Layer::Ledger,

@@ -4,7 +4,9 @@
 //! and a request is answered 2xx only after that transaction committed.
 //! Concurrent requests share transactions through [`batch::GroupCommit`].
 
+pub mod arrivals;
 pub mod batch;
+pub mod events;
 pub mod idempotency;
 pub mod postgres;
 mod rows;
@@ -30,6 +32,17 @@ pub struct NewEvent {
     pub expires_at: Millis,
     /// One delivery row per target is written with the event.
     pub targets: Vec<String>,
+    /// Verification facts shown by the admin console (see `store::events`).
+    pub facts: EventFacts,
+}
+
+/// What verification learned besides the id: event type, matched secret,
+/// provider timestamp (unix seconds).
+#[derive(Debug, Clone, Default)]
+pub struct EventFacts {
+    pub event_type: Option<String>,
+    pub key_index: Option<i32>,
+    pub provider_ts: Option<i64>,
 }
 
 /// What the ledger did with one event.
@@ -177,6 +190,8 @@ pub trait Ledger: Send + Sync + 'static {
         let _ = on_commit;
         stop.cancelled().await;
     }
+    /// The admin console's reads and operator writes (`store::events`).
+    fn console(&self) -> &dyn events::Console;
     /// Number of event rows (tests and diagnostics).
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError>;
 }

@@ -22,6 +22,9 @@ use sqlx::sqlite::{
 use std::str::FromStr;
 use std::time::Duration;
 
+#[path = "sqlite_events.rs"]
+mod events;
+
 pub struct SqliteLedger {
     pool: SqlitePool,
 }
@@ -70,8 +73,9 @@ impl Ledger for SqliteLedger {
             }
             let pk: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO hookgate_events
-                     (source, event_id, body, body_sha256, headers, received_at, expires_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)
+                     (source, event_id, body, body_sha256, headers, received_at, expires_at,
+                      event_type, key_index, provider_ts)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                  ON CONFLICT (source, event_id) DO NOTHING
                  RETURNING id",
             )
@@ -82,6 +86,10 @@ impl Ledger for SqliteLedger {
             .bind(&e.headers)
             .bind(e.received_at)
             .bind(e.expires_at)
+            // Console facts (store::events).
+            .bind(e.facts.event_type.as_deref())
+            .bind(e.facts.key_index)
+            .bind(e.facts.provider_ts)
             .fetch_optional(&mut *tx)
             .await?;
             match pk {
@@ -278,6 +286,10 @@ impl Ledger for SqliteLedger {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(attempt_from_row).collect()
+    }
+
+    fn console(&self) -> &dyn crate::store::events::Console {
+        self
     }
 
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {

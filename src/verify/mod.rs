@@ -12,6 +12,7 @@
 pub mod client_ip;
 pub mod crypto;
 pub mod event_id;
+pub mod facts;
 pub mod fetch_budget;
 pub mod locator;
 pub mod provider;
@@ -44,6 +45,9 @@ pub struct Verified {
     body: Bytes,
     headers: Vec<(String, String)>,
     reply: Reply,
+    event_type: Option<String>,
+    key_index: Option<usize>,
+    provider_timestamp: Option<i64>,
 }
 
 impl Verified {
@@ -63,6 +67,18 @@ impl Verified {
     /// The provider's required answer: the same for a new event and a duplicate.
     pub fn reply(&self) -> &Reply {
         &self.reply
+    }
+    /// The provider's event type, where it defines one (`event_type` locator).
+    pub fn event_type(&self) -> Option<&str> {
+        self.event_type.as_deref()
+    }
+    /// Which configured secret matched (0-based), for schemes keyed by secrets.
+    pub fn key_index(&self) -> Option<usize> {
+        self.key_index
+    }
+    /// The provider's signed timestamp (unix seconds), where it sends one.
+    pub fn provider_timestamp(&self) -> Option<i64> {
+        self.provider_timestamp
     }
 }
 
@@ -198,7 +214,8 @@ pub(crate) fn check_with(
         url: url.as_deref(),
         fetched,
     };
-    let key = sig.scheme.verify(&ctx)?.map(|i| (&source.keys[i], sig));
+    let key_index = sig.scheme.verify(&ctx)?;
+    let key = key_index.map(|i| (&source.keys[i], sig));
 
     if let Some(answer) = reply::control(provider, &fields, true, key) {
         return Ok(Checked::Answer(answer));
@@ -211,6 +228,9 @@ pub(crate) fn check_with(
         headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
+        event_type: facts::event_type(provider, &fields),
+        key_index,
+        provider_timestamp: facts::provider_timestamp(provider, &fields),
     }))
 }
 

@@ -27,6 +27,8 @@ pub struct Provider {
     pub signature: Signature,
     pub timestamp: Option<Timestamp>,
     pub event_id: EventIdRule,
+    /// Where the event type is, if the provider defines one.
+    pub event_type: Option<Lookup>,
     pub response: Response,
     pub controls: Vec<Control>,
     /// Why this definition cannot verify yet (a generic provider without a
@@ -144,6 +146,12 @@ impl Provider {
             return Err("signed_content uses {timestamp} but [timestamp] is missing".into());
         }
         let event_id = check_event_id(&f.event_id)?;
+        let event_type = f
+            .event_type
+            .as_deref()
+            .map(Lookup::parse)
+            .transpose()
+            .map_err(|e| format!("event_type: {e}"))?;
         let response = check_response(
             f.response.status,
             &f.response.body,
@@ -171,6 +179,7 @@ impl Provider {
             signature,
             timestamp,
             event_id,
+            event_type,
             response,
             controls,
             incomplete,

@@ -18,6 +18,9 @@ pub(super) struct ProviderFile {
     /// Where the provider documents its signature.
     #[serde(default)]
     pub(super) docs: String,
+    /// Where the provider's event type lives (`json:/type`,
+    /// `header:X-GitHub-Event`); shown by the admin console, never verified.
+    pub(super) event_type: Option<String>,
     pub(super) signature: SignatureSpec,
     pub(super) timestamp: Option<TimestampSpec>,
     pub(super) event_id: EventIdSpec,

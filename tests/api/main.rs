@@ -3,7 +3,9 @@
 
 mod helpers;
 
+mod admin_events;
 mod cli;
+mod cli_events;
 mod dedup;
 mod delivery;
 mod faults;

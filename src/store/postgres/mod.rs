@@ -6,6 +6,7 @@
 //! - [`outbox`](self::outbox): leasing, finishing and replaying deliveries.
 //! - [`listen`](self::listen): `LISTEN`/`NOTIFY` wake-ups across replicas.
 
+mod events;
 mod idempotency;
 mod listen;
 mod outbox;
@@ -141,6 +142,10 @@ impl Ledger for PgLedger {
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(attempt_from_row).collect()
+    }
+
+    fn console(&self) -> &dyn crate::store::events::Console {
+        self
     }
 
     async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {

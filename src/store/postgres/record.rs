@@ -69,9 +69,11 @@ async fn insert_events(
 ) -> Result<Vec<Option<i64>>, StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO hookgate_events
-             (source, event_id, body, body_sha256, headers, received_at, expires_at)
+             (source, event_id, body, body_sha256, headers, received_at, expires_at,
+              event_type, key_index, provider_ts)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                              $5::text[], $6::int8[], $7::int8[])
+                              $5::text[], $6::int8[], $7::int8[],
+                              $8::text[], $9::int4[], $10::int8[])
          ON CONFLICT (source, event_id) DO NOTHING
          RETURNING id, source, event_id",
     )
@@ -82,6 +84,10 @@ async fn insert_events(
     .bind(column(unique, |e| e.headers.as_str()))
     .bind(column(unique, |e| e.received_at))
     .bind(column(unique, |e| e.expires_at))
+    // Console facts (store::events): event type, matched key, provider time.
+    .bind(column(unique, |e| e.facts.event_type.as_deref()))
+    .bind(column(unique, |e| e.facts.key_index))
+    .bind(column(unique, |e| e.facts.provider_ts))
     .fetch_all(&mut *conn)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];

@@ -1,0 +1,213 @@
+//! `hookgate events list|show|redeliver` and `hookgate replay`: the events
+//! API from the command line, straight on the ledger named by the config
+//! (no running gateway needed). Output is the API's JSON (`list` prints a
+//! table unless `--json`). Running gateways pick queued deliveries up on
+//! their next poll.
+
+use crate::admin::events::{parse_filter, record_json, summary_json};
+use crate::primitives::time::Millis;
+use crate::store::{self, Ledger};
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// The list filters, as flags (same names and forms as the API's).
+#[derive(Debug, Args, Default)]
+pub struct FilterArgs {
+    #[arg(long)]
+    pub source: Option<String>,
+    #[arg(long)]
+    pub target: Option<String>,
+    /// Event type (Stripe `type`, GitHub `X-GitHub-Event`, …).
+    #[arg(long = "type")]
+    pub event_type: Option<String>,
+    /// RFC 3339, inclusive.
+    #[arg(long)]
+    pub since: Option<String>,
+    /// RFC 3339, exclusive.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Event-id prefix.
+    #[arg(long)]
+    pub q: Option<String>,
+    /// Exact event id.
+    #[arg(long)]
+    pub event_id: Option<String>,
+}
+
+impl FilterArgs {
+    fn pairs(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("source", &self.source),
+            ("target", &self.target),
+            ("type", &self.event_type),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("q", &self.q),
+            ("event_id", &self.event_id),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| Some((k, v.as_deref()?)))
+        .collect()
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub filter: FilterArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EventsCommand {
+    /// Newest first; `--cursor` continues where the last page ended.
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// pending, retrying, delivered or dead.
+        #[arg(long)]
+        state: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One event's full record (headers redacted), as JSON.
+    Show { source: String, event_id: String },
+    /// Send an event again (to one target, or all of its targets).
+    Redeliver {
+        source: String,
+        event_id: String,
+        #[arg(long)]
+        target: Option<String>,
+    },
+}
+
+async fn ledger(
+    config: &Option<PathBuf>,
+) -> anyhow::Result<(crate::config::Config, Arc<dyn Ledger>)> {
+    let config = super::load(config)?;
+    let ledger = store::connect(&config.storage.database, Some(1))
+        .await
+        .context("opening the ledger")?;
+    Ok((config, ledger))
+}
+
+fn filter_error(e: crate::error::ApiError) -> anyhow::Error {
+    anyhow::anyhow!("{}", e.to_string().trim_end())
+}
+
+pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Result<()> {
+    match command {
+        EventsCommand::List {
+            filter,
+            state,
+            limit,
+            cursor,
+            json,
+        } => {
+            let limit = limit.to_string();
+            let mut pairs = filter.pairs();
+            pairs.extend(state.as_deref().map(|s| ("state", s)));
+            pairs.extend(cursor.as_deref().map(|c| ("cursor", c)));
+            pairs.push(("limit", &limit));
+            let req = parse_filter(pairs, true).map_err(filter_error)?;
+            let (_, ledger) = self::ledger(config).await?;
+            let page = ledger
+                .console()
+                .list_events(&req.filter, req.cursor, req.limit)
+                .await?;
+            if json {
+                let doc = serde_json::json!({
+                    "items": page.items.iter().map(summary_json).collect::<Vec<_>>(),
+                    "next_cursor": page.next.map(|c| c.encode()),
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+                return Ok(());
+            }
+            println!(
+                "{:<24} {:<12} {:<32} {:<24} deliveries",
+                "received", "source", "event id", "type"
+            );
+            for e in &page.items {
+                let d: Vec<String> = e
+                    .deliveries
+                    .iter()
+                    .map(|d| format!("{}={}({})", d.target, d.state, d.attempts))
+                    .collect();
+                println!(
+                    "{:<24} {:<12} {:<32} {:<24} {}",
+                    crate::admin::events::format_time(e.received_at),
+                    e.source,
+                    e.event_id,
+                    e.event_type.as_deref().unwrap_or("-"),
+                    d.join(" ")
+                );
+            }
+            if let Some(c) = page.next {
+                println!("next page: --cursor {}", c.encode());
+            }
+            Ok(())
+        }
+        EventsCommand::Show { source, event_id } => {
+            let (_, ledger) = self::ledger(config).await?;
+            let Some(rec) = ledger.console().event(&source, &event_id).await? else {
+                bail!("unknown event {source}/{event_id}");
+            };
+            println!("{}", serde_json::to_string_pretty(&record_json(&rec))?);
+            Ok(())
+        }
+        EventsCommand::Redeliver {
+            source,
+            event_id,
+            target,
+        } => {
+            let (config, ledger) = self::ledger(config).await?;
+            if let Some(t) = &target
+                && !config.targets.contains_key(t)
+            {
+                bail!("unknown target `{t}`");
+            }
+            let console = ledger.console();
+            let Some(rec) = console.event(&source, &event_id).await? else {
+                bail!("unknown event {source}/{event_id}");
+            };
+            let n = console
+                .redeliver(rec.summary.pk, &source, target.as_deref(), Millis::now())
+                .await?;
+            println!(
+                "queued {n} deliveries; running gateways send them within their poll interval"
+            );
+            Ok(())
+        }
+    }
+}
+
+pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Result<()> {
+    let filter = parse_filter(args.filter.pairs(), false)
+        .map_err(filter_error)?
+        .filter;
+    let (config, ledger) = self::ledger(config).await?;
+    if let Some(s) = &filter.source
+        && !config.sources.contains_key(s)
+    {
+        bail!("unknown source `{s}`");
+    }
+    if let Some(t) = &filter.target
+        && !config.targets.contains_key(t)
+    {
+        bail!("unknown target `{t}`");
+    }
+    let n = ledger
+        .console()
+        .replay_matching(&filter, Millis::now())
+        .await?;
+    println!(
+        "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
+    );
+    Ok(())
+}

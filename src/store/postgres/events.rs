@@ -1,0 +1,67 @@
+//! The console's queries on PostgreSQL (text built in `store::events`), and
+//! its two batch writes as single `UNNEST` statements.
+
+use super::PgLedger;
+use crate::primitives::time::Millis;
+use crate::store::StoreError;
+use crate::store::events::{NewArrival, bind_args, console_ledger};
+use async_trait::async_trait;
+use sqlx::postgres::PgRow;
+
+console_ledger!(PgLedger, PgRow, Dialect::Postgres);
+
+impl PgLedger {
+    /// One statement: insert the arrivals of events still stored and add
+    /// them to those events' counts.
+    async fn write_arrivals(&self, batch: &[NewArrival]) -> Result<(), StoreError> {
+        sqlx::query(
+            "WITH u AS (
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bool[])
+                     WITH ORDINALITY AS u(s, i, at, c, o)
+             ), ins AS (
+                 INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict)
+                 SELECT e.id, u.at, u.c FROM u
+                 JOIN hookgate_events e ON e.source = u.s AND e.event_id = u.i
+                 ORDER BY u.o
+                 RETURNING event_pk, conflict
+             )
+             UPDATE hookgate_events e
+             SET duplicates = e.duplicates + a.n, conflicts = e.conflicts + a.k
+             FROM (SELECT event_pk, COUNT(*) AS n, COUNT(*) FILTER (WHERE conflict) AS k
+                   FROM ins GROUP BY event_pk ORDER BY event_pk) a
+             WHERE e.id = a.event_pk",
+        )
+        .bind(batch.iter().map(|a| a.source.as_str()).collect::<Vec<_>>())
+        .bind(
+            batch
+                .iter()
+                .map(|a| a.event_id.as_str())
+                .collect::<Vec<_>>(),
+        )
+        .bind(batch.iter().map(|a| a.arrived_at.0).collect::<Vec<_>>())
+        .bind(batch.iter().map(|a| a.conflict).collect::<Vec<_>>())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn write_minute_counters(
+        &self,
+        minute: i64,
+        deltas: &[(String, String, i64)],
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO hookgate_counter_minutes (minute, source, name, value)
+             SELECT $1, s, n, v FROM UNNEST($2::text[], $3::text[], $4::int8[]) AS u(s, n, v)
+             ON CONFLICT (minute, source, name) DO UPDATE
+                 SET value = hookgate_counter_minutes.value + excluded.value",
+        )
+        .bind(minute)
+        .bind(deltas.iter().map(|d| d.0.as_str()).collect::<Vec<_>>())
+        .bind(deltas.iter().map(|d| d.1.as_str()).collect::<Vec<_>>())
+        .bind(deltas.iter().map(|d| d.2).collect::<Vec<_>>())
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,268 @@
+// The admin console in a real headless Chromium (playwright-core driving
+// Debian's /usr/bin/chromium). Starts the hookgate binary on a temp SQLite
+// config and a loopback node target, sends signed Stripe events (one target
+// fails), then: login, find an event by id, open it and see its attempts,
+// replay the dead delivery from the console and see the target receive it.
+// Screenshots go to target/browser-artifacts/. Everything it starts is
+// stopped by PID; the whole run is bounded by DEADLINE_MS.
+//
+// Run: scripts/browser-test.sh (builds the binary, installs this folder's
+// locked dependencies). Env: HOOKGATE_BIN (default target/debug/hookgate),
+// CHROMIUM (default /usr/bin/chromium).
+
+import { chromium } from 'playwright-core';
+import { spawn } from 'node:child_process';
+import { createHmac, randomBytes } from 'node:crypto';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const BIN = process.env.HOOKGATE_BIN || join(ROOT, 'target/debug/hookgate');
+const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
+const ARTIFACTS = join(ROOT, 'target/browser-artifacts');
+const DEADLINE_MS = 120_000;
+const STRIPE_SECRET = 'whsec_browser_test_secret';
+const ADMIN_TOKEN = randomBytes(18).toString('hex');
+
+let passed = 0;
+let failed = 0;
+const cleanups = [];
+
+async function step(name, fn) {
+  try {
+    await fn();
+    passed += 1;
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed += 1;
+    console.log(`not ok - ${name}\n  ${String(e && e.stack || e).split('\n').join('\n  ')}`);
+    throw e;
+  }
+}
+
+function assert(cond, msg) { if (!cond) throw new Error(msg); }
+
+async function until(check, what, ms = 15_000) {
+  const end = Date.now() + ms;
+  while (Date.now() < end) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+/** A loopback target: `/billing` answers 200, `/flaky` 500 until `flaky.ok`. */
+function startTarget() {
+  const got = { billing: [], flaky: [] };
+  const flaky = { ok: false };
+  const server = createServer((req, res) => {
+    const chunks = [];
+    req.on('data', (c) => chunks.push(c));
+    req.on('end', () => {
+      const name = req.url.slice(1);
+      const id = req.headers['hookgate-event-id'];
+      if (got[name]) got[name].push(id);
+      res.statusCode = name === 'flaky' && !flaky.ok ? 500 : 200;
+      res.end();
+    });
+  });
+  return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok({ server, got, flaky, port: server.address().port })));
+}
+
+/** This environment without DATABASE_URL / REDIS_URL (the temp config decides). */
+function withoutBackends(env) {
+  const { DATABASE_URL, REDIS_URL, ...rest } = env;
+  return rest;
+}
+
+function freePort() {
+  return new Promise((ok) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => ok(p)); });
+  });
+}
+
+function stripeHeaders(body) {
+  const t = Math.floor(Date.now() / 1000);
+  const sig = createHmac('sha256', STRIPE_SECRET).update(`${t}.${body}`).digest('hex');
+  return { 'content-type': 'application/json', 'stripe-signature': `t=${t},v1=${sig}` };
+}
+
+async function main() {
+  const target = await startTarget();
+  cleanups.push(() => target.server.close());
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  const dir = mkdtempSync(join(tmpdir(), 'hookgate-browser-'));
+  cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
+  const config = join(dir, 'hookgate.toml');
+  writeFileSync(config, `
+[server]
+listen = "127.0.0.1:${port}"
+admin_token = "${ADMIN_TOKEN}"
+shutdown_grace = "2s"
+[storage]
+database_url = "sqlite://${join(dir, 'hookgate.db')}"
+[dedup]
+stats_flush_interval = "200ms"
+[delivery]
+poll_interval = "200ms"
+backoff_base = "20ms"
+backoff_max = "200ms"
+[sources.stripe]
+provider = "stripe"
+secrets = ["${STRIPE_SECRET}"]
+targets = ["billing", "flaky"]
+[targets.billing]
+url = "http://127.0.0.1:${target.port}/billing"
+[targets.flaky]
+url = "http://127.0.0.1:${target.port}/flaky"
+max_attempts = 1
+`);
+  const gateway = spawn(BIN, ['serve', '--config', config], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...withoutBackends(process.env), RUST_LOG: 'warn' },
+  });
+  let log = '';
+  gateway.stdout.on('data', (d) => { log += d; });
+  gateway.stderr.on('data', (d) => { log += d; });
+  cleanups.push(() => { if (gateway.exitCode === null) gateway.kill('SIGTERM'); });
+  // The token must never reach the gateway's logs.
+  cleanups.push(() => { if (log.includes(ADMIN_TOKEN)) { failed += 1; console.log('not ok - admin token found in gateway logs'); } });
+
+  await step('gateway starts', () => until(async () => {
+    if (gateway.exitCode !== null) throw new Error(`gateway exited: ${log}`);
+    try { return (await fetch(`${base}/healthz`)).ok; } catch { return false; }
+  }, 'gateway /healthz'));
+
+  const ids = ['evt_browser_001', 'evt_browser_002', 'evt_browser_found'];
+  await step('signed events are accepted', async () => {
+    for (const [i, id] of ids.entries()) {
+      const body = JSON.stringify({ id, object: 'event', type: i === 2 ? 'invoice.paid' : 'charge.succeeded' });
+      const r = await fetch(`${base}/webhooks/stripe`, { method: 'POST', headers: stripeHeaders(body), body });
+      assert(r.status === 200 && r.headers.get('hookgate-dedup') === 'new', `event ${id}: ${r.status}`);
+    }
+    await until(() => target.got.billing.length === 3 && target.got.flaky.length === 3, 'first deliveries');
+  });
+
+  await step('console headers are strict', async () => {
+    const r = await fetch(`${base}/console/`);
+    const csp = r.headers.get('content-security-policy') || '';
+    assert(csp.includes("default-src 'self'") && csp.includes("frame-ancestors 'none'"), csp);
+    assert(!csp.includes('unsafe-inline'), csp);
+    assert(r.headers.get('x-frame-options') === 'DENY', 'x-frame-options');
+    assert(r.headers.get('referrer-policy') === 'no-referrer', 'referrer-policy');
+  });
+
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'],
+  });
+  cleanups.push(() => browser.close());
+  const page = await browser.newPage({ viewport: { width: 1366, height: 860 } });
+  const violations = [];
+  page.on('console', (m) => { if (/Content Security Policy|Refused/.test(m.text())) violations.push(m.text()); });
+  page.on('dialog', (d) => d.accept());
+  const requests = [];
+  page.on('request', (r) => requests.push(r.url()));
+  mkdirSync(ARTIFACTS, { recursive: true });
+
+  await step('without a token only the login shows', async () => {
+    await page.goto(`${base}/console/#/events`);
+    await page.locator('#token').waitFor({ state: 'visible' });
+    assert(await page.locator('#nav').isHidden(), 'nav hidden');
+    assert(await page.locator('#view-events').isHidden(), 'events hidden');
+  });
+
+  await step('a wrong token is refused, the right one signs in', async () => {
+    await page.fill('#token', 'not-the-token');
+    await page.press('#token', 'Enter');
+    await page.locator('#login-error', { hasText: 'Wrong token' }).waitFor();
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#login-form button[type=submit]');
+    await page.locator('#nav').waitFor({ state: 'visible' });
+    const stored = await page.evaluate(() => sessionStorage.getItem('hookgate.admin_token'));
+    assert(stored === ADMIN_TOKEN, 'token kept in sessionStorage');
+    assert(!(await page.context().cookies()).length, 'no cookie set');
+  });
+
+  await step('overview shows sources and targets', async () => {
+    await page.goto(`${base}/console/#/overview`);
+    await page.locator('#sources-table tbody tr', { hasText: 'stripe' }).waitFor();
+    await page.locator('#targets-table tbody tr', { hasText: 'flaky' }).waitFor();
+    await page.screenshot({ path: join(ARTIFACTS, 'overview.png'), fullPage: true });
+  });
+
+  await step('"/" focuses search and finds an event by id', async () => {
+    await page.click('nav a[data-view=events]');
+    await page.locator('#events-table tbody tr').first().waitFor();
+    await page.locator('body').click({ position: { x: 5, y: 5 } });
+    await page.keyboard.press('/');
+    const focused = await page.evaluate(() => document.activeElement && document.activeElement.name);
+    assert(focused === 'q', `focused ${focused}`);
+    await page.keyboard.type('evt_browser_f');
+    await until(async () => (await page.locator('#events-table tbody tr').count()) === 1
+      && (await page.locator('#events-table tbody').innerText()).includes('evt_browser_found'), 'one search hit');
+    await page.screenshot({ path: join(ARTIFACTS, 'events.png'), fullPage: true });
+  });
+
+  await step('event detail shows attempts per target and redacted headers', async () => {
+    await page.click('a.event-link:has-text("evt_browser_found")');
+    await page.locator('#event-title', { hasText: 'evt_browser_found' }).waitFor();
+    await page.locator('ol.timeline[data-target=billing] li', { hasText: '200' }).waitFor();
+    await page.locator('ol.timeline[data-target=flaky] li', { hasText: '500' }).waitFor();
+    const headers = await page.locator('#event-headers').innerText();
+    assert(/stripe-signature\s+\[redacted\]/.test(headers), headers);
+    assert((await page.locator('#event-body').innerText()).includes('"invoice.paid"'), 'pretty body');
+    await page.screenshot({ path: join(ARTIFACTS, 'event.png'), fullPage: true });
+  });
+
+  await step('replaying the dead delivery from the console reaches the target', async () => {
+    target.flaky.ok = true;
+    await page.click('nav a[data-view=dead]');
+    const row = page.locator('#dead-table tbody tr', { hasText: 'evt_browser_found' });
+    await row.waitFor();
+    assert((await page.locator('#dead-table tbody tr').count()) === 3, 'three dead deliveries');
+    await row.locator('button.replay-one').click();
+    await page.locator('#dead-message', { hasText: 'Queued 1' }).waitFor();
+    await until(() => target.got.flaky.filter((id) => id === 'evt_browser_found').length === 2, 'redelivered event');
+    assert(target.got.flaky.length === 4, `only that one was replayed: ${target.got.flaky}`);
+    await until(async () => (await page.locator('#dead-table tbody tr').count()) === 2, 'dead list refresh');
+  });
+
+  await step('"replay all matching" asks first, then replays the rest', async () => {
+    await page.click('#replay-all');
+    await page.locator('#dead-message', { hasText: 'Queued 2' }).waitFor();
+    await until(() => target.got.flaky.length === 6, 'bulk replay delivered');
+    await page.screenshot({ path: join(ARTIFACTS, 'dead-letters.png'), fullPage: true });
+  });
+
+  await step('no CSP violation, no token in any URL', async () => {
+    assert(!violations.length, violations.join('\n'));
+    assert(!requests.some((u) => u.includes(ADMIN_TOKEN)), 'token in a URL');
+    assert(requests.every((u) => u.startsWith(base)), 'only this origin');
+  });
+}
+
+const deadline = setTimeout(() => {
+  console.log('not ok - browser test over its time limit');
+  failed += 1;
+  finish();
+}, DEADLINE_MS);
+
+let finishing = false;
+async function finish() {
+  if (finishing) return;
+  finishing = true;
+  clearTimeout(deadline);
+  for (const c of cleanups.reverse()) {
+    try { await c(); } catch { /* already gone */ }
+  }
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exit(failed ? 1 : 0);
+}
+
+main().catch((e) => { if (!failed) { failed += 1; console.log(`not ok - ${e.stack || e}`); } }).finally(finish);
