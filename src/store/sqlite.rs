@@ -196,38 +196,56 @@ impl Ledger for SqliteLedger {
         Ok(out)
     }
 
-    async fn finish_attempt(
+    async fn finish_attempts(
         &self,
-        delivery_id: i64,
         token: &str,
-        rec: &AttemptRecord,
-    ) -> Result<bool, StoreError> {
-        let (state, next_at) = next_columns(rec);
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError> {
+        // One transaction (one fsync) for the whole batch.
         let mut tx = self.pool.begin().await?;
-        let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
-            .bind(delivery_id)
-            .bind(token)
-            .bind(state)
-            .bind(next_at)
-            .bind(rec.status)
-            .bind(rec.error.as_deref())
-            .bind(rec.finished_at())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(attempt) = attempt else {
-            return Ok(false);
-        };
-        sqlx::query(INSERT_ATTEMPT_SQL)
-            .bind(delivery_id)
-            .bind(attempt)
-            .bind(rec.started_at)
-            .bind(rec.latency_ms)
-            .bind(rec.status)
-            .bind(rec.error.as_deref())
-            .execute(&mut *tx)
-            .await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (delivery_id, rec) in batch {
+            let (state, next_at) = next_columns(rec);
+            let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(token)
+                .bind(state)
+                .bind(next_at)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .bind(rec.finished_at())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(attempt) = attempt else {
+                out.push(false);
+                continue;
+            };
+            sqlx::query(INSERT_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(attempt)
+                .bind(rec.started_at)
+                .bind(rec.latency_ms)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .execute(&mut *tx)
+                .await?;
+            out.push(true);
+        }
         tx.commit().await?;
-        Ok(true)
+        Ok(out)
+    }
+
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE hookgate_deliveries SET next_attempt_at = ?2
+             WHERE target = ?1 AND state = 'pending' AND attempts > 0 AND next_attempt_at > ?2
+               AND (lease_until IS NULL OR lease_until < ?2)",
+        )
+        .bind(target)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
     }
 
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {
