@@ -15,6 +15,8 @@ use std::sync::Arc;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
+/// The queue the writers share; only the task forming a batch holds it.
+type Queue<J, R> = Arc<Mutex<mpsc::Receiver<(J, Reply<R>)>>>;
 
 /// Writes one batch in one transaction; one result per job, in job order.
 #[async_trait]
@@ -70,7 +72,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
 
 async fn writer<J, R, W: BatchWrite<J, R>>(
     sink: Arc<W>,
-    rx: Arc<Mutex<mpsc::Receiver<(J, Reply<R>)>>>,
+    rx: Queue<J, R>,
     max_batch: usize,
     metric: &'static str,
 ) {

@@ -144,6 +144,25 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     assert_eq!(late.headers()["hookgate-dedup"], "new");
 }
 
+/// Options whose `stripe` source forwards to one target, `sink`, with the
+/// extra target keys `keys` (TOML lines).
+fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n{keys}\n", target.url);
+    opts
+}
+
+/// How many times the target received each event id.
+fn sends_per_id(target: &TestTarget) -> std::collections::HashMap<String, usize> {
+    let mut n = std::collections::HashMap::new();
+    for r in target.received() {
+        let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
+        *n.entry(id).or_default() += 1;
+    }
+    n
+}
+
 /// Sends `body` signed for Stripe to `url`.
 async fn post_to(
     client: &reqwest::Client,
@@ -233,12 +252,7 @@ async fn a_gateway_killed_mid_load_loses_no_acknowledged_event(b: Backend) {
     target.hang(Some(Duration::from_millis(300)));
     let db = TestDb::create(b).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\nconcurrency = 2\n",
-        target.url
-    );
+    let mut opts = with_sink(b, &target, "concurrency = 2");
     opts.claim_ttl = "1s";
     let mut gw = Gateway::start(&opts, &db, &prefix).await;
     let url = gw.url("/webhooks/stripe");
@@ -317,12 +331,7 @@ async fn sigterm_releases_unfinished_deliveries_to_other_workers() {
     target.hang(Some(Duration::from_secs(60)));
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\ntimeout = \"50s\"\n",
-        target.url
-    );
+    let mut opts = with_sink(Backend::Production, &target, "timeout = \"50s\"");
     opts.lease = "120s";
     opts.shutdown_grace = "1s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
@@ -364,12 +373,7 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
     let target = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\nconcurrency = {N}\n",
-        target.url
-    );
+    let mut opts = with_sink(Backend::Production, &target, &format!("concurrency = {N}"));
     opts.lease = "2s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 
@@ -388,14 +392,7 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
         let r = post_to(&client, &url, id).await.unwrap();
         assert_eq!(r.status(), 200);
     }
-    let per_id = || {
-        let mut n = std::collections::HashMap::<String, usize>::new();
-        for r in target.received() {
-            let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
-            *n.entry(id).or_default() += 1;
-        }
-        n
-    };
+    let per_id = || sends_per_id(&target);
     let sent = eventually(Duration::from_secs(15), || async { per_id().len() == N }).await;
     assert!(sent, "every event was sent ({} of {N})", per_id().len());
     first.kill9();
