@@ -179,21 +179,26 @@ impl Ledger for SqliteLedger {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let row = sqlx::query(
-                "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
-                        d.attempts
-                 FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
-                 WHERE d.id = ?",
-            )
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
-            out.push(due_from_row(&row)?);
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(vec![]);
         }
+        // One read for the whole claim: the ids go in as a JSON array.
+        let list = format!(
+            "[{}]",
+            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+        );
+        let rows = sqlx::query(
+            "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
+                    d.attempts
+             FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+             WHERE d.id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(list)
+        .fetch_all(&mut *tx)
+        .await?;
         tx.commit().await?;
-        Ok(out)
+        rows.iter().map(due_from_row).collect()
     }
 
     async fn finish_attempts(
