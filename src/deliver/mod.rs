@@ -8,14 +8,17 @@
 //! replicas); `poll_interval` is only the fallback.
 
 pub mod backoff;
+mod record;
 pub mod request;
 
-use crate::config::{self, Config, Target};
+use crate::config::{self, Config, Database, Target};
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState};
+use record::Recorder;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
@@ -60,6 +63,7 @@ impl Wake {
 /// Everything a target loop needs.
 struct Ctx {
     ledger: Arc<dyn Ledger>,
+    recorder: Recorder,
     client: reqwest::Client,
     settings: config::Delivery,
     counters: Arc<Counters>,
@@ -67,6 +71,47 @@ struct Ctx {
     /// This process's lease token: identifies our leases for release.
     token: String,
     grace: Duration,
+}
+
+/// Consecutive failed attempts after which a target counts as down: its
+/// next success makes its retrying backlog due at once ([`Ledger::expedite`]).
+/// One failing event among successes never counts, so a poison event keeps
+/// its backoff.
+const DOWN_AFTER: u32 = 3;
+
+/// Largest claim in one query.
+const MAX_CLAIM: usize = 512;
+
+/// One target's loop state shared with its attempts.
+struct TargetCtx {
+    target: Arc<Target>,
+    wake: Arc<Notify>,
+    /// Failed attempts since the last success.
+    failures: AtomicU32,
+    /// Metric handles, built once (no label allocation per attempt).
+    delivered: metrics::Counter,
+    retried: metrics::Counter,
+    dead: metrics::Counter,
+    duration: metrics::Histogram,
+}
+
+impl TargetCtx {
+    fn new(target: Arc<Target>, wake: Arc<Notify>) -> Self {
+        let counter = |outcome: &'static str| {
+            metrics::counter!("hookgate_delivery_attempts_total",
+                "target" => target.name.clone(), "outcome" => outcome)
+        };
+        Self {
+            delivered: counter("delivered"),
+            retried: counter("retry"),
+            dead: counter("dead"),
+            duration: metrics::histogram!("hookgate_delivery_duration_seconds",
+                "target" => target.name.clone()),
+            failures: AtomicU32::new(0),
+            target,
+            wake,
+        }
+    }
 }
 
 /// Starts one loop per target; they stop claiming when `stop` is cancelled,
@@ -81,86 +126,92 @@ pub fn start(
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+        .tcp_nodelay(true)
         .build()
         .expect("HTTP client with default TLS");
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let writers = match config.storage.database {
+        // Two writers: one batch commits while the next one forms.
+        Database::Postgres(_) => 2,
+        Database::Sqlite(_) => 1,
+    };
     let ctx = Arc::new(Ctx {
+        recorder: Recorder::start(ledger.clone(), token.clone(), writers),
         ledger,
         client,
         settings: config.delivery.clone(),
         counters,
         global: Arc::new(Semaphore::new(config.delivery.max_in_flight)),
-        token: uuid::Uuid::new_v4().simple().to_string(),
+        token,
         grace: config.server.shutdown_grace,
     });
     let mut set = JoinSet::new();
     for target in config.targets.values() {
-        set.spawn(target_loop(
-            ctx.clone(),
-            target.clone(),
-            wake.get(&target.name),
-            stop.clone(),
-        ));
+        let t = Arc::new(TargetCtx::new(target.clone(), wake.get(&target.name)));
+        set.spawn(target_loop(ctx.clone(), t, stop.clone()));
     }
     set
 }
 
-async fn target_loop(
-    ctx: Arc<Ctx>,
-    target: Arc<Target>,
-    wake: Arc<Notify>,
-    stop: CancellationToken,
-) {
-    let local = Arc::new(Semaphore::new(target.concurrency));
+/// Claims due rows in batches: while a backlog is waiting, a claim is made
+/// once a quarter of the target's slots are free (or nothing is in flight),
+/// so draining costs one claim query per `concurrency / 4` deliveries, not
+/// one per delivery. New commits are claimed at once into any free slot.
+async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) {
+    let concurrency = t.target.concurrency;
+    let local = Arc::new(Semaphore::new(concurrency));
+    let threshold = (concurrency / 4).max(1);
     let mut inflight: JoinSet<()> = JoinSet::new();
     let mut failing = false;
+    // More rows may be due than we have claimed so far.
+    let mut more = true;
+    // The last claim filled every free slot: a backlog is waiting, so claim
+    // in batches rather than one row per freed slot.
+    let mut backlog = false;
     while !stop.is_cancelled() {
         let free = local
             .available_permits()
-            .min(ctx.global.available_permits());
-        let mut full = false;
-        if free > 0 {
+            .min(ctx.global.available_permits())
+            .min(MAX_CLAIM);
+        if more && free > 0 && (!backlog || free >= threshold || inflight.is_empty()) {
             let now = Millis::now();
             let lease_until = now + ctx.settings.lease;
             match ctx
                 .ledger
-                .claim_due(&target.name, now, lease_until, &ctx.token, free as i64)
+                .claim_due(&t.target.name, now, lease_until, &ctx.token, free as i64)
                 .await
             {
                 Ok(rows) => {
                     if failing {
                         failing = false;
-                        tracing::info!(target = %target.name, "delivery claims work again");
+                        tracing::info!(target = %t.target.name, "delivery claims work again");
                     }
-                    full = rows.len() == free;
+                    more = rows.len() == free;
+                    backlog = more;
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
                         let global = ctx.global.clone().acquire_owned().await;
-                        let (ctx, target) = (ctx.clone(), target.clone());
+                        let (ctx, t) = (ctx.clone(), t.clone());
                         inflight.spawn(async move {
                             let _permits = (local, global);
-                            attempt(&ctx, &target, row).await;
+                            attempt(&ctx, &t, row).await;
                         });
+                    }
+                    if more {
+                        continue;
                     }
                 }
                 Err(e) => {
                     if !failing {
                         failing = true;
-                        tracing::warn!(target = %target.name, error = %e, "cannot claim deliveries");
+                        tracing::warn!(target = %t.target.name, error = %e, "cannot claim deliveries");
                     }
                 }
             }
         }
-        if full {
-            // More may be due: claim again as soon as a slot frees up.
-            tokio::select! {
-                _ = inflight.join_next(), if !inflight.is_empty() => {}
-                _ = stop.cancelled() => {}
-            }
-            continue;
-        }
         tokio::select! {
-            _ = wake.notified() => {}
-            _ = tokio::time::sleep(ctx.settings.poll_interval) => {}
+            _ = t.wake.notified() => more = true,
+            _ = tokio::time::sleep(ctx.settings.poll_interval) => more = true,
             _ = inflight.join_next(), if !inflight.is_empty() => {}
             _ = stop.cancelled() => {}
         }
@@ -176,7 +227,7 @@ async fn target_loop(
     }
     match ctx.ledger.release_leases(&ctx.token).await {
         Ok(n) if n > 0 => {
-            tracing::info!(target = %target.name, released = n, "released delivery leases")
+            tracing::info!(target = %t.target.name, released = n, "released delivery leases")
         }
         Ok(_) => {}
         Err(e) => tracing::warn!(error = %e, "could not release leases; they expire by themselves"),
@@ -208,10 +259,12 @@ fn classify(
     }
 }
 
-/// One attempt: POST, classify, record. Recording is retried briefly: if it
-/// still fails, the lease expires and the event is sent again (at least once).
-#[tracing::instrument(skip_all, fields(target = %target.name, source = %row.source, event.id = %row.event_id))]
-async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
+/// One attempt: POST, classify, record (group-committed with other
+/// attempts). Recording is retried briefly: if it still fails, the lease
+/// expires and the event is sent again (at least once).
+#[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
+async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
+    let target = &*t.target;
     let number = row.attempts + 1;
     let started_at = Millis::now();
     let t0 = Instant::now();
@@ -220,6 +273,7 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
     let latency_ms = t0.elapsed().as_millis() as i64;
 
     let (status, error, retry_after) = classify(&result);
+    drop(result);
     let delivered = error.is_none();
     let next = if delivered {
         NextState::Delivered
@@ -235,15 +289,20 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
         );
         NextState::RetryAt(Millis::now() + d)
     };
-    let outcome = match next {
-        NextState::Delivered => "delivered",
-        NextState::RetryAt(_) => "retry",
-        NextState::Dead => "dead",
+    let (outcome, counter) = match next {
+        NextState::Delivered => ("delivered", &t.delivered),
+        NextState::RetryAt(_) => ("retry", &t.retried),
+        NextState::Dead => ("dead", &t.dead),
     };
-    metrics::counter!("hookgate_delivery_attempts_total", "target" => target.name.clone(), "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!("hookgate_delivery_duration_seconds", "target" => target.name.clone())
-        .record(latency_ms as f64 / 1000.0);
+    counter.increment(1);
+    t.duration.record(latency_ms as f64 / 1000.0);
+    if delivered {
+        if t.failures.swap(0, Ordering::Relaxed) >= DOWN_AFTER {
+            expedite(ctx, t).await;
+        }
+    } else {
+        t.failures.fetch_add(1, Ordering::Relaxed);
+    }
     let rec = AttemptRecord {
         started_at,
         latency_ms,
@@ -254,7 +313,7 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
 
     let mut wait = Duration::from_millis(100);
     for _ in 0..5 {
-        match ctx.ledger.finish_attempt(row.id, &ctx.token, &rec).await {
+        match ctx.recorder.finish(row.id, rec.clone()).await {
             Ok(true) => {
                 let counted = match next {
                     NextState::Delivered => DeliveryOutcome::Delivered,
@@ -286,5 +345,19 @@ async fn attempt(ctx: &Ctx, target: &Target, row: DueDelivery) {
                 wait *= 2;
             }
         }
+    }
+}
+
+/// The target answered after being down: its retrying backlog is due now,
+/// and its loop claims it at full speed instead of waiting out backoffs.
+async fn expedite(ctx: &Ctx, t: &TargetCtx) {
+    match ctx.ledger.expedite(&t.target.name, Millis::now()).await {
+        Ok(n) => {
+            if n > 0 {
+                tracing::info!(target = %t.target.name, rows = n, "target is back: retries due now");
+            }
+            t.wake.notify_one();
+        }
+        Err(e) => tracing::debug!(error = %e, "could not expedite retries; backoff applies"),
     }
 }

@@ -76,7 +76,7 @@ pub struct DueDelivery {
     pub source: String,
     pub target: String,
     pub event_id: String,
-    pub body: Vec<u8>,
+    pub body: Bytes,
     pub headers: String,
     pub received_at: Millis,
     /// Attempts made before this one.
@@ -164,14 +164,30 @@ pub trait Ledger: Send + Sync + 'static {
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError>;
-    /// Records an attempt and moves the delivery on; `false` when the lease
-    /// was lost (another worker owns the row now).
+    /// Records attempts and moves their deliveries on, all in ONE
+    /// transaction (group commit of outcomes). One result per input, in
+    /// order: `false` when the lease was lost (another worker owns the row).
+    async fn finish_attempts(
+        &self,
+        token: &str,
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError>;
+    /// Records one attempt (see [`Ledger::finish_attempts`]).
     async fn finish_attempt(
         &self,
         delivery_id: i64,
         token: &str,
         rec: &AttemptRecord,
-    ) -> Result<bool, StoreError>;
+    ) -> Result<bool, StoreError> {
+        let done = self
+            .finish_attempts(token, &[(delivery_id, rec.clone())])
+            .await?;
+        Ok(done.first().copied().unwrap_or(false))
+    }
+    /// Makes `target`'s unleased retrying deliveries due at `now` (the target
+    /// answered again after failures: its backlog should not sit out its
+    /// backoff). Returns how many rows moved.
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError>;
     /// Gives back every lease held under `token` (graceful shutdown).
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;

@@ -105,7 +105,7 @@ where
         source: r.try_get(1usize)?,
         target: r.try_get(2usize)?,
         event_id: r.try_get(3usize)?,
-        body: r.try_get(4usize)?,
+        body: r.try_get::<Vec<u8>, _>(4usize)?.into(),
         headers: r.try_get(5usize)?,
         received_at: r.try_get(6usize)?,
         attempts: r.try_get(7usize)?,

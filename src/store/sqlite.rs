@@ -189,55 +189,78 @@ impl Ledger for SqliteLedger {
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let row = sqlx::query(
-                "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
-                        d.attempts
-                 FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
-                 WHERE d.id = ?",
-            )
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
-            out.push(due_from_row(&row)?);
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(vec![]);
+        }
+        // One read for the whole claim: the ids go in as a JSON array.
+        let list = format!(
+            "[{}]",
+            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+        );
+        let rows = sqlx::query(
+            "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
+                    d.attempts
+             FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+             WHERE d.id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(list)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        rows.iter().map(due_from_row).collect()
+    }
+
+    async fn finish_attempts(
+        &self,
+        token: &str,
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError> {
+        // One transaction (one fsync) for the whole batch.
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (delivery_id, rec) in batch {
+            let (state, next_at) = next_columns(rec);
+            let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(token)
+                .bind(state)
+                .bind(next_at)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .bind(rec.finished_at())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(attempt) = attempt else {
+                out.push(false);
+                continue;
+            };
+            sqlx::query(INSERT_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(attempt)
+                .bind(rec.started_at)
+                .bind(rec.latency_ms)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .execute(&mut *tx)
+                .await?;
+            out.push(true);
         }
         tx.commit().await?;
         Ok(out)
     }
 
-    async fn finish_attempt(
-        &self,
-        delivery_id: i64,
-        token: &str,
-        rec: &AttemptRecord,
-    ) -> Result<bool, StoreError> {
-        let (state, next_at) = next_columns(rec);
-        let mut tx = self.pool.begin().await?;
-        let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
-            .bind(delivery_id)
-            .bind(token)
-            .bind(state)
-            .bind(next_at)
-            .bind(rec.status)
-            .bind(rec.error.as_deref())
-            .bind(rec.finished_at())
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some(attempt) = attempt else {
-            return Ok(false);
-        };
-        sqlx::query(INSERT_ATTEMPT_SQL)
-            .bind(delivery_id)
-            .bind(attempt)
-            .bind(rec.started_at)
-            .bind(rec.latency_ms)
-            .bind(rec.status)
-            .bind(rec.error.as_deref())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(true)
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE hookgate_deliveries SET next_attempt_at = ?2
+             WHERE target = ?1 AND state = 'pending' AND attempts > 0 AND next_attempt_at > ?2
+               AND (lease_until IS NULL OR lease_until < ?2)",
+        )
+        .bind(target)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
     }
 
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {

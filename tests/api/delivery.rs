@@ -11,6 +11,7 @@ both_backends!(
     forwards_carry_a_standard_webhooks_signature_of_the_gateway,
     a_hanging_target_does_not_delay_a_healthy_one,
     a_targets_retry_after_is_honoured,
+    a_recovered_target_gets_its_retrying_backlog_at_once,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -229,6 +230,39 @@ async fn a_targets_retry_after_is_honoured(b: Backend) {
     let gap = times[1] - times[0];
     // backoff_base is 20ms in tests: only Retry-After explains a 1s gap.
     assert!(gap >= Duration::from_millis(900), "retried after {gap:?}");
+}
+
+/// Backoff must not leave a recovered target idle: once an attempt succeeds
+/// after the target was down, the deliveries waiting out their backoff are
+/// due at once.
+async fn a_recovered_target_gets_its_retrying_backlog_at_once(b: Backend) {
+    let t = TestTarget::start().await;
+    // Down for the first four events, asking for a 20 s pause each time.
+    t.plan(&[503, 503, 503, 503]);
+    t.retry_after(Some(20));
+    let mut opts = Opts::new(b);
+    opts.backoff_max = "30s";
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = targets_toml(&[("sink", &t, "")]);
+    let app = spawn_app(opts).await;
+    for i in 0..4 {
+        app.post_stripe(&format!("evt_down_{i}")).await;
+    }
+    assert!(eventually(WAIT, || async { t.count() == 4 }).await);
+    // Back: a new event goes through, and the four follow it right away
+    // instead of 20 s later.
+    let back = Instant::now();
+    app.post_stripe("evt_back").await;
+    assert!(
+        eventually(WAIT, || async { t.count() == 9 }).await,
+        "{} requests",
+        t.count()
+    );
+    assert!(
+        back.elapsed() < Duration::from_secs(8),
+        "backlog took {:?}",
+        back.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

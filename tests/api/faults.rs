@@ -144,6 +144,25 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     assert_eq!(late.headers()["hookgate-dedup"], "new");
 }
 
+/// Options whose `stripe` source forwards to one target, `sink`, with the
+/// extra target keys `keys` (TOML lines).
+fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n{keys}\n", target.url);
+    opts
+}
+
+/// How many times the target received each event id.
+fn sends_per_id(target: &TestTarget) -> std::collections::HashMap<String, usize> {
+    let mut n = std::collections::HashMap::new();
+    for r in target.received() {
+        let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
+        *n.entry(id).or_default() += 1;
+    }
+    n
+}
+
 /// Sends `body` signed for Stripe to `url`.
 async fn post_to(
     client: &reqwest::Client,
@@ -233,12 +252,7 @@ async fn a_gateway_killed_mid_load_loses_no_acknowledged_event(b: Backend) {
     target.hang(Some(Duration::from_millis(300)));
     let db = TestDb::create(b).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\nconcurrency = 2\n",
-        target.url
-    );
+    let mut opts = with_sink(b, &target, "concurrency = 2");
     opts.claim_ttl = "1s";
     let mut gw = Gateway::start(&opts, &db, &prefix).await;
     let url = gw.url("/webhooks/stripe");
@@ -317,12 +331,7 @@ async fn sigterm_releases_unfinished_deliveries_to_other_workers() {
     target.hang(Some(Duration::from_secs(60)));
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\ntimeout = \"50s\"\n",
-        target.url
-    );
+    let mut opts = with_sink(Backend::Production, &target, "timeout = \"50s\"");
     opts.lease = "120s";
     opts.shutdown_grace = "1s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
@@ -350,4 +359,77 @@ async fn sigterm_releases_unfinished_deliveries_to_other_workers() {
         handed_over,
         "the released delivery was taken by another worker"
     );
+}
+
+/// Attempt outcomes are group-committed: a batch of attempts is "sent" (the
+/// target answered 2xx) before it is "recorded". A SIGKILL in between must
+/// make every event of the batch go out again once the leases expire, never
+/// count it delivered. The test holds a lock on `hookgate_attempts` so the
+/// recording of the whole batch is stuck at the moment of the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
+    use sqlx::Connection;
+    const N: usize = 24;
+    let target = TestTarget::start().await;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = with_sink(Backend::Production, &target, &format!("concurrency = {N}"));
+    opts.lease = "2s";
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+
+    // Nothing can be recorded while this transaction holds the lock.
+    let mut blocker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("LOCK TABLE hookgate_attempts IN EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+
+    let client = reqwest::Client::new();
+    let url = first.url("/webhooks/stripe");
+    let ids: Vec<String> = (0..N).map(|i| format!("evt_batch_{i}")).collect();
+    for id in &ids {
+        let r = post_to(&client, &url, id).await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let per_id = || sends_per_id(&target);
+    let sent = eventually(Duration::from_secs(15), || async { per_id().len() == N }).await;
+    assert!(sent, "every event was sent ({} of {N})", per_id().len());
+    first.kill9();
+    let at_kill = per_id();
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+
+    // Nothing of the batch was recorded: every delivery is still pending.
+    let (pending, attempts): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM hookgate_deliveries
+                 WHERE state = 'pending' AND attempts = 0),
+                (SELECT count(*) FROM hookgate_attempts)",
+    )
+    .fetch_one(&mut blocker)
+    .await
+    .unwrap();
+    assert_eq!((pending, attempts), (N as i64, 0));
+
+    let _second = Gateway::start(&opts, &db, &prefix).await;
+    let resent = eventually(Duration::from_secs(30), || async {
+        let n = per_id();
+        ids.iter().all(|id| n.get(id) > at_kill.get(id))
+    })
+    .await;
+    assert!(
+        resent,
+        "every event of the batch is sent again: {:?}",
+        per_id()
+    );
+    let delivered = eventually(Duration::from_secs(15), || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM hookgate_deliveries WHERE state = 'delivered'",
+        )
+        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.unwrap())
+        .await
+        .unwrap();
+        n == N as i64
+    })
+    .await;
+    assert!(delivered, "the resends were recorded");
 }

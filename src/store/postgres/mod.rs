@@ -107,13 +107,16 @@ impl Ledger for PgLedger {
         outbox::claim_due(&self.pool, target, now, lease_until, token, limit).await
     }
 
-    async fn finish_attempt(
+    async fn finish_attempts(
         &self,
-        delivery_id: i64,
         token: &str,
-        rec: &AttemptRecord,
-    ) -> Result<bool, StoreError> {
-        outbox::finish_attempt(&self.pool, delivery_id, token, rec).await
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError> {
+        outbox::finish_attempts(&self.pool, token, batch).await
+    }
+
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
+        outbox::expedite(&self.pool, target, now).await
     }
 
     async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {

@@ -4,13 +4,11 @@
 //! Rule: a delivery row changes only under its lease token (or, for replay,
 //! only while it is dead), so two workers never both own one row.
 
-use super::super::rows::{
-    FINISH_ATTEMPT_SQL, INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, due_from_row, next_columns,
-};
+use super::super::rows::{RELEASE_LEASES_SQL, due_from_row, next_columns};
 use super::super::{AttemptRecord, DueDelivery, ReplayFilter, StoreError};
 use crate::primitives::time::Millis;
-use sqlx::Row;
 use sqlx::postgres::PgPool;
+use std::collections::HashSet;
 
 pub(super) async fn claim_due(
     pool: &PgPool,
@@ -47,39 +45,84 @@ pub(super) async fn claim_due(
     rows.iter().map(due_from_row).collect()
 }
 
-pub(super) async fn finish_attempt(
+/// Records a batch of attempts in ONE statement (so one round trip and one
+/// commit for the whole batch): move each delivery on under our lease token,
+/// and log an attempt row for each one that moved. Returns, per input, whether
+/// its row was still ours.
+pub(super) async fn finish_attempts(
     pool: &PgPool,
-    delivery_id: i64,
     token: &str,
-    rec: &AttemptRecord,
-) -> Result<bool, StoreError> {
-    let (state, next_at) = next_columns(rec);
-    let mut tx = pool.begin().await?;
-    let updated = sqlx::query(FINISH_ATTEMPT_SQL)
-        .bind(delivery_id)
-        .bind(token)
-        .bind(state)
-        .bind(next_at)
-        .bind(rec.status)
-        .bind(rec.error.as_deref())
-        .bind(rec.finished_at())
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(row) = updated else {
-        return Ok(false);
-    };
-    let attempt: i32 = row.try_get(0)?;
-    sqlx::query(INSERT_ATTEMPT_SQL)
-        .bind(delivery_id)
-        .bind(attempt)
-        .bind(rec.started_at)
-        .bind(rec.latency_ms)
-        .bind(rec.status)
-        .bind(rec.error.as_deref())
-        .execute(&mut *tx)
-        .await?;
-    tx.commit().await?;
-    Ok(true)
+    batch: &[(i64, AttemptRecord)],
+) -> Result<Vec<bool>, StoreError> {
+    if batch.is_empty() {
+        return Ok(vec![]);
+    }
+    let (mut ids, mut states, mut next_at, mut status) = (vec![], vec![], vec![], vec![]);
+    let (mut error, mut started, mut latency) = (vec![], vec![], vec![]);
+    for (id, rec) in batch {
+        let (state, at) = next_columns(rec);
+        ids.push(*id);
+        states.push(state);
+        next_at.push(at);
+        status.push(rec.status);
+        error.push(rec.error.as_deref());
+        started.push(rec.started_at);
+        latency.push(rec.latency_ms);
+    }
+    // Batches never share a row (each lease is held by one worker, and one
+    // attempt of it is in flight), so batches cannot wait on each other.
+    let done: Vec<i64> = sqlx::query_scalar(
+        "WITH input AS (
+             SELECT * FROM UNNEST($2::int8[], $3::text[], $4::int8[], $5::int4[], $6::text[],
+                                  $7::int8[], $8::int8[])
+                 AS i(id, state, next_at, status, error, started_at, latency_ms)
+         ), moved AS (
+             UPDATE hookgate_deliveries d
+             SET state = i.state, attempts = d.attempts + 1,
+                 next_attempt_at = COALESCE(i.next_at, d.next_attempt_at),
+                 lease_until = NULL, lease_token = NULL, last_status = i.status,
+                 last_error = i.error, updated_at = i.started_at + i.latency_ms
+             FROM input i
+             WHERE d.id = i.id AND d.lease_token = $1
+             RETURNING d.id, d.attempts
+         ), logged AS (
+             INSERT INTO hookgate_attempts
+                 (delivery_id, attempt, started_at, latency_ms, status, error)
+             SELECT m.id, m.attempts, i.started_at, i.latency_ms, i.status, i.error
+             FROM moved m JOIN input i ON i.id = m.id
+         )
+         SELECT id FROM moved",
+    )
+    .bind(token)
+    .bind(&ids)
+    .bind(&states)
+    .bind(&next_at)
+    .bind(&status)
+    .bind(&error)
+    .bind(&started)
+    .bind(&latency)
+    .fetch_all(pool)
+    .await?;
+    let done: HashSet<i64> = done.into_iter().collect();
+    Ok(batch.iter().map(|(id, _)| done.contains(id)).collect())
+}
+
+/// Unleased retrying rows of `target` become due now; rows another
+/// transaction holds are skipped rather than waited for.
+pub(super) async fn expedite(pool: &PgPool, target: &str, now: Millis) -> Result<u64, StoreError> {
+    let r = sqlx::query(
+        "UPDATE hookgate_deliveries SET next_attempt_at = $2
+         WHERE id IN (
+             SELECT id FROM hookgate_deliveries
+             WHERE target = $1 AND state = 'pending' AND attempts > 0 AND next_attempt_at > $2
+               AND (lease_until IS NULL OR lease_until < $2)
+             FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(target)
+    .bind(now)
+    .execute(pool)
+    .await?;
+    Ok(r.rows_affected())
 }
 
 pub(super) async fn release_leases(pool: &PgPool, token: &str) -> Result<u64, StoreError> {

@@ -1,22 +1,24 @@
 //! Recording a batch of events on PostgreSQL.
 //!
 //! Rule: a batch costs the same round trips as one event, thanks to
-//! `UNNEST`: insert events, insert their deliveries (+ NOTIFY), read
-//! conflicting hashes (only when there are conflicts), commit. Rows are
+//! `UNNEST`: ONE statement inserts the events, their deliveries and the
+//! NOTIFY, and commits; a second reads conflicting hashes (only when there
+//! are conflicts). Rows are
 //! locked in one global key order so concurrent batches cannot deadlock.
 
 use super::super::rows::first_occurrence;
 use super::super::{NewEvent, Recorded, StoreError};
 use super::NOTIFY_CHANNEL;
 use sqlx::Row;
-use sqlx::postgres::{PgConnection, PgPool};
+use sqlx::postgres::PgPool;
 use std::collections::HashMap;
 
 /// An event's key, borrowed from the batch.
 type Key<'a> = (&'a str, &'a str);
 
 /// Inserts every event not already present, with its delivery rows, in one
-/// transaction. Results are in input order.
+/// statement (its own transaction: one round trip, one commit). Results are
+/// in input order.
 pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
     let repeats = first_occurrence(batch);
     let unique = unique_in_lock_order(batch, &repeats);
@@ -28,11 +30,10 @@ pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Reco
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let mut tx = pool.begin().await?;
-    let pk = insert_events(&mut tx, &unique, &position).await?;
-    insert_deliveries(&mut tx, &unique, &pk).await?;
-    let stored = stored_hashes(&mut tx, &unique, &pk, &position).await?;
-    tx.commit().await?;
+    let pk = insert_all(pool, &unique, &position).await?;
+    // Only when something conflicted: the conflicting rows are committed
+    // (ON CONFLICT waited for them), so a plain read sees their hashes.
+    let stored = stored_hashes(pool, &unique, &pk, &position).await?;
 
     Ok(results(batch, &repeats, &position, &pk, stored))
 }
@@ -60,22 +61,45 @@ fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) ->
     unique
 }
 
-/// Inserts the events; returns the new primary key of each one inserted
-/// (`None` where the key already existed).
-async fn insert_events(
-    conn: &mut PgConnection,
+/// Inserts the events, one delivery row per target of each inserted event
+/// (due at once) and one NOTIFY per distinct target (delivered at COMMIT,
+/// waking the workers of every replica), in ONE statement. Returns the new
+/// primary key of each event inserted (`None` where the key already existed).
+async fn insert_all(
+    pool: &PgPool,
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
 ) -> Result<Vec<Option<i64>>, StoreError> {
+    let (mut t_source, mut t_event, mut t_target) = (vec![], vec![], vec![]);
+    for e in unique {
+        for t in &e.targets {
+            t_source.push(e.source.as_str());
+            t_event.push(e.event_id.as_str());
+            t_target.push(t.as_str());
+        }
+    }
+    // The scalar subquery makes `woke` run (once), after `dl`.
     let inserted = sqlx::query(
-        "INSERT INTO hookgate_events
-             (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                              $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[])
-         ON CONFLICT (source, event_id) DO NOTHING
-         RETURNING id, source, event_id",
+        "WITH ins AS (
+             INSERT INTO hookgate_events
+                 (source, event_id, body, body_sha256, headers, received_at, expires_at,
+                  event_type, key_index, provider_ts)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
+                                  $5::text[], $6::int8[], $7::int8[],
+                                  $8::text[], $9::int4[], $10::int8[])
+             ON CONFLICT (source, event_id) DO NOTHING
+             RETURNING id, source, event_id, received_at
+         ), dl AS (
+             INSERT INTO hookgate_deliveries
+                 (event_pk, source, target, next_attempt_at, updated_at)
+             SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at
+             FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[]) AS t(source, event_id, target)
+               ON t.source = ins.source AND t.event_id = ins.event_id
+             RETURNING target
+         ), woke AS (
+             SELECT pg_notify($14, target) FROM (SELECT DISTINCT target FROM dl) AS x
+         )
+         SELECT id, source, event_id, (SELECT count(*) FROM woke) FROM ins",
     )
     .bind(column(unique, |e| e.source.as_str()))
     .bind(column(unique, |e| e.event_id.as_str()))
@@ -88,7 +112,11 @@ async fn insert_events(
     .bind(column(unique, |e| e.facts.event_type.as_deref()))
     .bind(column(unique, |e| e.facts.key_index))
     .bind(column(unique, |e| e.facts.provider_ts))
-    .fetch_all(&mut *conn)
+    .bind(&t_source)
+    .bind(&t_event)
+    .bind(&t_target)
+    .bind(NOTIFY_CHANNEL)
+    .fetch_all(pool)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
     for row in &inserted {
@@ -100,59 +128,10 @@ async fn insert_events(
     Ok(pk)
 }
 
-/// One delivery row per target of each inserted event, due at once; then
-/// notifies the targets.
-async fn insert_deliveries(
-    conn: &mut PgConnection,
-    unique: &[&NewEvent],
-    pk: &[Option<i64>],
-) -> Result<(), StoreError> {
-    let (mut d_event, mut d_source, mut d_target, mut d_at) = (vec![], vec![], vec![], vec![]);
-    for (e, pk) in unique.iter().zip(pk) {
-        if let Some(pk) = *pk {
-            for t in &e.targets {
-                d_event.push(pk);
-                d_source.push(e.source.as_str());
-                d_target.push(t.as_str());
-                d_at.push(e.received_at);
-            }
-        }
-    }
-    if d_event.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO hookgate_deliveries
-             (event_pk, source, target, next_attempt_at, updated_at)
-         SELECT e, s, t, a, a FROM UNNEST($1::int8[], $2::text[], $3::text[], $4::int8[])
-             AS u(e, s, t, a)",
-    )
-    .bind(&d_event)
-    .bind(&d_source)
-    .bind(&d_target)
-    .bind(&d_at)
-    .execute(&mut *conn)
-    .await?;
-    notify(conn, d_target).await
-}
-
-/// Queues one NOTIFY per distinct target; Postgres delivers them at COMMIT,
-/// which wakes the workers of every replica.
-async fn notify(conn: &mut PgConnection, mut targets: Vec<&str>) -> Result<(), StoreError> {
-    targets.sort_unstable();
-    targets.dedup();
-    sqlx::query("SELECT pg_notify($1, t) FROM UNNEST($2::text[]) AS t")
-        .bind(NOTIFY_CHANNEL)
-        .bind(&targets)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// The stored body hash of each event whose insert conflicted (`None`
 /// elsewhere). No query when nothing conflicted.
 async fn stored_hashes(
-    conn: &mut PgConnection,
+    pool: &PgPool,
     unique: &[&NewEvent],
     pk: &[Option<i64>],
     position: &HashMap<Key<'_>, usize>,
@@ -167,8 +146,6 @@ async fn stored_hashes(
     if conflicted.is_empty() {
         return Ok(stored);
     }
-    // READ COMMITTED: this statement sees the row whose commit our INSERT
-    // waited for.
     let rows = sqlx::query(
         "SELECT e.source, e.event_id, e.body_sha256 FROM hookgate_events e
          JOIN UNNEST($1::text[], $2::text[]) AS k(s, i)
@@ -176,7 +153,7 @@ async fn stored_hashes(
     )
     .bind(column(&conflicted, |e| e.source.as_str()))
     .bind(column(&conflicted, |e| e.event_id.as_str()))
-    .fetch_all(&mut *conn)
+    .fetch_all(pool)
     .await?;
     for r in &rows {
         let (s, i): Key = (r.try_get(0)?, r.try_get(1)?);

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A/B helper for the delivery drain (not part of run.sh): ingests N events with
+# delivery off, then starts a gateway with delivery on and times the drain to
+# a counting target; prints the exactly-once report, deliveries/s and the
+# gateway CPU per delivery. Loopback only, bounded by N.
+#   bench/drain.sh N [perf]     env: MODE=pg|embedded CONC=64 BIN=<dir with hookgate, loadgen, target>
+# With `perf`, records `perf record -e cpu-clock -g` of the draining gateway.
+set -euo pipefail
+N=${1:-20000}; PERF=${2:-}
+MODE=${MODE:-pg}; CONC=${CONC:-64}
+BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
+PG=${PGURL:-postgres://postgres@127.0.0.1:5432}
+w=$(mktemp -d); db=hgpf_$$; pre=hgpf_$$
+GW=$((21000 + RANDOM % 5000)); TP=$((26000 + RANDOM % 5000))
+cat >$w/c.toml <<T
+[server]
+listen = "127.0.0.1:$GW"
+admin_token = "bench"
+log_level = "warn"
+shutdown_grace = "2s"
+[sources.stripe]
+provider = "stripe"
+secrets = ["whsec_bench_secret"]
+tolerance = "5m"
+targets = ["sink"]
+[targets.sink]
+url = "http://127.0.0.1:$TP/hook"
+concurrency = $CONC
+T
+PIDS=()
+cleanup(){ for p in "${PIDS[@]}"; do kill $p 2>/dev/null||true; done; sleep 0.5; psql $PG/postgres -XAtqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1||true; redis-cli --scan --pattern "$pre:*" | xargs -r -n 1000 redis-cli unlink >/dev/null 2>&1 || true; [[ -z $PERF ]] && rm -rf "$w"; true; }
+trap cleanup EXIT
+if [[ $MODE == pg ]]; then psql $PG/postgres -XAtqc "CREATE DATABASE $db" >/dev/null
+ ENVS=(HOOKGATE_STORAGE__DATABASE_URL=$PG/$db HOOKGATE_STORAGE__REDIS_URL=redis://127.0.0.1:6379 HOOKGATE_STORAGE__KEY_PREFIX=$pre)
+else ENVS=(HOOKGATE_STORAGE__DATABASE_URL=sqlite://$w/e.db); fi
+$BIN/target --listen 127.0.0.1:$TP > $w/t.log 2>&1 & PIDS+=($!)
+hc(){ for i in $(seq 300); do curl -sf http://127.0.0.1:$1/healthz >/dev/null && return; sleep 0.1; done; echo unhealthy; cat $w/g.log; exit 1; }
+hc $TP
+env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=false $BIN/hookgate -c $w/c.toml serve >$w/g.log 2>&1 & g=$!; PIDS+=($g)
+hc $GW
+$BIN/loadgen --url http://127.0.0.1:$GW/webhooks/stripe --secret whsec_bench_secret --conns 64 --body-size 1536 --count $N --duration 0 --id-prefix d$$ --acked-ids $w/acked > $w/l.json
+kill $g; wait $g || true
+curl -sf -X POST http://127.0.0.1:$TP/reset >/dev/null
+t0=$(date +%s.%N)
+env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=true $BIN/hookgate -c $w/c.toml serve >>$w/g.log 2>&1 & g=$!; PIDS+=($g)
+if [[ -n $PERF ]]; then perf record -e cpu-clock -g -F 999 -p $g -o $w/perf.data 2>/dev/null & pp=$!; fi
+for i in $(seq 1200); do d=$(curl -sf http://127.0.0.1:$TP/report | jq -r .distinct); ((d >= N)) && break; sleep 0.2; done
+[[ -n $PERF ]] && { kill -INT $pp; wait $pp || true; }
+ct=$(awk '{print $14+$15}' /proc/$g/stat)
+rep=$(curl -sf "http://127.0.0.1:$TP/report?acked=$w/acked")
+echo "$rep" | jq -c '{distinct,total,missing,duplicates,unexpected, rps: (if .last_ms > .first_ms then .distinct*1000/(.last_ms-.first_ms) else 0 end)}'
+echo "gw cpu us/delivery: $(awk -v t=$ct -v n=$N -v hz=$(getconf CLK_TCK) 'BEGIN{printf "%.1f", t*1e6/hz/n}')  dir=$w"

@@ -1,0 +1,48 @@
+//! Group commit of attempt outcomes: attempts that finish at about the same
+//! time, to any target, are recorded in ONE ledger transaction (as ingest
+//! does for events), instead of one transaction each.
+//!
+//! Rule: an attempt counts as recorded only once its batch committed. A crash
+//! between "sent" and "recorded" leaves the row leased under our token; the
+//! lease expires and the event is sent again (at least once, never lost).
+
+use crate::store::batch::{BatchWrite, Batcher};
+use crate::store::{AttemptRecord, Ledger, StoreError};
+use async_trait::async_trait;
+use std::sync::Arc;
+
+/// Largest batch of outcomes in one transaction.
+const MAX_BATCH: usize = 256;
+
+/// Writes outcomes under this process's lease token.
+struct Outcomes {
+    ledger: Arc<dyn Ledger>,
+    token: String,
+}
+
+#[async_trait]
+impl BatchWrite<(i64, AttemptRecord), bool> for Outcomes {
+    async fn write(&self, jobs: &[(i64, AttemptRecord)]) -> Result<Vec<bool>, StoreError> {
+        self.ledger.finish_attempts(&self.token, jobs).await
+    }
+}
+
+/// Handle to the outcome writers; cheap to clone.
+#[derive(Clone)]
+pub struct Recorder(Batcher<(i64, AttemptRecord), bool>);
+
+impl Recorder {
+    pub fn start(ledger: Arc<dyn Ledger>, token: String, writers: usize) -> Self {
+        Self(Batcher::start(
+            Arc::new(Outcomes { ledger, token }),
+            writers,
+            MAX_BATCH,
+            "hookgate_attempt_batch_size",
+        ))
+    }
+
+    /// Records one attempt of `delivery_id`; `false` when the lease was lost.
+    pub async fn finish(&self, delivery_id: i64, rec: AttemptRecord) -> Result<bool, StoreError> {
+        self.0.submit((delivery_id, rec)).await
+    }
+}
