@@ -373,8 +373,11 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
     let target = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = with_sink(Backend::Production, &target, &format!("concurrency = {N}"));
-    opts.lease = "2s";
+    // A short lease so the resend comes soon; the target's timeout stays
+    // the 5 s below it that config validation asks for.
+    let keys = format!("concurrency = {N}\ntimeout = \"1s\"");
+    let mut opts = with_sink(Backend::Production, &target, &keys);
+    opts.lease = "6s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 
     // Nothing can be recorded while this transaction holds the lock.
