@@ -217,7 +217,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
         }
     }
     // Graceful: finish what is in flight within the grace period; whatever
-    // is cut off keeps its lease token and is released below.
+    // is cut off keeps its lease token and is released below: only this
+    // target's leases, since other targets' loops may still be recording
+    // attempts under the same process token.
     let drained = tokio::time::timeout(ctx.grace, async {
         while inflight.join_next().await.is_some() {}
     })
@@ -225,7 +227,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
     if drained.is_err() {
         inflight.abort_all();
     }
-    match ctx.ledger.release_leases(&ctx.token).await {
+    match ctx.ledger.release_leases(&ctx.token, &t.target.name).await {
         Ok(n) if n > 0 => {
             tracing::info!(target = %t.target.name, released = n, "released delivery leases")
         }

@@ -188,8 +188,12 @@ pub trait Ledger: Send + Sync + 'static {
     /// answered again after failures: its backlog should not sit out its
     /// backoff). Returns how many rows moved.
     async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError>;
-    /// Gives back every lease held under `token` (graceful shutdown).
-    async fn release_leases(&self, token: &str) -> Result<u64, StoreError>;
+    /// Gives back the leases held under `token` on `target`'s deliveries
+    /// (graceful shutdown of that target's loop). Per target: another
+    /// target's loop of the same process may still be finishing attempts
+    /// under the same token, and its leases must hold until it has recorded
+    /// them.
+    async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
     /// Turns matching dead deliveries back into pending ones, due now.
     async fn replay(&self, filter: &ReplayFilter, now: Millis) -> Result<u64, StoreError>;

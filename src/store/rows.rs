@@ -21,10 +21,10 @@ pub(crate) const COUNTS_SQL: &str = "SELECT source, target,
 /// Every cluster-wide counter, as `(source, name, value)`.
 pub(crate) const COUNTERS_SQL: &str = "SELECT source, name, value FROM hookgate_counters";
 
-/// `$1` = lease token.
+/// `$1` = lease token, `$2` = target.
 pub(crate) const RELEASE_LEASES_SQL: &str =
     "UPDATE hookgate_deliveries SET lease_until = NULL, lease_token = NULL
-     WHERE lease_token = $1";
+     WHERE lease_token = $1 AND target = $2";
 
 /// `$1` = delivery id, `$2` = lease token, `$3` = state, `$4` = next attempt
 /// (NULL keeps it), `$5` = status, `$6` = error, `$7` = updated at.

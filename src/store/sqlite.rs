@@ -263,9 +263,10 @@ impl Ledger for SqliteLedger {
         Ok(r.rows_affected())
     }
 
-    async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {
+    async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
         let r = sqlx::query(RELEASE_LEASES_SQL)
             .bind(token)
+            .bind(target)
             .execute(&self.pool)
             .await?;
         Ok(r.rows_affected())

@@ -436,3 +436,54 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
     .await;
     assert!(delivered, "the resends were recorded");
 }
+
+/// A rolling deploy with two targets: at SIGTERM the idle target's loop
+/// stops at once, while the slow target's attempts are still in flight. The
+/// idle loop must not give back the slow target's leases (they share the
+/// process's lease token), or the replica that stays up takes those rows
+/// and sends them a second time while the first answers are still coming.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_two_targets_and_deliveries_in_flight_sends_nothing_twice() {
+    const N: usize = 5;
+    let slow = TestTarget::start().await;
+    slow.hang(Some(Duration::from_secs(3)));
+    let quick = TestTarget::start().await;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["slow".into(), "quick".into()];
+    opts.extra = format!(
+        "[targets.slow]\nurl = \"{}\"\ntimeout = \"10s\"\n[targets.quick]\nurl = \"{}\"\n",
+        slow.url, quick.url
+    );
+    opts.lease = "30s";
+    opts.shutdown_grace = "10s";
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+    let client = reqwest::Client::new();
+    for i in 0..N {
+        let r = post_to(
+            &client,
+            &first.url("/webhooks/stripe"),
+            &format!("evt_roll_{i}"),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let all_out = eventually(Duration::from_secs(10), || async {
+        quick.count() == N && slow.times().len() == N
+    })
+    .await;
+    assert!(all_out, "quick got every event and slow is answering them");
+
+    // The replica that stays up polls every 200 ms for rows it may take.
+    let _second = Gateway::start(&opts, &db, &prefix).await;
+    assert!(first.terminate().success());
+    // Long enough for the slow answers to be recorded and for the second
+    // replica to have polled many times.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let per_id = sends_per_id(&slow);
+    assert_eq!(per_id.len(), N, "{per_id:?}");
+    assert!(per_id.values().all(|n| *n == 1), "sent twice: {per_id:?}");
+    assert_eq!(quick.count(), N);
+}

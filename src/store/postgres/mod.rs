@@ -119,8 +119,8 @@ impl Ledger for PgLedger {
         outbox::expedite(&self.pool, target, now).await
     }
 
-    async fn release_leases(&self, token: &str) -> Result<u64, StoreError> {
-        outbox::release_leases(&self.pool, token).await
+    async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
+        outbox::release_leases(&self.pool, token, target).await
     }
 
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {

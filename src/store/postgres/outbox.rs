@@ -125,9 +125,14 @@ pub(super) async fn expedite(pool: &PgPool, target: &str, now: Millis) -> Result
     Ok(r.rows_affected())
 }
 
-pub(super) async fn release_leases(pool: &PgPool, token: &str) -> Result<u64, StoreError> {
+pub(super) async fn release_leases(
+    pool: &PgPool,
+    token: &str,
+    target: &str,
+) -> Result<u64, StoreError> {
     let r = sqlx::query(RELEASE_LEASES_SQL)
         .bind(token)
+        .bind(target)
         .execute(pool)
         .await?;
     Ok(r.rows_affected())
