@@ -200,12 +200,12 @@ impl Dedup {
             };
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {
-                    this.mark_done(&c.key, &c.hash, cache_ttl).await;
+                    this.mark_done(&c.key, &c.hash, cache_ttl, have_claim).await;
                     Ok(Outcome::New)
                 }
                 Ok(Recorded::Duplicate { stored_sha256 }) => {
                     let stored = hex::encode(&stored_sha256);
-                    this.mark_done(&c.key, &stored, cache_ttl).await;
+                    this.mark_done(&c.key, &stored, cache_ttl, have_claim).await;
                     let conflict = stored != c.hash;
                     if conflict {
                         log_conflict(&v, &stored, &c.hash);
@@ -232,8 +232,14 @@ impl Dedup {
             .unwrap_or_else(|_| Err(DedupError::Unavailable(StoreError::Closed)))
     }
 
-    async fn mark_done(&self, key: &str, hash: &str, ttl: Duration) {
-        if self.cache_down.load(Ordering::Relaxed) {
+    /// Turns the key into `done`. With `have_claim` this always tries, even
+    /// while the cache is flagged down (another request's error may have
+    /// flagged it after we claimed): a pending claim left behind would make
+    /// every copy wait and get 409 until `claim_ttl`, instead of a duplicate.
+    /// Without a claim it skips a cache known to be down, as it cost nothing
+    /// to leave the key unset.
+    async fn mark_done(&self, key: &str, hash: &str, ttl: Duration, have_claim: bool) {
+        if !have_claim && self.cache_down.load(Ordering::Relaxed) {
             return;
         }
         if let Err(e) = self.cache.finish(key, hash, ttl).await {

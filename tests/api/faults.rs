@@ -487,3 +487,52 @@ async fn sigterm_with_two_targets_and_deliveries_in_flight_sends_nothing_twice()
     assert!(per_id.values().all(|n| *n == 1), "sent twice: {per_id:?}");
     assert_eq!(quick.count(), N);
 }
+
+/// A request claims its id in Redis; before its ledger write commits,
+/// another request's Redis call times out and flags the cache down. The
+/// committed event must still turn its claim into `done`: otherwise every
+/// copy finds the claim pending, waits and gets 409 until `claim_ttl`
+/// instead of a 2xx duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
+    use sqlx::Connection;
+    let redis = RedisServer::start().await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(redis.url());
+    opts.claim_ttl = "30s";
+    opts.inflight_wait = "1s";
+    let app = Arc::new(spawn_app(opts).await);
+
+    // Hold the ledger so the owner's write waits after its claim.
+    let mut blocker = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("LOCK TABLE hookgate_events IN EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let owner = {
+        let app = app.clone();
+        tokio::spawn(async move { app.post_stripe("evt_owned").await.status().as_u16() })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A hung Redis: the next request's claim times out and flags the cache.
+    redis.freeze(true);
+    let other = {
+        let app = app.clone();
+        tokio::spawn(async move { app.post_stripe("evt_other").await.status().as_u16() })
+    };
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    redis.freeze(false);
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    assert_eq!(owner.await.unwrap(), 200);
+    assert_eq!(other.await.unwrap(), 200);
+
+    // Let the once-a-second probe of a flagged cache come due.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let copy = app.post_stripe("evt_owned").await;
+    assert_eq!(
+        (copy.status().as_u16(), dedup_header(&copy)),
+        (200, "duplicate".into())
+    );
+}

@@ -124,6 +124,20 @@ impl RedisServer {
         assert!(up, "throwaway redis-server did not start");
     }
 
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the server by its PID:
+    /// connections stay open and calls time out, as with a hung server.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self
+            .child
+            .as_ref()
+            .expect("server running")
+            .id()
+            .to_string();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill").args([signal, &pid]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+    }
+
     /// Kills the server by its PID.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
