@@ -198,14 +198,20 @@ impl Dedup {
                     provider_ts: v.provider_timestamp(),
                 },
             };
+            let expires_at = event.expires_at;
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {
-                    this.mark_done(&c.key, &c.hash, cache_ttl, have_claim).await;
+                    let ttl = within(cache_ttl, expires_at);
+                    this.mark_done(&c, &c.hash, ttl, have_claim).await;
                     Ok(Outcome::New)
                 }
-                Ok(Recorded::Duplicate { stored_sha256 }) => {
+                Ok(Recorded::Duplicate {
+                    stored_sha256,
+                    expires_at,
+                }) => {
                     let stored = hex::encode(&stored_sha256);
-                    this.mark_done(&c.key, &stored, cache_ttl, have_claim).await;
+                    let ttl = within(cache_ttl, expires_at);
+                    this.mark_done(&c, &stored, ttl, have_claim).await;
                     let conflict = stored != c.hash;
                     if conflict {
                         log_conflict(&v, &stored, &c.hash);
@@ -238,11 +244,22 @@ impl Dedup {
     /// every copy wait and get 409 until `claim_ttl`, instead of a duplicate.
     /// Without a claim it skips a cache known to be down, as it cost nothing
     /// to leave the key unset.
-    async fn mark_done(&self, key: &str, hash: &str, ttl: Duration, have_claim: bool) {
+    ///
+    /// A zero `ttl` (the row's window is over) sets nothing: our claim, if
+    /// any, is released so the next copy is decided by the ledger at once.
+    async fn mark_done(&self, c: &Claimant, hash: &str, ttl: Duration, have_claim: bool) {
         if !have_claim && self.cache_down.load(Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = self.cache.finish(key, hash, ttl).await {
+        let done = if ttl.is_zero() {
+            if !have_claim {
+                return;
+            }
+            self.cache.release(&c.key, &c.token).await
+        } else {
+            self.cache.finish(&c.key, hash, ttl).await
+        };
+        if let Err(e) = done {
             // The ledger already holds the truth; the next copy pays one
             // ledger lookup instead of a cache hit.
             self.cache_failed(&e);
@@ -276,6 +293,14 @@ impl Dedup {
             tracing::info!("dedup cache reachable again");
         }
     }
+}
+
+/// The cache may call an id a duplicate only while its ledger row does:
+/// `cache_ttl`, cut to what is left of the row's window (`expires_at`), so a
+/// cache entry never outlives the row it stands for, including a row that
+/// was written before this request (a ledger duplicate).
+fn within(cache_ttl: Duration, expires_at: Millis) -> Duration {
+    cache_ttl.min(expires_at.saturating_sub(Millis::now()))
 }
 
 fn log_conflict(v: &Verified, stored: &str, received: &str) {

@@ -50,8 +50,12 @@ pub struct EventFacts {
 pub enum Recorded {
     /// First time: the row and its deliveries are committed.
     New,
-    /// Already there; `stored_sha256` is the hash of the body first recorded.
-    Duplicate { stored_sha256: Vec<u8> },
+    /// Already there; `stored_sha256` is the hash of the body first recorded,
+    /// `expires_at` the end of that row's dedup window.
+    Duplicate {
+        stored_sha256: Vec<u8>,
+        expires_at: Millis,
+    },
 }
 
 /// The ledger could not be reached or refused the write. Always a 503 for

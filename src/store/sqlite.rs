@@ -68,6 +68,7 @@ impl Ledger for SqliteLedger {
             if let Some(first) = rep {
                 out.push(Recorded::Duplicate {
                     stored_sha256: batch[*first].body_sha256.to_vec(),
+                    expires_at: batch[*first].expires_at,
                 });
                 continue;
             }
@@ -111,8 +112,9 @@ impl Ledger for SqliteLedger {
                     out.push(Recorded::New);
                 }
                 None => {
-                    let stored: Vec<u8> = sqlx::query_scalar(
-                        "SELECT body_sha256 FROM hookgate_events WHERE source = ? AND event_id = ?",
+                    let (stored, expires_at): (Vec<u8>, Millis) = sqlx::query_as(
+                        "SELECT body_sha256, expires_at FROM hookgate_events
+                         WHERE source = ? AND event_id = ?",
                     )
                     .bind(&e.source)
                     .bind(&e.event_id)
@@ -120,6 +122,7 @@ impl Ledger for SqliteLedger {
                     .await?;
                     out.push(Recorded::Duplicate {
                         stored_sha256: stored,
+                        expires_at,
                     });
                 }
             }

@@ -263,3 +263,44 @@ max_attempts = 1000
     assert_eq!(app.rows("short-undelivered", "evt_window").await, 1);
     assert_eq!(send("short-undelivered").await, "duplicate");
 }
+
+/// The rule (docs/design.md, "Dedup window"): an id is a duplicate while
+/// its ledger row's window is open. When the cache has lost an id and a copy
+/// is answered by the ledger, the cache entry it writes back ends with the
+/// row's window, not a full `cache_ttl` later; otherwise the id would stay
+/// "duplicate" in the cache after the row is purged.
+#[tokio::test]
+async fn a_ledger_duplicate_does_not_rearm_the_cache_past_the_rows_window() {
+    let mut opts = Opts::new(Backend::Production);
+    opts.extra = format!(
+        "[sources.short]\nprovider = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\ndedup_window = \"3s\"\n"
+    );
+    let app = spawn_app(opts).await;
+    let body = stripe_body("evt_rearm");
+    let send = || {
+        let h = signers::stripe(STRIPE_SECRET, now(), &body);
+        let app = &app;
+        let body = body.clone();
+        async move { dedup_header(&app.post("short", &h, &body).await) }
+    };
+    assert_eq!(send().await, "new");
+    // The cache loses the id (eviction, a Redis restart): the next copy is
+    // answered by the ledger, late in the row's window.
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    for key in redis_keys(&app.prefix).await {
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
+    assert_eq!(send().await, "duplicate");
+    let purged = eventually(std::time::Duration::from_secs(10), || async {
+        app.rows("short", "evt_rearm").await == 0
+    })
+    .await;
+    assert!(purged, "the row is purged after its window");
+    assert_eq!(send().await, "new", "the cache forgot it with the row");
+}

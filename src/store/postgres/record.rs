@@ -9,6 +9,7 @@
 use super::super::rows::first_occurrence;
 use super::super::{NewEvent, Recorded, StoreError};
 use super::NOTIFY_CHANNEL;
+use crate::primitives::time::Millis;
 use sqlx::Row;
 use sqlx::postgres::PgPool;
 use std::collections::HashMap;
@@ -135,8 +136,8 @@ async fn stored_hashes(
     unique: &[&NewEvent],
     pk: &[Option<i64>],
     position: &HashMap<Key<'_>, usize>,
-) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
-    let mut stored: Vec<Option<Vec<u8>>> = vec![None; unique.len()];
+) -> Result<Vec<Option<(Vec<u8>, Millis)>>, StoreError> {
+    let mut stored: Vec<Option<(Vec<u8>, Millis)>> = vec![None; unique.len()];
     let conflicted: Vec<&NewEvent> = unique
         .iter()
         .zip(pk)
@@ -147,7 +148,7 @@ async fn stored_hashes(
         return Ok(stored);
     }
     let rows = sqlx::query(
-        "SELECT e.source, e.event_id, e.body_sha256 FROM hookgate_events e
+        "SELECT e.source, e.event_id, e.body_sha256, e.expires_at FROM hookgate_events e
          JOIN UNNEST($1::text[], $2::text[]) AS k(s, i)
            ON e.source = k.s AND e.event_id = k.i",
     )
@@ -158,7 +159,7 @@ async fn stored_hashes(
     for r in &rows {
         let (s, i): Key = (r.try_get(0)?, r.try_get(1)?);
         if let Some(&at) = position.get(&(s, i)) {
-            stored[at] = Some(r.try_get(2)?);
+            stored[at] = Some((r.try_get(2)?, r.try_get(3)?));
         }
     }
     Ok(stored)
@@ -170,7 +171,7 @@ fn results(
     repeats: &[Option<usize>],
     position: &HashMap<Key<'_>, usize>,
     pk: &[Option<i64>],
-    mut stored: Vec<Option<Vec<u8>>>,
+    mut stored: Vec<Option<(Vec<u8>, Millis)>>,
 ) -> Vec<Recorded> {
     batch
         .iter()
@@ -178,14 +179,19 @@ fn results(
         .map(|(e, rep)| match rep {
             Some(first) => Recorded::Duplicate {
                 stored_sha256: batch[*first].body_sha256.to_vec(),
+                expires_at: batch[*first].expires_at,
             },
             None => {
                 let at = position[&key(e)];
                 match pk[at] {
                     Some(_) => Recorded::New,
-                    None => Recorded::Duplicate {
-                        stored_sha256: stored[at].take().unwrap_or_default(),
-                    },
+                    None => {
+                        let (stored_sha256, expires_at) = stored[at].take().unwrap_or_default();
+                        Recorded::Duplicate {
+                            stored_sha256,
+                            expires_at,
+                        }
+                    }
                 }
             }
         })
