@@ -69,5 +69,29 @@ pub fn describe(c: &Config) -> String {
             if t.signing_key.is_some() { "yes" } else { "no" }
         );
     }
+    if !c.apis.is_empty() {
+        let _ = writeln!(o, "apis (Idempotency-Key proxy):");
+    }
+    for a in c.apis.values() {
+        let methods: Vec<&str> = a.methods.iter().map(|m| m.as_str()).collect();
+        let scope = match &a.scope {
+            crate::config::apis::Scope::None => "none".to_owned(),
+            crate::config::apis::Scope::Header(h) => format!("header:{h}"),
+        };
+        let _ = writeln!(
+            o,
+            "  {:<16} /api/{}/… → {} methods=[{}] key_header={} required={} scope={} ttl={} lock_ttl={} timeout={}",
+            a.name,
+            a.name,
+            redact_url(&a.upstream),
+            methods.join(", "),
+            a.key_header,
+            a.required,
+            scope,
+            show(a.ttl),
+            show(a.lock_ttl),
+            show(a.timeout),
+        );
+    }
     o
 }

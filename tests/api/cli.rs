@@ -36,12 +36,17 @@ targets = ["billing"]
 [targets.billing]
 url = "http://billing.internal/hook"
 signing_secret = "whsec_c2lnbmluZw=="
+[apis.payments]
+upstream = "http://payments:s3cr3t-upstream@payments.internal:8000"
+scope = "header:X-User-ID"
 "#,
     )
     .unwrap();
     let (ok, out, err) = hookgate(&["check-config"], dir.path());
     assert!(ok, "{err}");
     assert!(out.contains("POST /webhooks/stripe"), "{out}");
+    assert!(out.contains("/api/payments/"), "{out}");
+    assert!(out.contains("scope=header:x-user-id"), "{out}");
     assert!(out.contains("secrets=2"));
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
     for secret in [
@@ -50,6 +55,7 @@ signing_secret = "whsec_c2lnbmluZw=="
         "whsec_literal",
         "whsec_from_a_file",
         "c2lnbmluZw",
+        "s3cr3t-upstream",
     ] {
         assert!(
             !out.contains(secret) && !err.contains(secret),
