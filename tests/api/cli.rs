@@ -3,7 +3,8 @@
 use crate::helpers::*;
 use std::process::Command;
 
-fn hookgate(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
+/// Runs the binary in `dir`: (success, stdout, stderr).
+pub(crate) fn hookgate(args: &[&str], dir: &std::path::Path) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
         .args(args)
         .current_dir(dir)

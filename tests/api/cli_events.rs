@@ -2,23 +2,14 @@
 //! run as a user would, on the ledger a gateway wrote.
 
 use crate::helpers::*;
-use std::process::Command;
 use std::time::Duration;
 
+/// `hookgate --config <config> <args…>`.
 fn hookgate(args: &[&str], config: &std::path::Path) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .env_remove("DATABASE_URL")
-        .env_remove("REDIS_URL")
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let dir = config.parent().unwrap_or(std::path::Path::new("."));
+    let mut all = vec!["--config", config.to_str().expect("UTF-8 path")];
+    all.extend_from_slice(args);
+    crate::cli::hookgate(&all, dir)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
