@@ -32,6 +32,8 @@ pub struct App {
 }
 
 impl App {
+    // Longer than most: the start-up order (ledger, cache, group commit,
+    // dedup, loops) reads best in one place.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         let config = Arc::new(config);
         let (ledger, idempotency) = open_ledger(&config).await?;

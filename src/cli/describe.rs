@@ -69,6 +69,12 @@ pub fn describe(c: &Config) -> String {
             if t.signing_key.is_some() { "yes" } else { "no" }
         );
     }
+    describe_apis(&mut o, c);
+    o
+}
+
+/// The `[apis.*]` lines: what each proxied API covers, never a secret.
+fn describe_apis(o: &mut String, c: &Config) {
     if !c.apis.is_empty() {
         let _ = writeln!(o, "apis (Idempotency-Key proxy):");
     }
@@ -93,5 +99,4 @@ pub fn describe(c: &Config) -> String {
             show(a.timeout),
         );
     }
-    o
 }

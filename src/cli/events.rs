@@ -101,6 +101,7 @@ fn filter_error(e: crate::error::ApiError) -> anyhow::Error {
     anyhow::anyhow!("{}", e.to_string().trim_end())
 }
 
+// Longer than most: one match arm per subcommand, each a few lines.
 pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Result<()> {
     match command {
         EventsCommand::List {

@@ -188,40 +188,14 @@ pub(super) fn validate(
         if !(a.upstream.starts_with("http://") || a.upstream.starts_with("https://")) {
             problem("upstream", "must be an http:// or https:// URL".into());
         }
-        let methods = a
-            .methods
-            .iter()
-            .filter_map(|m| {
-                let up = m.to_ascii_uppercase();
-                if KNOWN_METHODS.contains(&up.as_str()) {
-                    Method::from_bytes(up.as_bytes()).ok()
-                } else {
-                    problem(
-                        "methods",
-                        format!("unknown method `{m}` (known: {})", KNOWN_METHODS.join(", ")),
-                    );
-                    None
-                }
-            })
-            .collect();
+        let methods = methods(&a.methods, &mut problem);
         if http::HeaderName::from_bytes(a.key_header.as_bytes()).is_err() {
             problem(
                 "key_header",
                 format!("`{}` is not a header name", a.key_header),
             );
         }
-        let scope = match a.scope.trim() {
-            "none" => Scope::None,
-            s => match s.strip_prefix("header:") {
-                Some(h) if http::HeaderName::from_bytes(h.as_bytes()).is_ok() => {
-                    Scope::Header(h.to_ascii_lowercase())
-                }
-                _ => {
-                    problem("scope", format!("`{s}`: use `header:<Name>` or `none`"));
-                    Scope::None
-                }
-            },
-        };
+        let scope = scope(&a.scope, &mut problem);
         for (k, d) in [
             ("ttl", a.ttl),
             ("lock_ttl", a.lock_ttl),
@@ -276,6 +250,40 @@ pub(super) fn validate(
         apis.insert(name, Arc::new(api));
     }
     apis
+}
+
+/// The covered methods, upper-cased; unknown ones are problems.
+fn methods(raw: &[String], problem: &mut impl FnMut(&str, String)) -> Vec<Method> {
+    raw.iter()
+        .filter_map(|m| {
+            let up = m.to_ascii_uppercase();
+            if KNOWN_METHODS.contains(&up.as_str()) {
+                Method::from_bytes(up.as_bytes()).ok()
+            } else {
+                problem(
+                    "methods",
+                    format!("unknown method `{m}` (known: {})", KNOWN_METHODS.join(", ")),
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// `none` or `header:<Name>`.
+fn scope(raw: &str, problem: &mut impl FnMut(&str, String)) -> Scope {
+    match raw.trim() {
+        "none" => Scope::None,
+        s => match s.strip_prefix("header:") {
+            Some(h) if http::HeaderName::from_bytes(h.as_bytes()).is_ok() => {
+                Scope::Header(h.to_ascii_lowercase())
+            }
+            _ => {
+                problem("scope", format!("`{s}`: use `header:<Name>` or `none`"));
+                Scope::None
+            }
+        },
+    }
 }
 
 #[cfg(test)]

@@ -261,6 +261,8 @@ fn classify(
     }
 }
 
+// Longer than most: one attempt from send to record, in order; the parts
+// (classify, backoff, record) are already their own functions.
 /// One attempt: POST, classify, record (group-committed with other
 /// attempts). Recording is retried briefly: if it still fails, the lease
 /// expires and the event is sent again (at least once).

@@ -1,0 +1,215 @@
+//! `[sources.*]`: each source's provider, keys, window, targets and
+//! settings, and which headers its events keep (see `withhold`).
+
+use super::*;
+
+pub(super) fn withhold(
+    sources: &BTreeMap<String, Arc<Source>>,
+    targets: &mut BTreeMap<String, Target>,
+) {
+    for source in sources.values() {
+        for name in &source.targets {
+            if let Some(t) = targets.get_mut(name) {
+                let keep = Keep {
+                    credentials: t.forward_credentials,
+                    proxy_headers: t.forward_proxy_headers,
+                };
+                let w: Vec<String> = withheld(&source.provider, keep)
+                    .into_iter()
+                    .filter(|h| !source.withheld.contains(h))
+                    .collect();
+                if !w.is_empty() {
+                    t.withheld.insert(source.name.clone(), w);
+                }
+            }
+        }
+    }
+}
+
+pub(super) fn sources(
+    raw: BTreeMap<String, raw::RawSource>,
+    providers: &Registry,
+    targets: &BTreeMap<String, Target>,
+    v: &mut Validator<'_>,
+) -> BTreeMap<String, Arc<Source>> {
+    let mut sources = BTreeMap::new();
+    for (name, s) in raw {
+        let key = format!("sources.{name}");
+        if let Some(source) = source(name.clone(), s, &key, providers, targets, v) {
+            sources.insert(name, Arc::new(source));
+        }
+    }
+    sources
+}
+
+/// One source; `None` when its provider could not be resolved (the rest of
+/// the source cannot be checked without it).
+fn source(
+    name: String,
+    s: raw::RawSource,
+    key: &str,
+    providers: &Registry,
+    targets: &BTreeMap<String, Target>,
+    v: &mut Validator<'_>,
+) -> Option<Source> {
+    if !valid_name(&name) {
+        v.problem(key, "source names use letters, digits, `-` and `_`".into());
+    }
+    let provider = source_provider(&s, key, providers, v)?;
+    if let Some(why) = &provider.incomplete {
+        v.problem(&format!("{key}.signature"), why.clone());
+    }
+    if s.secrets.is_empty() && provider.needs_secret() {
+        v.problem(
+            &format!("{key}.secrets"),
+            "at least one secret is required".into(),
+        );
+    }
+    let keys = keys(&s.secrets, &provider, key, v);
+    check_targets(&s.targets, targets, key, v);
+    let keep = s
+        .targets
+        .iter()
+        .filter_map(|t| targets.get(t))
+        .fold(Keep::default(), |k, t| Keep {
+            credentials: k.credentials || t.forward_credentials,
+            proxy_headers: k.proxy_headers || t.forward_proxy_headers,
+        });
+    if let Some(t) = s.tolerance
+        && t.0.is_zero()
+    {
+        v.problem(&format!("{key}.tolerance"), "must be greater than 0".into());
+    }
+    v.positive(&format!("{key}.dedup_window"), s.dedup_window.0);
+    if provider.needs_public_url() && s.public_url.is_none() {
+        v.problem(
+            &format!("{key}.public_url"),
+            format!("provider `{}` signs the URL: set public_url", provider.name),
+        );
+    }
+    let allow_ips = nets(&s.allow_ips, &format!("{key}.allow_ips"), v);
+    if provider.needs_allow_ips() && s.allow_ips.is_empty() {
+        v.problem(
+            &format!("{key}.allow_ips"),
+            format!(
+                "provider `{}` sends unsigned requests: list the provider's addresses in allow_ips",
+                provider.name
+            ),
+        );
+    }
+    // Every scheme's table, in file order; at most one matches the scheme.
+    let settings = [
+        settings_from(s.paypal.as_ref(), &provider, key, v),
+        settings_from(s.plaid.as_ref(), &provider, key, v),
+        settings_from(s.braintree.as_ref(), &provider, key, v),
+    ]
+    .into_iter()
+    .flatten()
+    .next();
+    Some(Source {
+        withheld: withheld(&provider, keep),
+        allow_ips,
+        settings,
+        tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
+        name,
+        provider,
+        keys,
+        dedup_window: s.dedup_window.0,
+        targets: s.targets,
+        public_url: s.public_url,
+    })
+}
+
+/// The source's decoded keys, one per `secrets` entry.
+fn keys(
+    secrets: &[String],
+    provider: &Provider,
+    key: &str,
+    v: &mut Validator<'_>,
+) -> Vec<SigningKey> {
+    let mut keys = Vec::new();
+    for (i, r) in secrets.iter().enumerate() {
+        let k = format!("{key}.secrets[{i}]");
+        if let Some(secret) = v.secret(&k, r) {
+            match provider.signing_key(&secret) {
+                Ok(sk) => keys.push(sk),
+                Err(e) => v.problem(&k, e),
+            }
+        }
+    }
+    keys
+}
+
+/// Every listed target exists, and none is listed twice.
+fn check_targets(
+    list: &[String],
+    targets: &BTreeMap<String, Target>,
+    key: &str,
+    v: &mut Validator<'_>,
+) {
+    for (i, t) in list.iter().enumerate() {
+        if !targets.contains_key(t) {
+            v.problem(
+                &format!("{key}.targets"),
+                format!("unknown target `{t}` (define it under [targets.{t}])"),
+            );
+        }
+        // Each (event, target) is one delivery row: a repeated name would
+        // violate that key in every batch the event is written with.
+        if list[..i].contains(t) {
+            v.problem(
+                &format!("{key}.targets"),
+                format!("duplicate target `{t}`: list each target once"),
+            );
+        }
+    }
+}
+
+/// The source's provider, with its `[signature]` / `[event_id]` overrides
+/// applied and checked.
+fn source_provider(
+    s: &raw::RawSource,
+    key: &str,
+    providers: &Registry,
+    v: &mut Validator<'_>,
+) -> Option<Arc<Provider>> {
+    let Some(base) = providers.get(&s.provider) else {
+        v.problem(
+            &format!("{key}.provider"),
+            format!(
+                "unknown provider `{}` (known: {})",
+                s.provider,
+                providers.names().join(", ")
+            ),
+        );
+        return None;
+    };
+    if s.signature.is_none() && s.event_id.is_none() {
+        return Some(base);
+    }
+    match base.customized(s.signature.as_ref(), s.event_id.as_ref()) {
+        Ok(p) => Some(Arc::new(p)),
+        Err(e) => {
+            let k = if s.signature.is_some() {
+                "signature"
+            } else {
+                "event_id"
+            };
+            v.problem(&format!("{key}.{k}"), e);
+            None
+        }
+    }
+}
+
+/// Addresses or CIDR blocks listed under `key`; each bad entry is a
+/// problem at `key[i]`.
+pub(super) fn nets(list: &[String], key: &str, v: &mut Validator<'_>) -> Vec<IpNet> {
+    let mut out = Vec::new();
+    for (i, a) in list.iter().enumerate() {
+        match parse_net(a) {
+            Ok(n) => out.push(n),
+            Err(e) => v.problem(&format!("{key}[{i}]"), e),
+        }
+    }
+    out
+}
