@@ -6,11 +6,10 @@ ALTER TABLE hookgate_events
     -- 0-based index of the configured secret that verified the request.
     ADD COLUMN key_index   INTEGER,
     -- The provider's signed timestamp, unix seconds.
-    ADD COLUMN provider_ts BIGINT,
-    -- Duplicate arrivals seen for this event, and how many had another body
-    -- (best effort: flushed in batches from memory, see hookgate_arrivals).
-    ADD COLUMN duplicates  INTEGER NOT NULL DEFAULT 0,
-    ADD COLUMN conflicts   INTEGER NOT NULL DEFAULT 0;
+    ADD COLUMN provider_ts BIGINT;
+-- Duplicate and conflict counts are counted from hookgate_arrivals when a
+-- page asks (never stored on the event: updating this wide row for every
+-- duplicate cost more PostgreSQL CPU than the duplicate itself).
 
 -- Newest first, with or without a source; the cursor is (received_at, id).
 CREATE INDEX hookgate_events_recent ON hookgate_events (received_at DESC, id DESC);

@@ -2,8 +2,6 @@
 ALTER TABLE hookgate_events ADD COLUMN event_type TEXT;
 ALTER TABLE hookgate_events ADD COLUMN key_index INTEGER;
 ALTER TABLE hookgate_events ADD COLUMN provider_ts INTEGER;
-ALTER TABLE hookgate_events ADD COLUMN duplicates INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE hookgate_events ADD COLUMN conflicts INTEGER NOT NULL DEFAULT 0;
 
 CREATE INDEX hookgate_events_recent ON hookgate_events (received_at DESC, id DESC);
 CREATE INDEX hookgate_events_source_recent

@@ -8,8 +8,8 @@
 //! [`FLUSH_EVERY`]. Best effort, by design: when the queue is full the
 //! arrival is dropped and counted (`hookgate_arrivals_dropped_total`), a
 //! failed write drops its batch, and a crash loses what was queued. The
-//! per-event `duplicates` / `conflicts` counts are updated by the same
-//! write, so they are exactly as complete as the arrival rows.
+//! per-event `duplicates` / `conflicts` counts are counted from these rows
+//! when a page asks, so they are exactly as complete as the arrival rows.
 
 use super::Ledger;
 use super::events::NewArrival;

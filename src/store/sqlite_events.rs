@@ -15,10 +15,8 @@ impl SqliteLedger {
         let mut tx = self.pool.begin().await?;
         for a in batch {
             let pk: Option<i64> = sqlx::query_scalar(
-                "UPDATE hookgate_events SET duplicates = duplicates + 1, conflicts = conflicts + ?
-                 WHERE source = ? AND event_id = ? RETURNING id",
+                "SELECT id FROM hookgate_events WHERE source = ? AND event_id = ?",
             )
-            .bind(i64::from(a.conflict))
             .bind(&a.source)
             .bind(&a.event_id)
             .fetch_optional(&mut *tx)

@@ -77,7 +77,9 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
 
 /// Columns of an event summary, in [`console_ledger!`]'s decoding order.
 const SUMMARY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at,
-    CAST(length(e.body) AS BIGINT), CAST(e.duplicates AS BIGINT), CAST(e.conflicts AS BIGINT)";
+    CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT)";
 
 /// One page of events, newest first.
 pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Dialect) -> Sql {
@@ -147,7 +149,9 @@ fn where_clause(c: &[String]) -> String {
 
 /// `$1` = source, `$2` = event id.
 pub(crate) const EVENT_SQL: &str = "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at,
-    CAST(length(e.body) AS BIGINT), CAST(e.duplicates AS BIGINT), CAST(e.conflicts AS BIGINT),
+    CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     e.headers, e.body, e.key_index, e.provider_ts
     FROM hookgate_events e WHERE e.source = $1 AND e.event_id = $2";
 

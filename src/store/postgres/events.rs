@@ -11,25 +11,18 @@ use sqlx::postgres::PgRow;
 console_ledger!(PgLedger, PgRow, Dialect::Postgres);
 
 impl PgLedger {
-    /// One statement: insert the arrivals of events still stored and add
-    /// them to those events' counts.
+    /// One statement: insert the arrivals of events still stored (their
+    /// counts are counted from these rows when a page asks).
     async fn write_arrivals(&self, batch: &[NewArrival]) -> Result<(), StoreError> {
         sqlx::query(
             "WITH u AS (
                  SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bool[])
                      WITH ORDINALITY AS u(s, i, at, c, o)
-             ), ins AS (
-                 INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict)
-                 SELECT e.id, u.at, u.c FROM u
-                 JOIN hookgate_events e ON e.source = u.s AND e.event_id = u.i
-                 ORDER BY u.o
-                 RETURNING event_pk, conflict
              )
-             UPDATE hookgate_events e
-             SET duplicates = e.duplicates + a.n, conflicts = e.conflicts + a.k
-             FROM (SELECT event_pk, COUNT(*) AS n, COUNT(*) FILTER (WHERE conflict) AS k
-                   FROM ins GROUP BY event_pk ORDER BY event_pk) a
-             WHERE e.id = a.event_pk",
+             INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict)
+             SELECT e.id, u.at, u.c FROM u
+             JOIN hookgate_events e ON e.source = u.s AND e.event_id = u.i
+             ORDER BY u.o",
         )
         .bind(batch.iter().map(|a| a.source.as_str()).collect::<Vec<_>>())
         .bind(
