@@ -122,14 +122,6 @@ pub struct DeliveryCount {
     pub count: i64,
 }
 
-/// Which dead deliveries to replay; `None` fields match everything.
-#[derive(Debug, Clone, Default)]
-pub struct ReplayFilter {
-    pub source: Option<String>,
-    pub event_id: Option<String>,
-    pub target: Option<String>,
-}
-
 /// One recorded attempt, for `/admin` and tests.
 #[derive(Debug, Clone)]
 pub struct AttemptRow {
@@ -199,8 +191,6 @@ pub trait Ledger: Send + Sync + 'static {
     /// them.
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
-    /// Turns matching dead deliveries back into pending ones, due now.
-    async fn replay(&self, filter: &ReplayFilter, now: Millis) -> Result<u64, StoreError>;
     /// Attempts of one event's delivery to one target, oldest first.
     async fn attempts(
         &self,

@@ -280,26 +280,6 @@ impl Ledger for SqliteLedger {
         rows.iter().map(count_from_row).collect()
     }
 
-    async fn replay(&self, f: &ReplayFilter, now: Millis) -> Result<u64, StoreError> {
-        let r = sqlx::query(
-            "UPDATE hookgate_deliveries
-             SET state = 'pending', attempts = 0, next_attempt_at = ?1, updated_at = ?1,
-                 lease_until = NULL, lease_token = NULL
-             WHERE state = 'dead'
-               AND (?2 IS NULL OR source = ?2)
-               AND (?4 IS NULL OR target = ?4)
-               AND (?3 IS NULL OR event_pk IN
-                    (SELECT id FROM hookgate_events WHERE event_id = ?3))",
-        )
-        .bind(now)
-        .bind(f.source.as_deref())
-        .bind(f.event_id.as_deref())
-        .bind(f.target.as_deref())
-        .execute(&self.pool)
-        .await?;
-        Ok(r.rows_affected())
-    }
-
     async fn attempts(
         &self,
         source: &str,

@@ -128,10 +128,6 @@ impl Ledger for PgLedger {
         rows.iter().map(count_from_row).collect()
     }
 
-    async fn replay(&self, f: &ReplayFilter, now: Millis) -> Result<u64, StoreError> {
-        outbox::replay(&self.pool, f, now).await
-    }
-
     async fn attempts(
         &self,
         source: &str,

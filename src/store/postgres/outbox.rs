@@ -1,11 +1,12 @@
 //! The outbox side of the PostgreSQL ledger: leasing due deliveries,
-//! recording attempts, giving leases back, replaying dead deliveries.
+//! recording attempts, giving leases back, making a recovered target's
+//! retries due. (Operator replay and redeliver live in `store::events`.)
 //!
-//! Rule: a delivery row changes only under its lease token (or, for replay,
-//! only while it is dead), so two workers never both own one row.
+//! Rule: a delivery row changes only under its lease token, so two workers
+//! never both own one row.
 
 use super::super::rows::{RELEASE_LEASES_SQL, due_from_row, next_columns};
-use super::super::{AttemptRecord, DueDelivery, ReplayFilter, StoreError};
+use super::super::{AttemptRecord, DueDelivery, StoreError};
 use crate::primitives::time::Millis;
 use sqlx::postgres::PgPool;
 use std::collections::HashSet;
@@ -135,29 +136,5 @@ pub(super) async fn release_leases(
         .bind(target)
         .execute(pool)
         .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn replay(
-    pool: &PgPool,
-    f: &ReplayFilter,
-    now: Millis,
-) -> Result<u64, StoreError> {
-    let r = sqlx::query(
-        "UPDATE hookgate_deliveries d
-         SET state = 'pending', attempts = 0, next_attempt_at = $1, updated_at = $1,
-             lease_until = NULL, lease_token = NULL
-         FROM hookgate_events e
-         WHERE e.id = d.event_pk AND d.state = 'dead'
-           AND ($2::text IS NULL OR d.source = $2)
-           AND ($3::text IS NULL OR e.event_id = $3)
-           AND ($4::text IS NULL OR d.target = $4)",
-    )
-    .bind(now)
-    .bind(f.source.as_deref())
-    .bind(f.event_id.as_deref())
-    .bind(f.target.as_deref())
-    .execute(pool)
-    .await?;
     Ok(r.rows_affected())
 }
