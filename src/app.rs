@@ -11,7 +11,7 @@ use crate::primitives::time::Millis;
 use crate::state::{AppState, Shared};
 use crate::stats::Counters;
 use crate::store::idempotency::{self, IdempotencyStore};
-use crate::store::{Ledger, arrivals::Arrivals, batch::GroupCommit};
+use crate::store::{Ledger, arrivals::Arrivals, batch::GroupCommit, handoff::Handoff};
 use crate::{http, serve, telemetry};
 use anyhow::Context;
 use std::sync::Arc;
@@ -50,9 +50,19 @@ impl App {
             Database::Sqlite(_) => 1,
         };
         let group = GroupCommit::start(ledger.clone(), writers, MAX_BATCH);
+        let handoff = Handoff::new(
+            config
+                .targets
+                .values()
+                .map(|t| (t.name.as_str(), t.concurrency)),
+            &uuid::Uuid::new_v4().simple().to_string(),
+            config.delivery.lease,
+            config.delivery.enabled,
+        );
         let dedup = Arc::new(Dedup::new(
             cache,
             group,
+            handoff.clone(),
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));
@@ -65,7 +75,7 @@ impl App {
             )
             .with_apis(config.apis.keys().map(String::as_str)),
         );
-        let wake = Wake::new(&config);
+        let wake = Wake::new(&handoff);
         let stop = CancellationToken::new();
 
         let mut background = JoinSet::new();
@@ -94,7 +104,7 @@ impl App {
                 &config,
                 ledger.clone(),
                 counters.clone(),
-                wake.clone(),
+                handoff,
                 stop.clone(),
             )
         } else {

@@ -21,6 +21,7 @@ pub mod redis;
 use crate::config;
 use crate::primitives::time::Millis;
 use crate::store::batch::GroupCommit;
+use crate::store::handoff::Handoff;
 use crate::store::{NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
 use cache::{Claim, ClaimCache};
@@ -77,6 +78,9 @@ const CACHE_PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct Dedup {
     cache: Arc<dyn ClaimCache>,
     ledger: GroupCommit,
+    /// New events' deliveries go leased to this process's loops when a
+    /// slot is free (see `store::handoff`).
+    handoff: Handoff,
     settings: config::Dedup,
     key_prefix: String,
     /// Last cache state seen, so an outage logs once, not once per request.
@@ -90,12 +94,14 @@ impl Dedup {
     pub fn new(
         cache: Arc<dyn ClaimCache>,
         ledger: GroupCommit,
+        handoff: Handoff,
         settings: config::Dedup,
         key_prefix: String,
     ) -> Self {
         Self {
             cache,
             ledger,
+            handoff,
             settings,
             key_prefix,
             cache_down: AtomicBool::new(false),
@@ -197,6 +203,12 @@ impl Dedup {
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
                     provider_ts: v.provider_timestamp(),
                 },
+                handoff: None,
+            };
+            let event = NewEvent {
+                handoff: (!event.targets.is_empty())
+                    .then(|| this.handoff.reserve(&event.targets, now_ms)),
+                ..event
             };
             let expires_at = event.expires_at;
             match this.ledger.record(event).await {

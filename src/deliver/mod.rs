@@ -14,6 +14,7 @@ pub mod request;
 use crate::config::{self, Config, Database, Target};
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
+use crate::store::handoff::{Handed, Handoff};
 use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState};
 use record::Recorder;
 use std::collections::HashMap;
@@ -29,12 +30,13 @@ use tokio_util::sync::CancellationToken;
 pub struct Wake(Arc<HashMap<String, Arc<Notify>>>);
 
 impl Wake {
-    pub fn new(config: &Config) -> Self {
+    /// The loops' wake-ups live on their hand-off lanes: the store wakes a
+    /// lane when it commits a row the lane did not take.
+    pub fn new(handoff: &Handoff) -> Self {
         Self(Arc::new(
-            config
-                .targets
-                .keys()
-                .map(|t| (t.clone(), Arc::new(Notify::new())))
+            handoff
+                .wakes()
+                .map(|(t, n)| (t.to_owned(), n.clone()))
                 .collect(),
         ))
     }
@@ -53,10 +55,6 @@ impl Wake {
         for n in self.0.values() {
             n.notify_one();
         }
-    }
-
-    fn get(&self, target: &str) -> Arc<Notify> {
-        self.0.get(target).cloned().unwrap_or_default()
     }
 }
 
@@ -93,6 +91,8 @@ struct TargetCtx {
     retried: metrics::Counter,
     dead: metrics::Counter,
     duration: metrics::Histogram,
+    /// Rows that came by hand-off (no claim query).
+    handed: metrics::Counter,
 }
 
 impl TargetCtx {
@@ -107,6 +107,8 @@ impl TargetCtx {
             dead: counter("dead"),
             duration: metrics::histogram!("hookgate_delivery_duration_seconds",
                 "target" => target.name.clone()),
+            handed: metrics::counter!("hookgate_delivery_handoffs_total",
+                "target" => target.name.clone()),
             failures: AtomicU32::new(0),
             target,
             wake,
@@ -120,7 +122,7 @@ pub fn start(
     config: &Config,
     ledger: Arc<dyn Ledger>,
     counters: Arc<Counters>,
-    wake: Wake,
+    handoff: Handoff,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let client = reqwest::Client::builder()
@@ -129,7 +131,7 @@ pub fn start(
         .tcp_nodelay(true)
         .build()
         .expect("HTTP client with default TLS");
-    let token = uuid::Uuid::new_v4().simple().to_string();
+    let token = handoff.token().to_owned();
     let writers = match config.storage.database {
         // Two writers: one batch commits while the next one forms.
         Database::Postgres(_) => 2,
@@ -147,17 +149,36 @@ pub fn start(
     });
     let mut set = JoinSet::new();
     for target in config.targets.values() {
-        let t = Arc::new(TargetCtx::new(target.clone(), wake.get(&target.name)));
-        set.spawn(target_loop(ctx.clone(), t, stop.clone()));
+        let t = Arc::new(TargetCtx::new(target.clone(), handoff.wake(&target.name)));
+        let lane = Lane {
+            rx: handoff.receiver(&target.name),
+            handoff: handoff.clone(),
+        };
+        set.spawn(target_loop(ctx.clone(), t, lane, stop.clone()));
     }
     set
+}
+
+/// A target's hand-off lane: rows committed by this process, already leased.
+struct Lane {
+    rx: Option<tokio::sync::mpsc::Receiver<Handed>>,
+    handoff: Handoff,
+}
+
+impl Lane {
+    async fn next(&mut self) -> Option<Handed> {
+        match self.rx.as_mut() {
+            Some(rx) => rx.recv().await,
+            None => std::future::pending().await,
+        }
+    }
 }
 
 /// Claims due rows in batches: while a backlog is waiting, a claim is made
 /// once a quarter of the target's slots are free (or nothing is in flight),
 /// so draining costs one claim query per `concurrency / 4` deliveries, not
 /// one per delivery. New commits are claimed at once into any free slot.
-async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) {
+async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: CancellationToken) {
     let concurrency = t.target.concurrency;
     let local = Arc::new(Semaphore::new(concurrency));
     let threshold = (concurrency / 4).max(1);
@@ -210,11 +231,40 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
             }
         }
         tokio::select! {
+            handed = lane.next() => {
+                if let Some(handed) = handed {
+                    // A hand-off: leased at commit, no claim needed.
+                    let local = local.clone().acquire_owned().await;
+                    let global = ctx.global.clone().acquire_owned().await;
+                    // Waited so long for a slot (a hanging target) that the
+                    // attempt could outlive the lease: leave the row to expire
+                    // and be claimed, never attempted twice at once.
+                    if Millis::now() + t.target.timeout < handed.lease_until {
+                        t.handed.increment(1);
+                        let (ctx, t) = (ctx.clone(), t.clone());
+                        inflight.spawn(async move {
+                            let _permits = (local, global);
+                            let Handed { row, slot, .. } = handed;
+                            attempt(&ctx, &t, row).await;
+                            drop(slot);
+                        });
+                    }
+                } else {
+                    lane.rx = None;
+                }
+            }
             _ = t.wake.notified() => more = true,
             _ = tokio::time::sleep(ctx.settings.poll_interval) => more = true,
             _ = inflight.join_next(), if !inflight.is_empty() => {}
             _ = stop.cancelled() => {}
         }
+    }
+    // No more hand-offs: rows still queued on the lane keep their lease and
+    // are released below with the rest.
+    lane.handoff.close(&t.target.name);
+    if let Some(rx) = lane.rx.as_mut() {
+        rx.close();
+        while rx.try_recv().is_ok() {}
     }
     // Graceful: finish what is in flight within the grace period; whatever
     // is cut off keeps its lease token and is released below: only this
@@ -300,13 +350,15 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
     };
     counter.increment(1);
     t.duration.record(latency_ms as f64 / 1000.0);
-    if delivered {
-        if t.failures.swap(0, Ordering::Relaxed) >= DOWN_AFTER {
-            expedite(ctx, t).await;
-        }
+    // Counted when the attempt ends, acted on once it is recorded: the
+    // failed attempts recorded before this success are then committed, so
+    // `expedite` sees them as retrying (not still leased).
+    let recovered = if delivered {
+        t.failures.swap(0, Ordering::Relaxed) >= DOWN_AFTER
     } else {
         t.failures.fetch_add(1, Ordering::Relaxed);
-    }
+        false
+    };
     let rec = AttemptRecord {
         started_at,
         latency_ms,
@@ -325,6 +377,9 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
                     NextState::RetryAt(_) => DeliveryOutcome::Failed,
                 };
                 ctx.counters.delivery(&row.source, &target.name, counted);
+                if recovered {
+                    expedite(ctx, t).await;
+                }
                 if next == NextState::Dead {
                     tracing::warn!(
                         attempt = number,

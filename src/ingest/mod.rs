@@ -133,12 +133,9 @@ async fn handle(
 
     let cache_ttl = state.config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
-        Ok(dedup::Outcome::New) => {
-            if !source.targets.is_empty() {
-                state.wake.notify(&source.targets);
-            }
-            (Outcome::New, "new")
-        }
+        // The store handed the new event's deliveries to their loops, or
+        // woke them (store::handoff).
+        Ok(dedup::Outcome::New) => (Outcome::New, "new"),
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
             // Queued in memory only; see store::arrivals.
             let id = event_id.as_deref().unwrap_or_default();

@@ -7,6 +7,7 @@
 pub mod arrivals;
 pub mod batch;
 pub mod events;
+pub mod handoff;
 pub mod idempotency;
 pub mod postgres;
 mod rows;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// A verified event ready to be written.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct NewEvent {
     pub source: String,
     pub event_id: String,
@@ -34,6 +35,33 @@ pub struct NewEvent {
     pub targets: Vec<String>,
     /// Verification facts shown by the admin console (see `store::events`).
     pub facts: EventFacts,
+    /// Slots on this process's delivery lanes: reserved targets' rows are
+    /// written leased and handed to their loops after COMMIT (`handoff`).
+    pub handoff: Option<handoff::Reservation>,
+}
+
+impl NewEvent {
+    /// The lease to write on target `i`'s delivery row, if it was reserved.
+    pub fn lease(&self, i: usize) -> Option<(&str, Millis)> {
+        self.handoff.as_ref().and_then(|h| h.lease(i))
+    }
+
+    /// After this event committed as new: hands its leased rows
+    /// (`(target index, delivery id)`) to their loops and wakes the others.
+    pub fn committed(&self, leased: &[(usize, i64)]) {
+        if let Some(h) = &self.handoff {
+            h.committed(leased, |i, id| DueDelivery {
+                id,
+                source: self.source.clone(),
+                target: self.targets[i].clone(),
+                event_id: self.event_id.clone(),
+                body: self.body.clone(),
+                headers: self.headers.clone(),
+                received_at: self.received_at,
+                attempts: 0,
+            });
+        }
+    }
 }
 
 /// What verification learned besides the id: event type, matched secret,

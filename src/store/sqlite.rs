@@ -64,7 +64,10 @@ impl Ledger for SqliteLedger {
         let repeats = first_occurrence(batch);
         let mut tx = self.pool.begin().await?;
         let mut out = Vec::with_capacity(batch.len());
+        // Per new event: its rows leased to this process (hand-off).
+        let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
         for (e, rep) in batch.iter().zip(&repeats) {
+            leased.push(None);
             if let Some(first) = rep {
                 out.push(Recorded::Duplicate {
                     stored_sha256: batch[*first].body_sha256.to_vec(),
@@ -95,20 +98,29 @@ impl Ledger for SqliteLedger {
             .await?;
             match pk {
                 Some(pk) => {
-                    for t in &e.targets {
-                        sqlx::query(
+                    let mut handed = vec![];
+                    for (i, t) in e.targets.iter().enumerate() {
+                        let lease = e.lease(i);
+                        let id: i64 = sqlx::query_scalar(
                             "INSERT INTO hookgate_deliveries
-                                 (event_pk, source, target, next_attempt_at, updated_at)
-                             VALUES (?, ?, ?, ?, ?)",
+                                 (event_pk, source, target, next_attempt_at, updated_at,
+                                  lease_until, lease_token)
+                             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                         )
                         .bind(pk)
                         .bind(&e.source)
                         .bind(t)
                         .bind(e.received_at)
                         .bind(e.received_at)
-                        .execute(&mut *tx)
+                        .bind(lease.map(|l| l.1))
+                        .bind(lease.map(|l| l.0))
+                        .fetch_one(&mut *tx)
                         .await?;
+                        if lease.is_some() {
+                            handed.push((i, id));
+                        }
                     }
+                    *leased.last_mut().expect("pushed above") = Some(handed);
                     out.push(Recorded::New);
                 }
                 None => {
@@ -128,6 +140,11 @@ impl Ledger for SqliteLedger {
             }
         }
         tx.commit().await?;
+        for (e, handed) in batch.iter().zip(&leased) {
+            if let Some(handed) = handed {
+                e.committed(handed);
+            }
+        }
         Ok(out)
     }
 

@@ -258,6 +258,22 @@ max_attempts = 1000
     })
     .await;
     assert!(purged, "the row is purged after its window");
+    if b == Backend::Production {
+        // Arrival and attempt rows have no foreign key (migration 0008):
+        // purge deletes them with their event.
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+        let orphans: i64 = sqlx::query_scalar(
+            "SELECT (SELECT COUNT(*) FROM hookgate_arrivals a WHERE NOT EXISTS
+                        (SELECT 1 FROM hookgate_events e WHERE e.id = a.event_pk))
+                  + (SELECT COUNT(*) FROM hookgate_attempts t WHERE NOT EXISTS
+                        (SELECT 1 FROM hookgate_deliveries d WHERE d.id = t.delivery_id))",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(orphans, 0, "no arrival or attempt row outlives its event");
+    }
     assert_eq!(send("short").await, "new", "a forgotten id is new again");
     // An event whose delivery is still retrying is kept (and stays a duplicate).
     assert_eq!(app.rows("short-undelivered", "evt_window").await, 1);

@@ -12,6 +12,7 @@ both_backends!(
     a_hanging_target_does_not_delay_a_healthy_one,
     a_targets_retry_after_is_honoured,
     a_recovered_target_gets_its_retrying_backlog_at_once,
+    new_events_reach_an_idle_target_by_hand_off_without_a_claim,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -289,4 +290,43 @@ async fn a_commit_on_one_replica_wakes_the_workers_of_another() {
         sent.elapsed()
     );
     drop(b);
+}
+
+/// The hand-off (docs/design.md "Delivery"): a new event's delivery is
+/// leased at commit and handed to the loop, so an idle target gets it
+/// without a claim query, and `/metrics` counts it.
+async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend) {
+    let t = TestTarget::start().await;
+    // Metrics are process-wide in this test binary: a name of its own.
+    let name = match b {
+        Backend::Production => "handoff_pg",
+        Backend::Embedded => "handoff_sqlite",
+    };
+    let mut opts = Opts::new(b);
+    opts.poll_interval = "30s";
+    opts.stripe_targets = vec![name.into()];
+    opts.extra = targets_toml(&[(name, &t, "concurrency = 4")]);
+    let app = spawn_app(opts).await;
+    for i in 0..3 {
+        let r = app.post_stripe(&format!("evt_handoff_{i}")).await;
+        assert_eq!(dedup_header(&r), "new");
+    }
+    assert!(eventually(WAIT, || async { t.count() == 3 }).await);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = format!("hookgate_delivery_handoffs_total{{target=\"{name}\"}} 3");
+    assert!(metrics.contains(&line), "{metrics}");
+    let recorded = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 3
+    })
+    .await;
+    assert!(recorded, "{}", app.stats().await);
 }

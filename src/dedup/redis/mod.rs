@@ -14,11 +14,12 @@ use crate::primitives::secret::Secret;
 use async_trait::async_trait;
 use conn::{Conn, Op};
 use redis::FromRedisValue;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// GET, and SET NX PX only if absent, in one round trip. Returns the
-/// previous value, or nil when this call took the claim. (Lua rather than
-/// `SET … NX GET` so Redis 6 works too.)
+/// previous value, or nil when this call took the claim. Used only where
+/// `SET … NX GET` is refused (Redis before 7.0, see [`RedisCache::claim`]).
 const CLAIM: &str = r"
 local v = redis.call('GET', KEYS[1])
 if v then return v end
@@ -39,6 +40,8 @@ pub struct RedisCache {
     claim: redis::Script,
     release: redis::Script,
     timeout: Duration,
+    /// The server refused `SET … NX GET` (before Redis 7.0): claim by script.
+    claim_by_script: AtomicBool,
 }
 
 impl RedisCache {
@@ -52,6 +55,7 @@ impl RedisCache {
             claim: redis::Script::new(CLAIM),
             release: redis::Script::new(RELEASE),
             timeout,
+            claim_by_script: AtomicBool::new(false),
         })
     }
 
@@ -69,13 +73,53 @@ impl RedisCache {
     }
 }
 
+impl RedisCache {
+    async fn claim_script(
+        &self,
+        key: &str,
+        value: &str,
+        ttl_ms: u64,
+    ) -> Result<Option<String>, CacheError> {
+        let mut inv = self.claim.key(key);
+        inv.arg(value).arg(ttl_ms);
+        self.bounded(Op::Script(inv)).await
+    }
+}
+
+/// Redis before 7.0 answers `SET … NX … GET` with "ERR syntax error".
+fn refused_syntax(e: &redis::RedisError) -> bool {
+    !e.is_io_error() && e.to_string().to_ascii_lowercase().contains("syntax error")
+}
+
 #[async_trait]
 impl ClaimCache for RedisCache {
+    /// `SET key pending:<token> NX PX ttl GET`: one plain command (Redis
+    /// 7.0 allows NX with GET, <https://redis.io/docs/latest/commands/set/>),
+    /// cheaper for the server than the script it replaces. A server that
+    /// answers it with a syntax error gets the script from then on.
     async fn claim(&self, key: &str, token: &str, ttl: Duration) -> Result<Claim, CacheError> {
         let value = format!("pending:{token}");
-        let mut inv = self.claim.key(key);
-        inv.arg(&value).arg(ttl.as_millis() as u64);
-        let prev: Option<String> = self.bounded(Op::Script(inv)).await?;
+        let ttl_ms = ttl.as_millis() as u64;
+        let prev: Option<String> = if self.claim_by_script.load(Ordering::Relaxed) {
+            self.claim_script(key, &value, ttl_ms).await?
+        } else {
+            let cmd = redis::cmd("SET")
+                .arg(key)
+                .arg(&value)
+                .arg("NX")
+                .arg("PX")
+                .arg(ttl_ms)
+                .arg("GET")
+                .to_owned();
+            match self.bounded(Op::Cmd(cmd)).await {
+                Err(CacheError::Redis(e)) if refused_syntax(&e) => {
+                    self.claim_by_script.store(true, Ordering::Relaxed);
+                    tracing::info!("Redis before 7.0: claims use a script");
+                    self.claim_script(key, &value, ttl_ms).await?
+                }
+                r => r?,
+            }
+        };
         Ok(match prev {
             None => Claim::Owned,
             Some(v) => parse_value(&v),
@@ -108,5 +152,44 @@ impl ClaimCache for RedisCache {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both claim forms (the plain command and the script kept for Redis
+    /// before 7.0) against the Redis the tests use (`HOOKGATE_TEST_REDIS`, default
+    /// 127.0.0.1:6379), under keys of their own that expire in 30 s.
+    #[tokio::test]
+    async fn set_nx_get_and_the_script_claim_alike() {
+        let url = std::env::var("HOOKGATE_TEST_REDIS")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let cache = RedisCache::connect(&Secret::new(url), Duration::from_secs(2)).unwrap();
+        let ttl = Duration::from_secs(30);
+        for by_script in [false, true] {
+            cache.claim_by_script.store(by_script, Ordering::Relaxed);
+            let key = format!("hg_unit_{}:{by_script}", uuid::Uuid::new_v4().simple());
+            assert!(matches!(
+                cache.claim(&key, "a", ttl).await.unwrap(),
+                Claim::Owned
+            ));
+            assert!(matches!(
+                cache.claim(&key, "b", ttl).await.unwrap(),
+                Claim::InFlight
+            ));
+            cache.finish(&key, "abc", ttl).await.unwrap();
+            match cache.claim(&key, "c", ttl).await.unwrap() {
+                Claim::Done { body_sha256 } => assert_eq!(body_sha256, "abc"),
+                other => panic!("expected done, got {other:?}"),
+            }
+            // Not ours any more (done): release leaves it; the TTL cleans up.
+            cache.release(&key, "a").await.unwrap();
+            assert!(matches!(
+                cache.claim(&key, "d", ttl).await.unwrap(),
+                Claim::Done { .. }
+            ));
+        }
     }
 }

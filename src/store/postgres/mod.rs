@@ -85,15 +85,26 @@ impl Ledger for PgLedger {
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
-        let r = sqlx::query(
-            "DELETE FROM hookgate_events e WHERE e.expires_at < $1 AND NOT EXISTS (
-                 SELECT 1 FROM hookgate_deliveries d
-                 WHERE d.event_pk = e.id AND d.state <> 'delivered')",
+        // Arrival and attempt rows have no foreign key (migration 0008):
+        // they go in the same statement as their event and deliveries.
+        let n: i64 = sqlx::query_scalar(
+            "WITH gone AS (
+                 DELETE FROM hookgate_events e WHERE e.expires_at < $1 AND NOT EXISTS (
+                     SELECT 1 FROM hookgate_deliveries d
+                     WHERE d.event_pk = e.id AND d.state <> 'delivered')
+                 RETURNING e.id
+             ), arrivals AS (
+                 DELETE FROM hookgate_arrivals a USING gone WHERE a.event_pk = gone.id
+             ), attempts AS (
+                 DELETE FROM hookgate_attempts t USING hookgate_deliveries d, gone
+                 WHERE t.delivery_id = d.id AND d.event_pk = gone.id
+             )
+             SELECT COUNT(*) FROM gone",
         )
         .bind(now)
-        .execute(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        Ok(r.rows_affected())
+        Ok(n as u64)
     }
 
     async fn claim_due(

@@ -31,7 +31,13 @@ pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Reco
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let pk = insert_all(pool, &unique, &position).await?;
+    let (pk, leased) = insert_all(pool, &unique, &position).await?;
+    // Committed: hand the leased rows to this process's loops.
+    for (at, e) in unique.iter().enumerate() {
+        if pk[at].is_some() {
+            e.committed(&leased[at]);
+        }
+    }
     // Only when something conflicted: the conflicting rows are committed
     // (ON CONFLICT waited for them), so a plain read sees their hashes.
     let stored = stored_hashes(pool, &unique, &pk, &position).await?;
@@ -63,23 +69,30 @@ fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) ->
 }
 
 /// Inserts the events, one delivery row per target of each inserted event
-/// (due at once) and one NOTIFY per distinct target (delivered at COMMIT,
-/// waking the workers of every replica), in ONE statement. Returns the new
-/// primary key of each event inserted (`None` where the key already existed).
+/// (due at once; leased to this process where a hand-off slot was reserved)
+/// and one NOTIFY per distinct target with unleased rows (delivered at
+/// COMMIT, waking the workers of every replica), in ONE statement. Returns
+/// the new primary key of each event inserted (`None` where the key already
+/// existed), and per event its leased rows as `(target index, delivery id)`.
 async fn insert_all(
     pool: &PgPool,
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
-) -> Result<Vec<Option<i64>>, StoreError> {
+) -> Result<(Vec<Option<i64>>, Vec<Vec<(usize, i64)>>), StoreError> {
     let (mut t_source, mut t_event, mut t_target) = (vec![], vec![], vec![]);
+    let (mut t_lease_until, mut t_token) = (vec![], vec![]);
     for e in unique {
-        for t in &e.targets {
+        for (i, t) in e.targets.iter().enumerate() {
+            let lease = e.lease(i);
             t_source.push(e.source.as_str());
             t_event.push(e.event_id.as_str());
             t_target.push(t.as_str());
+            t_lease_until.push(lease.map(|l| l.1.0));
+            t_token.push(lease.map(|l| l.0));
         }
     }
-    // The scalar subquery makes `woke` run (once), after `dl`.
+    // The scalar subquery makes `woke` run (once), after `dl`. Rows of kind 0
+    // are the inserted events, kind 1 their leased delivery rows.
     let inserted = sqlx::query(
         "WITH ins AS (
              INSERT INTO hookgate_events
@@ -92,15 +105,23 @@ async fn insert_all(
              RETURNING id, source, event_id, received_at
          ), dl AS (
              INSERT INTO hookgate_deliveries
-                 (event_pk, source, target, next_attempt_at, updated_at)
-             SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at
-             FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[]) AS t(source, event_id, target)
+                 (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
+             SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
+                    t.lease_until, t.token
+             FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
+                 AS t(source, event_id, target, lease_until, token)
                ON t.source = ins.source AND t.event_id = ins.event_id
-             RETURNING target
+             RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
          ), woke AS (
-             SELECT pg_notify($14, target) FROM (SELECT DISTINCT target FROM dl) AS x
+             SELECT pg_notify($14, target)
+             FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
          )
-         SELECT id, source, event_id, (SELECT count(*) FROM woke) FROM ins",
+         SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
+                (SELECT count(*) FROM woke) AS woke
+         FROM ins
+         UNION ALL
+         SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
+         FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased",
     )
     .bind(column(unique, |e| e.source.as_str()))
     .bind(column(unique, |e| e.event_id.as_str()))
@@ -117,16 +138,29 @@ async fn insert_all(
     .bind(&t_event)
     .bind(&t_target)
     .bind(NOTIFY_CHANNEL)
+    .bind(&t_lease_until)
+    .bind(&t_token)
     .fetch_all(pool)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
+    let mut leased: Vec<Vec<(usize, i64)>> = vec![vec![]; unique.len()];
     for row in &inserted {
-        let (s, i): Key = (row.try_get(1)?, row.try_get(2)?);
-        if let Some(&at) = position.get(&(s, i)) {
-            pk[at] = Some(row.try_get(0)?);
+        let kind: i32 = row.try_get(0)?;
+        let (s, i): Key = (row.try_get(2)?, row.try_get(3)?);
+        let Some(&at) = position.get(&(s, i)) else {
+            continue;
+        };
+        let id: i64 = row.try_get(1)?;
+        if kind == 0 {
+            pk[at] = Some(id);
+        } else {
+            let target: &str = row.try_get(4)?;
+            if let Some(ti) = unique[at].targets.iter().position(|t| t == target) {
+                leased[at].push((ti, id));
+            }
         }
     }
-    Ok(pk)
+    Ok((pk, leased))
 }
 
 /// The stored body hash of each event whose insert conflicted (`None`
