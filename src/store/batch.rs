@@ -165,8 +165,11 @@ async fn one_by_one<J, R, W: BatchWrite<J, R>>(sink: &W, jobs: Vec<J>, replies: 
         let result = match &gave_up {
             Some(e) => Err(e.clone()),
             None => match sink.write(std::slice::from_ref(&job)).await {
-                Ok(mut r) if r.len() == 1 => r.pop().ok_or_else(|| Arc::new(StoreError::Closed)),
-                Ok(_) => Err(Arc::new(StoreError::Closed)),
+                // One job in, one result out (`BatchWrite`'s contract).
+                Ok(r) => r
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| Arc::new(StoreError::Closed)),
                 Err(e) => {
                     let e = Arc::new(e);
                     if !e.is_about_the_data() {
