@@ -49,7 +49,12 @@ impl App {
             // SQLite has one writer; more tasks would only queue on its lock.
             Database::Sqlite(_) => 1,
         };
-        let group = GroupCommit::start(ledger.clone(), writers, MAX_BATCH);
+        let group = GroupCommit::start(
+            ledger.clone(),
+            writers,
+            MAX_BATCH,
+            config.storage.statement_timeout,
+        );
         let handoff = Handoff::new(
             config
                 .targets
@@ -85,6 +90,7 @@ impl App {
             counters.clone(),
             ledger.clone(),
             config.dedup.stats_flush_interval,
+            config.storage.statement_timeout,
             stop.clone(),
         ));
         background.spawn(purge_loop(
@@ -204,9 +210,13 @@ async fn open_ledger(
     config: &Config,
 ) -> anyhow::Result<(Arc<dyn Ledger>, Arc<dyn IdempotencyStore>)> {
     let db = &config.storage.database;
-    let (ledger, idem) = idempotency::connect(db, config.storage.max_connections)
-        .await
-        .with_context(|| format!("opening ledger {}", db.display()))?;
+    let (ledger, idem) = idempotency::connect(
+        db,
+        config.storage.max_connections,
+        config.storage.statement_timeout,
+    )
+    .await
+    .with_context(|| format!("opening ledger {}", db.display()))?;
     if config.storage.migrate {
         ledger
             .migrate()
@@ -217,11 +227,14 @@ async fn open_ledger(
 }
 
 /// Adds this instance's counter deltas to the ledger every `every` until
-/// cancelled, then once more.
+/// cancelled, then once more. The per-minute write is cut off after `bound`
+/// (`storage.statement_timeout`): a silent database must not hold the flush
+/// (and the `/stats` reads waiting on it) forever.
 async fn flush_loop(
     counters: Arc<Counters>,
     ledger: Arc<dyn Ledger>,
     every: Duration,
+    bound: Duration,
     stop: CancellationToken,
 ) {
     let flush = async || {
@@ -230,8 +243,11 @@ async fn flush_loop(
                 ledger.add_counters(deltas).await?;
                 // The per-minute series is best effort: never re-sent.
                 let minute = Millis::now().0.div_euclid(60_000);
-                if let Err(e) = ledger.console().add_minute_counters(minute, deltas).await {
-                    tracing::debug!(error = %e, "per-minute counters not recorded");
+                let series = ledger.console().add_minute_counters(minute, deltas);
+                match tokio::time::timeout(bound, series).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::debug!(error = %e, "per-minute counters not recorded"),
+                    Err(_) => tracing::debug!("per-minute counters not recorded: timed out"),
                 }
                 Ok::<(), crate::store::StoreError>(())
             })

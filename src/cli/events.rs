@@ -91,9 +91,13 @@ async fn ledger(
     config: &Option<PathBuf>,
 ) -> anyhow::Result<(crate::config::Config, Arc<dyn Ledger>)> {
     let config = super::load(config)?;
-    let ledger = store::connect(&config.storage.database, Some(1))
-        .await
-        .context("opening the ledger")?;
+    let ledger = store::connect(
+        &config.storage.database,
+        Some(1),
+        config.storage.statement_timeout,
+    )
+    .await
+    .context("opening the ledger")?;
     Ok((config, ledger))
 }
 

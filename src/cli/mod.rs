@@ -67,7 +67,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sign(args) => sign::run(args),
         Command::Migrate => {
             let config = load(&cli.config)?;
-            let ledger = store::connect(&config.storage.database, Some(1)).await?;
+            let ledger = store::connect(
+                &config.storage.database,
+                Some(1),
+                config.storage.statement_timeout,
+            )
+            .await?;
             ledger.migrate().await?;
             println!("migrated {}", config.storage.database.display());
             Ok(())

@@ -48,6 +48,7 @@ fn zero_durations_that_mean_nothing_are_refused() {
         ("server", "request_timeout"),
         ("server", "header_read_timeout"),
         ("server", "idle_timeout"),
+        ("storage", "statement_timeout"),
     ] {
         let text = format!("[{section}]\n{key} = \"0s\"\n{BASE}");
         refused(&text, &format!("{section}.{key}"), "greater than 0");

@@ -75,6 +75,8 @@ pub struct Storage {
     pub cache_capacity: u64,
     pub redis_timeout: Duration,
     pub max_connections: Option<u32>,
+    /// Bound of one ledger call (see `store::batch` and `store::postgres`).
+    pub statement_timeout: Duration,
 }
 
 /// The durable ledger, chosen by URL scheme.

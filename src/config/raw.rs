@@ -123,6 +123,10 @@ pub struct RawStorage {
     pub redis_timeout: Dur,
     /// Database connections in the pool. Default 10 (SQLite: 4).
     pub max_connections: Option<u32>,
+    /// Longest wait for one ledger write or read on the request and delivery
+    /// paths before it fails (webhook: 503 + `Retry-After`). PostgreSQL also
+    /// gets it as the server-side `statement_timeout`. Default 5s.
+    pub statement_timeout: Dur,
 }
 
 impl Default for RawStorage {
@@ -135,6 +139,7 @@ impl Default for RawStorage {
             cache_capacity: 100_000,
             redis_timeout: Dur(Duration::from_millis(250)),
             max_connections: None,
+            statement_timeout: Dur(Duration::from_secs(5)),
         }
     }
 }

@@ -8,10 +8,23 @@
 //!
 //! Two batchers use this: ingest ([`GroupCommit`]: events + their delivery
 //! rows) and delivery (attempt outcomes, see `deliver::record`).
+//!
+//! One bad row never fails its batch: when the database refuses a batch
+//! because of its rows ([`StoreError::is_about_the_data`]), the writer
+//! writes the batch's jobs again one by one, each in its own transaction, so
+//! only the job(s) at fault fail. A connection error or a timeout still fails
+//! the whole batch: one by one would only repeat the wait per job.
+//!
+//! Bounded waits: with a deadline ([`Batcher::with_deadline`]) a caller gives
+//! up after it, whether its job is still queued or being written, and a job
+//! whose caller gave up before its batch formed is not written at all. So
+//! while the database hangs, callers (and the memory they hold) leave at the
+//! rate they arrive instead of piling up behind the queue.
 
 use super::{Ledger, NewEvent, Recorded, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{Mutex, mpsc, oneshot};
 
 type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
@@ -27,12 +40,15 @@ pub trait BatchWrite<J, R>: Send + Sync + 'static {
 /// Handle to a batcher's writer tasks; cheap to clone.
 pub struct Batcher<J, R> {
     tx: mpsc::Sender<(J, Reply<R>)>,
+    /// Longest wait of one `submit`, queue included; `None`: no bound here.
+    deadline: Option<Duration>,
 }
 
 impl<J, R> Clone for Batcher<J, R> {
     fn clone(&self) -> Self {
         Self {
             tx: self.tx.clone(),
+            deadline: self.deadline,
         }
     }
 }
@@ -52,20 +68,38 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
         for _ in 0..writers.max(1) {
             tokio::spawn(writer(sink.clone(), rx.clone(), max_batch.max(1), metric));
         }
-        Self { tx }
+        Self { tx, deadline: None }
+    }
+
+    /// Makes every `submit` give up after `deadline` (queue wait included)
+    /// with [`StoreError::Timeout`].
+    pub fn with_deadline(mut self, deadline: Duration) -> Self {
+        self.deadline = Some(deadline);
+        self
     }
 
     /// Submits one job; returns once its transaction committed (or failed).
+    /// A job that outlives the deadline may still be committed later, after
+    /// its caller was told it failed: for ingest, the provider's retry then
+    /// finds the row and is a duplicate.
     pub async fn submit(&self, job: J) -> Result<R, StoreError> {
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send((job, reply))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        match rx.await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(StoreError::Shared(e)),
-            Err(_) => Err(StoreError::Closed),
+        let wait = async {
+            let (reply, rx) = oneshot::channel();
+            self.tx
+                .send((job, reply))
+                .await
+                .map_err(|_| StoreError::Closed)?;
+            match rx.await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => Err(StoreError::Shared(e)),
+                Err(_) => Err(StoreError::Closed),
+            }
+        };
+        match self.deadline {
+            Some(d) => tokio::time::timeout(d, wait)
+                .await
+                .unwrap_or(Err(StoreError::Timeout(d))),
+            None => wait.await,
         }
     }
 }
@@ -78,7 +112,7 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
 ) {
     let histogram = metrics::histogram!(metric);
     loop {
-        let mut jobs = Vec::new();
+        let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
         {
             // Only the task taking a batch holds the receiver; the others
             // are committing meanwhile.
@@ -94,13 +128,23 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
                 }
             }
         }
+        // A caller that gave up (deadline) no longer waits for its job.
+        jobs.retain(|(_, reply)| !reply.is_closed());
+        if jobs.is_empty() {
+            continue;
+        }
         let (jobs, replies): (Vec<J>, Vec<Reply<R>>) = jobs.into_iter().unzip();
         histogram.record(jobs.len() as f64);
-        match sink.write(&jobs).await {
+        let written = sink.write(&jobs).await;
+        match written {
             Ok(results) => {
                 for (reply, r) in replies.into_iter().zip(results) {
                     let _ = reply.send(Ok(r));
                 }
+            }
+            Err(e) if jobs.len() > 1 && e.is_about_the_data() => {
+                tracing::warn!(error = %e, jobs = jobs.len(), "batch refused for its rows; writing its jobs one by one");
+                one_by_one(sink.as_ref(), jobs, replies).await;
             }
             Err(e) => {
                 let e = Arc::new(e);
@@ -109,6 +153,33 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
                 }
             }
         }
+    }
+}
+
+/// Writes each job in its own transaction, so a refused row fails only its
+/// own job. Once a write fails for another reason (the connection), the jobs
+/// left get that error without another try.
+async fn one_by_one<J, R, W: BatchWrite<J, R>>(sink: &W, jobs: Vec<J>, replies: Vec<Reply<R>>) {
+    let mut gave_up: Option<Arc<StoreError>> = None;
+    for (job, reply) in jobs.into_iter().zip(replies) {
+        let result = match &gave_up {
+            Some(e) => Err(e.clone()),
+            None => match sink.write(std::slice::from_ref(&job)).await {
+                // One job in, one result out (`BatchWrite`'s contract).
+                Ok(r) => r
+                    .into_iter()
+                    .next()
+                    .ok_or_else(|| Arc::new(StoreError::Closed)),
+                Err(e) => {
+                    let e = Arc::new(e);
+                    if !e.is_about_the_data() {
+                        gave_up = Some(e.clone());
+                    }
+                    Err(e)
+                }
+            },
+        };
+        let _ = reply.send(result);
     }
 }
 
@@ -127,18 +198,117 @@ impl BatchWrite<NewEvent, Recorded> for Events {
 pub struct GroupCommit(Batcher<NewEvent, Recorded>);
 
 impl GroupCommit {
-    /// Starts `writers` writer tasks over `ledger`.
-    pub fn start(ledger: Arc<dyn Ledger>, writers: usize, max_batch: usize) -> Self {
-        Self(Batcher::start(
-            Arc::new(Events(ledger)),
-            writers,
-            max_batch,
-            "hookgate_ledger_batch_size",
-        ))
+    /// Starts `writers` writer tasks over `ledger`; a request waits at most
+    /// `deadline` (`storage.statement_timeout`) for its event's commit.
+    pub fn start(
+        ledger: Arc<dyn Ledger>,
+        writers: usize,
+        max_batch: usize,
+        deadline: Duration,
+    ) -> Self {
+        Self(
+            Batcher::start(
+                Arc::new(Events(ledger)),
+                writers,
+                max_batch,
+                "hookgate_ledger_batch_size",
+            )
+            .with_deadline(deadline),
+        )
     }
 
     /// Records one event; returns once its transaction committed (or failed).
     pub async fn record(&self, event: NewEvent) -> Result<Recorded, StoreError> {
         self.0.submit(event).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+    use tokio::sync::Notify;
+
+    /// Doubles jobs; refuses a negative one (about the data), a zero fails
+    /// the connection. Records every write; the first waits for `gate`.
+    #[derive(Default)]
+    struct Sink {
+        writes: StdMutex<Vec<Vec<i32>>>,
+        gate: Option<Arc<Notify>>,
+    }
+
+    #[async_trait]
+    impl BatchWrite<i32, i32> for Sink {
+        async fn write(&self, jobs: &[i32]) -> Result<Vec<i32>, StoreError> {
+            let first = {
+                let mut w = self.writes.lock().unwrap();
+                w.push(jobs.to_vec());
+                w.len() == 1
+            };
+            if let (true, Some(gate)) = (first, &self.gate) {
+                gate.notified().await;
+            }
+            if jobs.contains(&0) {
+                return Err(StoreError::Database(sqlx::Error::PoolTimedOut));
+            }
+            if jobs.iter().any(|j| *j < 0) {
+                return Err(StoreError::Database(sqlx::Error::Encode(
+                    "refused row".into(),
+                )));
+            }
+            Ok(jobs.iter().map(|j| j * 2).collect())
+        }
+    }
+
+    // `tokio::join!` polls its submits in one go: on this single-threaded
+    // runtime they are all queued before the writer runs (one batch).
+
+    #[tokio::test]
+    async fn a_refused_row_fails_only_its_own_job() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 1, 16, "test_batch");
+        let (r1, r2, r3, r4) = tokio::join!(b.submit(1), b.submit(2), b.submit(-3), b.submit(4));
+        let r = [r1, r2, r3, r4];
+        let ok: Vec<Option<i32>> = r.iter().map(|r| r.as_ref().ok().copied()).collect();
+        assert_eq!(ok, [Some(2), Some(4), None, Some(8)]);
+        assert!(r[2].as_ref().unwrap_err().is_about_the_data());
+        let writes = sink.writes.lock().unwrap().clone();
+        assert_eq!(
+            writes,
+            [vec![1, 2, -3, 4], vec![1], vec![2], vec![-3], vec![4]]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_error_fails_the_whole_batch_without_one_by_one_retries() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 1, 16, "test_batch");
+        let (r1, r2, r3) = tokio::join!(b.submit(1), b.submit(0), b.submit(3));
+        assert!(r1.is_err() && r2.is_err() && r3.is_err());
+        assert_eq!(sink.writes.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_caller_past_its_deadline_gets_a_timeout_and_its_job_is_not_written() {
+        let gate = Arc::new(Notify::new());
+        let sink = Arc::new(Sink {
+            gate: Some(gate.clone()),
+            ..Sink::default()
+        });
+        let b = Batcher::start(sink.clone(), 1, 16, "test_batch")
+            .with_deadline(Duration::from_millis(50));
+        // The first write hangs: its caller and the one queued behind it
+        // both give up at the deadline.
+        let (r1, r2) = tokio::join!(b.submit(1), async {
+            // Queued once the writer holds job 1.
+            tokio::task::yield_now().await;
+            b.submit(2).await
+        });
+        assert!(matches!(r1, Err(StoreError::Timeout(_))));
+        assert!(matches!(r2, Err(StoreError::Timeout(_))));
+        gate.notify_one();
+        // The writer drops job 2 (nobody waits for it) and writes job 3.
+        assert_eq!(b.submit(3).await.unwrap(), 6);
+        assert_eq!(*sink.writes.lock().unwrap(), [vec![1], vec![3]]);
     }
 }

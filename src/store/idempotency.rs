@@ -88,10 +88,15 @@ pub trait IdempotencyStore: Send + Sync + 'static {
 pub async fn connect(
     db: &Database,
     max_connections: Option<u32>,
+    statement_timeout: std::time::Duration,
 ) -> Result<(Arc<dyn Ledger>, Arc<dyn IdempotencyStore>), StoreError> {
     Ok(match db {
         Database::Postgres(url) => {
-            let l = Arc::new(super::postgres::PgLedger::connect(url, max_connections)?);
+            let l = Arc::new(super::postgres::PgLedger::connect(
+                url,
+                max_connections,
+                statement_timeout,
+            )?);
             (l.clone(), l)
         }
         Database::Sqlite(url) => {

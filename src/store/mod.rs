@@ -96,9 +96,62 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("ledger writer stopped")]
     Closed,
+    /// The call outlived `storage.statement_timeout`: the database hangs or
+    /// the network stopped answering (its connection is discarded).
+    #[error("ledger call exceeded the statement timeout ({0:?})")]
+    Timeout(std::time::Duration),
     /// The failure of a group-commit batch this event was part of.
     #[error("{0}")]
     Shared(Arc<StoreError>),
+}
+
+impl StoreError {
+    /// True when the database refused the rows themselves (a constraint, an
+    /// invalid value), not the connection: the same write split into smaller
+    /// transactions can then succeed for the other rows. Connection errors
+    /// and timeouts are false: retrying them would only repeat the wait.
+    pub fn is_about_the_data(&self) -> bool {
+        match self {
+            Self::Database(sqlx::Error::Database(db)) => {
+                use sqlx::error::ErrorKind;
+                match db.kind() {
+                    ErrorKind::UniqueViolation
+                    | ErrorKind::ForeignKeyViolation
+                    | ErrorKind::NotNullViolation
+                    | ErrorKind::CheckViolation => true,
+                    _ => rows_refused(db.as_ref()),
+                }
+            }
+            // A value the driver could not encode (e.g. out of range).
+            Self::Database(sqlx::Error::Encode(_)) => true,
+            Self::Shared(e) => e.is_about_the_data(),
+            _ => false,
+        }
+    }
+}
+
+/// Backend codes that blame the rows: PostgreSQL SQLSTATE classes 22 (data
+/// exception, e.g. a NUL byte in text) and 23 (integrity constraint);
+/// SQLite primary codes `SQLITE_TOOBIG`, `SQLITE_CONSTRAINT` (also a
+/// trigger's `RAISE(ABORT, …)`) and `SQLITE_MISMATCH`.
+/// <https://www.postgresql.org/docs/current/errcodes-appendix.html>,
+/// <https://www.sqlite.org/rescode.html>
+fn rows_refused(db: &dyn sqlx::error::DatabaseError) -> bool {
+    let Some(code) = db.code() else {
+        return false;
+    };
+    if db
+        .try_downcast_ref::<sqlx::postgres::PgDatabaseError>()
+        .is_some()
+    {
+        return code.starts_with("22") || code.starts_with("23");
+    }
+    if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+        return code
+            .parse::<i32>()
+            .is_ok_and(|c| matches!(c & 0xff, 18..=20));
+    }
+    false
 }
 
 /// A delivery a worker has leased.
@@ -242,9 +295,14 @@ pub trait Ledger: Send + Sync + 'static {
 pub async fn connect(
     db: &Database,
     max_connections: Option<u32>,
+    statement_timeout: std::time::Duration,
 ) -> Result<Arc<dyn Ledger>, StoreError> {
     Ok(match db {
-        Database::Postgres(url) => Arc::new(postgres::PgLedger::connect(url, max_connections)?),
+        Database::Postgres(url) => Arc::new(postgres::PgLedger::connect(
+            url,
+            max_connections,
+            statement_timeout,
+        )?),
         Database::Sqlite(url) => {
             Arc::new(sqlite::SqliteLedger::connect(url, max_connections).await?)
         }

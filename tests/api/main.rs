@@ -12,6 +12,7 @@ mod faults;
 mod hardening;
 mod idempotency;
 mod ingest;
+mod ledger_faults;
 mod providers;
 mod topologies;
 

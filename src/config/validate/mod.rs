@@ -168,6 +168,7 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
             "use letters, digits, `-` and `_`".into(),
         );
     }
+    v.positive("storage.statement_timeout", raw.statement_timeout.0);
     Storage {
         database: database.unwrap_or(Database::Sqlite("sqlite://hookgate.db".into())),
         redis_url,
@@ -176,6 +177,7 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
         cache_capacity: raw.cache_capacity,
         redis_timeout: raw.redis_timeout.0,
         max_connections: raw.max_connections,
+        statement_timeout: raw.statement_timeout.0,
     }
 }
 

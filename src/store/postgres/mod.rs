@@ -17,56 +17,117 @@ use super::rows::{
 };
 use super::*;
 use crate::primitives::secret::Secret;
-use sqlx::ConnectOptions;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{ConnectOptions, PgConnection};
 use std::str::FromStr;
 use std::time::Duration;
 
 pub struct PgLedger {
     pool: PgPool,
+    /// Bound of one ledger call once it holds a connection (see [`bounded`]).
+    statement_timeout: Duration,
 }
 
 /// The NOTIFY channel carrying target names with newly committed deliveries.
 const NOTIFY_CHANNEL: &str = "hookgate_deliveries";
 
+/// Longest wait for a pooled connection (the pool is full, or opening a new
+/// connection gets no answer).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
+
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+/// Runs `$work`, an expression using the connection `$c`, on one pooled
+/// connection for at most the ledger's `statement_timeout`.
+///
+/// Why a client-side deadline as well as the server-side one: when the
+/// network goes silent (a blackholed route, a frozen proxy) the server's
+/// `statement_timeout` error never arrives either. On timeout the
+/// connection is detached and dropped, closing its socket at once: returned
+/// to the pool, sqlx would ping it before reuse, and that ping would hang
+/// holding a pool slot. sqlx 0.9 has no TCP keepalive option for
+/// PostgreSQL, so this deadline is what bounds a silent connection.
+macro_rules! bounded {
+    ($ledger:expr, |$c:ident| $work:expr) => {{
+        let ledger: &PgLedger = $ledger;
+        let mut conn = ledger.pool.acquire().await?;
+        let outcome = {
+            let $c: &mut PgConnection = &mut conn;
+            tokio::time::timeout(ledger.statement_timeout, $work).await
+        };
+        match outcome {
+            Ok(result) => result,
+            Err(_) => {
+                drop(conn.detach());
+                Err(StoreError::Timeout(ledger.statement_timeout))
+            }
+        }
+    }};
+}
 
 impl PgLedger {
     /// Creates a lazy pool: the process starts even while the database is
     /// down, and requests then get 503 instead of hanging.
-    pub fn connect(url: &Secret, max_connections: Option<u32>) -> Result<Self, StoreError> {
+    /// `statement_timeout` bounds each call on the request and delivery
+    /// paths (client side, see [`bounded`]) and each statement (server side,
+    /// except migrations and purge, which may legitimately run longer).
+    pub fn connect(
+        url: &Secret,
+        max_connections: Option<u32>,
+        statement_timeout: Duration,
+    ) -> Result<Self, StoreError> {
         let opts = PgConnectOptions::from_str(url.expose())?
+            .options([(
+                "statement_timeout",
+                format!("{}ms", statement_timeout.as_millis().max(1)),
+            )])
             .log_statements(tracing::log::LevelFilter::Debug)
             .log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.unwrap_or(10))
-            .acquire_timeout(Duration::from_secs(3))
+            .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(opts);
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            statement_timeout,
+        })
     }
 }
 
 #[async_trait]
 impl Ledger for PgLedger {
     async fn migrate(&self) -> Result<(), StoreError> {
-        MIGRATOR.run(&self.pool).await?;
-        Ok(())
+        // A pool of its own without the statement timeout: a migration (an
+        // index build) may run longer. The later `-c` option wins.
+        let opts = (*self.pool.connect_options())
+            .clone()
+            .options([("statement_timeout", "0")]);
+        let pool = PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(opts)
+            .await?;
+        let done = MIGRATOR.run(&pool).await;
+        pool.close().await;
+        Ok(done?)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
+        bounded!(self, |c| async {
+            sqlx::query("SELECT 1").execute(&mut *c).await?;
+            Ok(())
+        })
     }
 
     async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
-        record::record(&self.pool, batch).await
+        bounded!(self, |c| record::record(c, batch))
     }
 
     async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError> {
         if deltas.is_empty() {
             return Ok(());
         }
-        sqlx::query(
+        let write = sqlx::query(
             "INSERT INTO hookgate_counters (source, name, value)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[])
              ON CONFLICT (source, name) DO UPDATE
@@ -74,19 +135,28 @@ impl Ledger for PgLedger {
         )
         .bind(deltas.iter().map(|d| d.0.as_str()).collect::<Vec<_>>())
         .bind(deltas.iter().map(|d| d.1.as_str()).collect::<Vec<_>>())
-        .bind(deltas.iter().map(|d| d.2).collect::<Vec<_>>())
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        .bind(deltas.iter().map(|d| d.2).collect::<Vec<_>>());
+        bounded!(self, |c| async {
+            write.execute(&mut *c).await?;
+            Ok(())
+        })
     }
 
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(&self.pool).await?)
+        bounded!(self, |c| async {
+            Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(&mut *c).await?)
+        })
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
+        // Background work that may take long on a big table: no deadline,
+        // and no server-side statement timeout for this transaction.
         // Arrival and attempt rows have no foreign key (migration 0008):
         // they go in the same statement as their event and deliveries.
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await?;
         let n: i64 = sqlx::query_scalar(
             "WITH gone AS (
                  DELETE FROM hookgate_events e WHERE e.expires_at < $1 AND NOT EXISTS (
@@ -102,8 +172,9 @@ impl Ledger for PgLedger {
              SELECT COUNT(*) FROM gone",
         )
         .bind(now)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(n as u64)
     }
 
@@ -115,7 +186,14 @@ impl Ledger for PgLedger {
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        outbox::claim_due(&self.pool, target, now, lease_until, token, limit).await
+        bounded!(self, |c| outbox::claim_due(
+            c,
+            target,
+            now,
+            lease_until,
+            token,
+            limit
+        ))
     }
 
     async fn finish_attempts(
@@ -123,20 +201,22 @@ impl Ledger for PgLedger {
         token: &str,
         batch: &[(i64, AttemptRecord)],
     ) -> Result<Vec<bool>, StoreError> {
-        outbox::finish_attempts(&self.pool, token, batch).await
+        bounded!(self, |c| outbox::finish_attempts(c, token, batch))
     }
 
     async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
-        outbox::expedite(&self.pool, target, now).await
+        bounded!(self, |c| outbox::expedite(c, target, now))
     }
 
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
-        outbox::release_leases(&self.pool, token, target).await
+        bounded!(self, |c| outbox::release_leases(c, token, target))
     }
 
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {
-        let rows = sqlx::query(COUNTS_SQL).fetch_all(&self.pool).await?;
-        rows.iter().map(count_from_row).collect()
+        bounded!(self, |c| async {
+            let rows = sqlx::query(COUNTS_SQL).fetch_all(&mut *c).await?;
+            rows.iter().map(count_from_row).collect()
+        })
     }
 
     async fn attempts(
@@ -145,13 +225,15 @@ impl Ledger for PgLedger {
         event_id: &str,
         target: &str,
     ) -> Result<Vec<AttemptRow>, StoreError> {
-        let rows = sqlx::query(ATTEMPTS_SQL)
-            .bind(source)
-            .bind(event_id)
-            .bind(target)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(attempt_from_row).collect()
+        bounded!(self, |c| async {
+            let rows = sqlx::query(ATTEMPTS_SQL)
+                .bind(source)
+                .bind(event_id)
+                .bind(target)
+                .fetch_all(&mut *c)
+                .await?;
+            rows.iter().map(attempt_from_row).collect()
+        })
     }
 
     fn console(&self) -> &dyn crate::store::events::Console {
@@ -163,10 +245,12 @@ impl Ledger for PgLedger {
     }
 
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(EVENT_COUNT_SQL)
-            .bind(source)
-            .bind(event_id)
-            .fetch_one(&self.pool)
-            .await?)
+        bounded!(self, |c| async {
+            Ok(sqlx::query_scalar(EVENT_COUNT_SQL)
+                .bind(source)
+                .bind(event_id)
+                .fetch_one(&mut *c)
+                .await?)
+        })
     }
 }

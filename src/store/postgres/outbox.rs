@@ -8,11 +8,11 @@
 use super::super::rows::{RELEASE_LEASES_SQL, due_from_row, next_columns};
 use super::super::{AttemptRecord, DueDelivery, StoreError};
 use crate::primitives::time::Millis;
-use sqlx::postgres::PgPool;
+use sqlx::PgConnection;
 use std::collections::HashSet;
 
 pub(super) async fn claim_due(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     target: &str,
     now: Millis,
     lease_until: Millis,
@@ -41,7 +41,7 @@ pub(super) async fn claim_due(
     .bind(lease_until)
     .bind(token)
     .bind(limit)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(due_from_row).collect()
 }
@@ -51,7 +51,7 @@ pub(super) async fn claim_due(
 /// and log an attempt row for each one that moved. Returns, per input, whether
 /// its row was still ours.
 pub(super) async fn finish_attempts(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     token: &str,
     batch: &[(i64, AttemptRecord)],
 ) -> Result<Vec<bool>, StoreError> {
@@ -102,7 +102,7 @@ pub(super) async fn finish_attempts(
     .bind(&error)
     .bind(&started)
     .bind(&latency)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let done: HashSet<i64> = done.into_iter().collect();
     Ok(batch.iter().map(|(id, _)| done.contains(id)).collect())
@@ -110,7 +110,11 @@ pub(super) async fn finish_attempts(
 
 /// Unleased retrying rows of `target` become due now; rows another
 /// transaction holds are skipped rather than waited for.
-pub(super) async fn expedite(pool: &PgPool, target: &str, now: Millis) -> Result<u64, StoreError> {
+pub(super) async fn expedite(
+    conn: &mut PgConnection,
+    target: &str,
+    now: Millis,
+) -> Result<u64, StoreError> {
     let r = sqlx::query(
         "UPDATE hookgate_deliveries SET next_attempt_at = $2
          WHERE id IN (
@@ -121,20 +125,20 @@ pub(super) async fn expedite(pool: &PgPool, target: &str, now: Millis) -> Result
     )
     .bind(target)
     .bind(now)
-    .execute(pool)
+    .execute(&mut *conn)
     .await?;
     Ok(r.rows_affected())
 }
 
 pub(super) async fn release_leases(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     token: &str,
     target: &str,
 ) -> Result<u64, StoreError> {
     let r = sqlx::query(RELEASE_LEASES_SQL)
         .bind(token)
         .bind(target)
-        .execute(pool)
+        .execute(&mut *conn)
         .await?;
     Ok(r.rows_affected())
 }

@@ -10,8 +10,8 @@ use super::super::rows::first_occurrence;
 use super::super::{NewEvent, Recorded, StoreError};
 use super::NOTIFY_CHANNEL;
 use crate::primitives::time::Millis;
+use sqlx::PgConnection;
 use sqlx::Row;
-use sqlx::postgres::PgPool;
 use std::collections::HashMap;
 
 /// An event's key, borrowed from the batch.
@@ -20,7 +20,10 @@ type Key<'a> = (&'a str, &'a str);
 /// Inserts every event not already present, with its delivery rows, in one
 /// statement (its own transaction: one round trip, one commit). Results are
 /// in input order.
-pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
+pub(super) async fn record(
+    conn: &mut PgConnection,
+    batch: &[NewEvent],
+) -> Result<Vec<Recorded>, StoreError> {
     let repeats = first_occurrence(batch);
     let unique = unique_in_lock_order(batch, &repeats);
     // Rows come back in no particular order: match them to `unique` by key,
@@ -31,7 +34,7 @@ pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Reco
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let (pk, leased) = insert_all(pool, &unique, &position).await?;
+    let (pk, leased) = insert_all(conn, &unique, &position).await?;
     // Committed: hand the leased rows to this process's loops.
     for (at, e) in unique.iter().enumerate() {
         if pk[at].is_some() {
@@ -40,7 +43,7 @@ pub(super) async fn record(pool: &PgPool, batch: &[NewEvent]) -> Result<Vec<Reco
     }
     // Only when something conflicted: the conflicting rows are committed
     // (ON CONFLICT waited for them), so a plain read sees their hashes.
-    let stored = stored_hashes(pool, &unique, &pk, &position).await?;
+    let stored = stored_hashes(conn, &unique, &pk, &position).await?;
 
     Ok(results(batch, &repeats, &position, &pk, stored))
 }
@@ -75,7 +78,7 @@ fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) ->
 /// the new primary key of each event inserted (`None` where the key already
 /// existed), and per event its leased rows as `(target index, delivery id)`.
 async fn insert_all(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
 ) -> Result<(Vec<Option<i64>>, Vec<Vec<(usize, i64)>>), StoreError> {
@@ -140,7 +143,7 @@ async fn insert_all(
     .bind(NOTIFY_CHANNEL)
     .bind(&t_lease_until)
     .bind(&t_token)
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
     let mut leased: Vec<Vec<(usize, i64)>> = vec![vec![]; unique.len()];
@@ -166,7 +169,7 @@ async fn insert_all(
 /// The stored body hash of each event whose insert conflicted (`None`
 /// elsewhere). No query when nothing conflicted.
 async fn stored_hashes(
-    pool: &PgPool,
+    conn: &mut PgConnection,
     unique: &[&NewEvent],
     pk: &[Option<i64>],
     position: &HashMap<Key<'_>, usize>,
@@ -188,7 +191,7 @@ async fn stored_hashes(
     )
     .bind(column(&conflicted, |e| e.source.as_str()))
     .bind(column(&conflicted, |e| e.event_id.as_str()))
-    .fetch_all(pool)
+    .fetch_all(&mut *conn)
     .await?;
     for r in &rows {
         let (s, i): Key = (r.try_get(0)?, r.try_get(1)?);

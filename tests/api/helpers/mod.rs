@@ -65,6 +65,8 @@ pub struct Opts {
     pub admin_listen: bool,
     /// Extra lines in `[server]`.
     pub server_extra: String,
+    /// Extra lines in `[storage]`.
+    pub storage_extra: String,
 }
 
 impl Opts {
@@ -86,6 +88,7 @@ impl Opts {
             backoff_max: "200ms",
             admin_listen: false,
             server_extra: String::new(),
+            storage_extra: String::new(),
         }
     }
 
@@ -118,6 +121,7 @@ database_url = "{db_url}"
 {redis}
 key_prefix = "{prefix}"
 redis_timeout = "300ms"
+{storage_extra}
 
 [dedup]
 claim_ttl = "{claim_ttl}"
@@ -167,6 +171,7 @@ secrets = ["{SHOPIFY_SECRET}"]
                 ""
             },
             server_extra = self.server_extra,
+            storage_extra = self.storage_extra,
         )
     }
 }

@@ -156,11 +156,13 @@ impl Drop for RedisServer {
 /// A TCP proxy that can be cut: while cut, open connections are dropped
 /// and new ones are closed at once, so the client sees the server as down.
 /// While stalled, new connections are accepted and then never answered
-/// (a hung database).
+/// (a hung database). While frozen, every connection, open or new, stays
+/// open and silent: no byte is forwarded either way (a blackholed network).
 pub struct ChaosProxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
     stalled: Arc<AtomicBool>,
+    frozen: Arc<AtomicBool>,
     generation: Arc<std::sync::atomic::AtomicU64>,
 }
 
@@ -170,11 +172,13 @@ impl ChaosProxy {
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
         let stalled = Arc::new(AtomicBool::new(false));
+        let frozen = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (c, st, g) = (cut.clone(), stalled.clone(), generation.clone());
+        let fr = frozen.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
+                let Ok((inbound, _)) = listener.accept().await else {
                     return;
                 };
                 if c.load(Ordering::SeqCst) {
@@ -192,12 +196,12 @@ impl ChaosProxy {
                     continue;
                 }
                 let born = g.load(Ordering::SeqCst);
-                let (c2, g2) = (c.clone(), g.clone());
+                let (c2, g2, fr2) = (c.clone(), g.clone(), fr.clone());
                 tokio::spawn(async move {
-                    let Ok(mut out) = TcpStream::connect(upstream).await else {
+                    let Ok(out) = TcpStream::connect(upstream).await else {
                         return;
                     };
-                    let copy = tokio::io::copy_bidirectional(&mut inbound, &mut out);
+                    let copy = pump(inbound, out, fr2);
                     let watch = async {
                         loop {
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -214,6 +218,7 @@ impl ChaosProxy {
             port,
             cut,
             stalled,
+            frozen,
             generation,
         }
     }
@@ -233,8 +238,51 @@ impl ChaosProxy {
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
+    /// Stops forwarding bytes on every connection without closing any:
+    /// the database seems to hang mid-statement. `restore` forwards again,
+    /// including what was held back.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
     pub fn restore(&self) {
         self.cut.store(false, Ordering::SeqCst);
         self.stalled.store(false, Ordering::SeqCst);
+        self.frozen.store(false, Ordering::SeqCst);
     }
+}
+
+/// Copies bytes both ways (as `tokio::io::copy_bidirectional`, an end's
+/// EOF shuts the other's write side), but reads and writes nothing while
+/// `frozen` is set: the sockets stay open and silent.
+async fn pump(a: TcpStream, b: TcpStream, frozen: Arc<AtomicBool>) {
+    let (ar, aw) = a.into_split();
+    let (br, bw) = b.into_split();
+    tokio::join!(one_way(ar, bw, frozen.clone()), one_way(br, aw, frozen));
+}
+
+async fn one_way(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let thawed = || async {
+        while frozen.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        thawed().await;
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        thawed().await;
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
