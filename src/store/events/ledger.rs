@@ -17,6 +17,7 @@ macro_rules! console_ledger {
                 body_size: r.try_get(5usize)?,
                 duplicates: r.try_get(6usize)?,
                 conflicts: r.try_get(7usize)?,
+                recovered: r.try_get(8usize)?,
                 deliveries: Vec::new(),
             })
         }

@@ -147,6 +147,10 @@ impl Ledger for PgLedger {
         self
     }
 
+    fn reconcile(&self) -> &dyn crate::store::reconcile::ReconcileStore {
+        self
+    }
+
     async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {
         listen::listen(&self.pool, on_commit, stop).await
     }
@@ -159,3 +163,4 @@ impl Ledger for PgLedger {
             .await?)
     }
 }
+crate::store::reconcile::impl_reconcile_store!(PgLedger);
