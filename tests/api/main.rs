@@ -14,6 +14,7 @@ mod idempotency;
 mod ingest;
 mod providers;
 mod reconcile;
+mod reconcile_resend;
 mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed
