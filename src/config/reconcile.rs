@@ -189,6 +189,50 @@ fn valid_hook(h: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn load(extra: &str) -> Result<Config, String> {
+        let text = format!(
+            "[sources.s]\nprovider = \"stripe\"\nsecrets = [\"whsec_x\"]\n\
+             [sources.g]\nprovider = \"github\"\nsecrets = [\"x\"]\n\
+             [sources.v]\nprovider = \"standard-webhooks\"\nsecrets = [\"whsec_aGVsbG8=\"]\n{extra}"
+        );
+        Config::from_toml_str(&text, Path::new(".")).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_reconcile_table_is_validated_per_provider_and_its_key_never_shown() {
+        let c = load("[sources.s.reconcile]\napi_key = \"rk_live_secret_123\"\n").unwrap();
+        let r = &c.reconcile["s"];
+        assert_eq!(r.kind, ApiKind::Stripe);
+        assert_eq!(r.api_base, "https://api.stripe.com");
+        assert_eq!(r.interval, Duration::from_secs(600));
+        assert_eq!(r.lookback, Duration::from_secs(72 * 3600));
+        assert!(!format!("{c:?}").contains("rk_live_secret_123"));
+
+        let e = load("[sources.v.reconcile]\napi_key = \"k\"\n").unwrap_err();
+        assert!(
+            e.contains("`sources.v.reconcile`") && e.contains("stripe, github and paypal"),
+            "{e}"
+        );
+        let e = load("[sources.g.reconcile]\napi_key = \"k\"\n").unwrap_err();
+        assert!(e.contains("sources.g.reconcile.hook"), "{e}");
+        let e = load("[sources.g.reconcile]\napi_key = \"k\"\nhook = \"app/hook\"\n").unwrap_err();
+        assert!(e.contains("JWT"), "{e}");
+        let e = load(
+            "[sources.s.reconcile]\napi_key = \"k\"\ninterval = \"0s\"\napi_base = \"ftp://x\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("reconcile.interval") && e.contains("reconcile.api_base"),
+            "{e}"
+        );
+        let e =
+            load("[sources.s.reconcile]\napi_key = \"env:HOOKGATE_TEST_UNSET_RECONCILE_KEY\"\n")
+                .unwrap_err();
+        assert!(e.contains("sources.s.reconcile.api_key"), "{e}");
+    }
 
     #[test]
     fn github_hook_paths_are_the_three_documented_forms() {
