@@ -88,8 +88,12 @@ fn row(out: &str) -> (u64, u64, u64, u64) {
 }
 
 async fn admin_events(app: &TestApp, query: &str) -> serde_json::Value {
+    admin_events_path(app, &format!("/admin/events?{query}")).await
+}
+
+async fn admin_events_path(app: &TestApp, path: &str) -> serde_json::Value {
     app.client
-        .get(app.url(&format!("/admin/events?{query}")))
+        .get(app.url(path))
         .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
@@ -172,6 +176,12 @@ async fn recovers_exactly_the_events_that_never_arrived(backend: Backend) {
         })
         .collect();
     assert_eq!(listed, missing);
+    let one = missing.iter().next().unwrap();
+    let rec = admin_events_path(&app, &format!("/admin/events/stripe/{one}")).await;
+    assert_eq!(rec["recovered"], true, "{rec}");
+    let received = events.iter().find(|e| !missing.contains(&e.id)).unwrap();
+    let rec = admin_events_path(&app, &format!("/admin/events/stripe/{}", received.id)).await;
+    assert_eq!(rec["recovered"], false, "{rec}");
     let stats = app.stats().await;
     assert_eq!(stats["sources"]["stripe"]["received"], 963);
 }

@@ -154,7 +154,7 @@ fn where_clause(c: &[String]) -> String {
 pub(crate) const EVENT_SQL: &str = "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
-          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered,
     e.headers, e.body, e.key_index, e.provider_ts
     FROM hookgate_events e WHERE e.source = $1 AND e.event_id = $2";
 
