@@ -66,7 +66,7 @@ impl Verified {
     /// Only `reconcile/` calls this, with an id and body taken from the API
     /// response; request handlers (ingest) never do: an incoming request is
     /// authentic only through [`check`]. A unit test keeps ingest free of it.
-    pub fn from_provider_api(
+    pub(crate) fn from_provider_api(
         source: &Arc<Source>,
         event_id: EventId,
         body: Bytes,

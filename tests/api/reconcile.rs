@@ -276,6 +276,9 @@ async fn a_429_in_the_middle_of_pagination_is_resumed_and_nothing_is_skipped() {
     fake.rate_limit_call(1);
     let target = TestTarget::start().await;
     let mut opts = with_target(Backend::Production, &target);
+    // A signing target: recovered events carry the gateway's own signature.
+    opts.extra
+        .push_str(&format!("signing_secret = \"{SW_SECRET}\"\n"));
     opts.extra.push_str(&reconcile_table(&fake, KEY, "1h"));
 
     let app = spawn_app(opts).await;
@@ -291,6 +294,14 @@ async fn a_429_in_the_middle_of_pagination_is_resumed_and_nothing_is_skipped() {
     let counts = per_id(&target);
     assert_eq!(counts.len(), 250);
     assert!(counts.values().all(|&n| n == 1));
+    for r in target.received() {
+        let value = |n: &str| r.headers[n].to_str().unwrap().to_owned();
+        let ts: i64 = value("webhook-timestamp").parse().unwrap();
+        let expected = signers::standard(SW_KEY, &value("webhook-id"), ts, &r.body);
+        assert_eq!(value("webhook-signature"), expected[2].1);
+        assert_eq!(value("hookgate-recovered"), "true");
+        assert!(r.headers.get("stripe-signature").is_none());
+    }
     let stats = app.stats().await;
     let s = &stats["sources"]["stripe"];
     assert!(
