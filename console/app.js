@@ -165,6 +165,7 @@ const FILTERS = [
   ['target', 'Target', 'text'],
   ['state', 'Delivery state', 'select'],
   ['type', 'Event type', 'text'],
+  ['recovered', 'Origin', 'origin'],
   ['since', 'Since (local time)', 'datetime-local'],
   ['until', 'Until (local time)', 'datetime-local'],
 ];
@@ -175,7 +176,11 @@ function buildFilters(form, withState, onChange) {
     if (name === 'state' && !withState) continue;
     const id = form.id + '-' + name;
     let input;
-    if (type === 'select') {
+    if (type === 'origin') {
+      input = el('select', { id, name }, el('option', { value: '' }, 'any'),
+        el('option', { value: 'true' }, 'recovered by reconciliation'),
+        el('option', { value: 'false' }, 'received'));
+    } else if (type === 'select') {
       input = el('select', { id, name }, el('option', { value: '' }, 'any'),
         ...['pending', 'retrying', 'delivered', 'dead'].map((s) => el('option', { value: s }, s)));
     } else {
@@ -228,7 +233,8 @@ function deliveriesCell(e) {
 
 function eventRow(e) {
   return el('tr', {}, td(when(e.received_at)), td(e.source),
-    el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id), class: 'event-link' }, e.event_id)),
+    el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id), class: 'event-link' }, e.event_id),
+      e.recovered ? el('span', { class: 'recovered', title: 'recovered from the provider API by reconciliation' }, ' recovered') : ''),
     td(e.type || '—'), td(e.body_size, 'num'),
     td(e.duplicates ? `${e.duplicates}${e.conflicts ? ' (' + e.conflicts + ' conflict)' : ''}` : '', 'num'),
     deliveriesCell(e));
@@ -278,6 +284,7 @@ async function loadEvent(source, id) {
   $('#event-title').textContent = `${e.source} / ${e.event_id}`;
   const dl = $('#event-facts'); dl.replaceChildren();
   fact(dl, 'type', e.type);
+  fact(dl, 'origin', e.recovered ? 'recovered by reconciliation (from the provider API)' : 'received');
   fact(dl, 'received', when(e.received_at));
   fact(dl, 'body size', e.body_size + ' bytes');
   fact(dl, 'secret matched', e.verification.key_index == null ? null : '#' + e.verification.key_index);

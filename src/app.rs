@@ -99,6 +99,22 @@ impl App {
             config.dedup.purge_interval,
             stop.clone(),
         ));
+        for source in config.reconcile.keys() {
+            let r = crate::reconcile::Reconciler {
+                config: config.clone(),
+                dedup: dedup.clone(),
+                ledger: ledger.clone(),
+                wake: wake.clone(),
+                client: crate::reconcile::Reconciler::http_client(),
+                retry: Default::default(),
+                stop: stop.clone(),
+            };
+            background.spawn(crate::reconcile::runner::run(
+                r,
+                source.clone(),
+                stop.clone(),
+            ));
+        }
         let delivery = if config.delivery.enabled {
             let w = wake.clone();
             let l = ledger.clone();

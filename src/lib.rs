@@ -9,6 +9,8 @@
 //!   (Redis or in-process) and the durable ledger.
 //! - [`store`]: the [`store::Ledger`] (PostgreSQL or SQLite): events, delivery
 //!   rows and counters, written with group commit.
+//! - [`reconcile`]: asks provider APIs for the events they have and recovers
+//!   the ones never received, through the same dedup path (beside `ingest`).
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
@@ -28,6 +30,7 @@ pub mod http;
 pub mod ingest;
 pub mod primitives;
 pub mod proxy;
+pub mod reconcile;
 pub mod serve;
 pub mod shutdown;
 pub mod state;

@@ -59,6 +59,14 @@ pub fn parse_filter<'a>(
             "type" => f.event_type = text(),
             "q" => f.q = text(),
             "event_id" => f.event_id = text(),
+            "recovered" if v.is_empty() => f.recovered = None,
+            "recovered" => {
+                f.recovered = Some(match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("`recovered` must be true or false".into())),
+                })
+            }
             "state" if v.is_empty() => f.state = None,
             "state" => {
                 f.state = Some(DeliveryState::parse(v).ok_or_else(|| {
@@ -253,6 +261,7 @@ pub fn summary_json(e: &EventSummary) -> Value {
         "body_size": e.body_size,
         "duplicates": e.duplicates,
         "conflicts": e.conflicts,
+        "recovered": e.recovered,
         "deliveries": deliveries,
     })
 }

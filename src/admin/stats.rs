@@ -36,6 +36,18 @@ pub async fn snapshot(
             .unwrap_or(0)
     };
 
+    let reconcile: HashMap<String, crate::store::reconcile::Status> = if config.reconcile.is_empty()
+    {
+        HashMap::new()
+    } else {
+        ledger
+            .reconcile()
+            .statuses()
+            .await?
+            .into_iter()
+            .map(|s| (s.source.clone(), s))
+            .collect()
+    };
     let mut sources = Map::new();
     for src in config.sources.values() {
         let name = src.name.as_str();
@@ -73,9 +85,23 @@ pub async fn snapshot(
                 "targets": targets,
             }),
         );
+        if config.reconcile.contains_key(name) {
+            let s = reconcile.get(name).cloned().unwrap_or_default();
+            let doc = &mut sources[name];
+            doc["recovered"] = json!(s.recovered);
+            doc["reconcile_last_run"] = json!(s.last_run.map(time));
+            doc["reconcile_last_success"] = json!(s.last_success.map(time));
+            doc["reconcile_last_error"] = json!(s.last_error);
+            doc["reconcile_failed_runs"] = json!(s.failed_runs);
+        }
     }
     let apis = crate::stats::apis::doc(config.apis.keys().map(String::as_str), &get);
     Ok(json!({ "sources": sources, "apis": apis }))
+}
+
+/// RFC 3339 with milliseconds, as the events API writes times.
+fn time(t: crate::primitives::time::Millis) -> String {
+    crate::admin::events::format_time(t)
 }
 
 /// Per-target counts of one source, and their sums

@@ -55,6 +55,21 @@ pub fn describe(c: &Config) -> String {
                 .map(|u| format!(" public_url={u}"))
                 .unwrap_or_default()
         );
+        // The API key is a secret: only that one is set.
+        if let Some(r) = c.reconcile.get(&s.name) {
+            let _ = writeln!(
+                o,
+                "  {:<16} reconcile every {} over {} via {}{} (api_key set)",
+                "",
+                show(r.interval),
+                show(r.lookback),
+                r.api_base,
+                r.hook
+                    .as_deref()
+                    .map(|h| format!(" hook={h}"))
+                    .unwrap_or_default()
+            );
+        }
     }
     let _ = writeln!(o, "targets:");
     for t in c.targets.values() {

@@ -34,6 +34,9 @@ pub struct FilterArgs {
     /// Exact event id.
     #[arg(long)]
     pub event_id: Option<String>,
+    /// `true`: only events recovered by reconciliation; `false`: only received ones.
+    #[arg(long)]
+    pub recovered: Option<String>,
 }
 
 impl FilterArgs {
@@ -46,6 +49,7 @@ impl FilterArgs {
             ("until", &self.until),
             ("q", &self.q),
             ("event_id", &self.event_id),
+            ("recovered", &self.recovered),
         ]
         .into_iter()
         .filter_map(|(k, v)| Some((k, v.as_deref()?)))

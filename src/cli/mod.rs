@@ -1,7 +1,8 @@
-//! Command line: serve, check-config, sign, migrate, replay, events.
+//! Command line: serve, check-config, sign, migrate, replay, events, reconcile.
 
 mod describe;
 mod events;
+mod reconcile;
 mod sign;
 
 pub use describe::describe;
@@ -51,6 +52,9 @@ pub enum Command {
         #[command(subcommand)]
         command: events::EventsCommand,
     },
+    /// Ask a provider's API for the events of a window and recover the ones
+    /// never received (prints a table; non-zero exit if the API could not be read).
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -79,6 +83,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Replay(args) => events::replay(&cli.config, args).await,
         Command::Events { command } => events::run(&cli.config, command).await,
+        Command::Reconcile(args) => reconcile::run(&cli.config, args).await,
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod apis;
 pub mod raw;
+pub mod reconcile;
 pub mod redis_url;
 mod validate;
 
@@ -40,6 +41,8 @@ pub struct Config {
     pub targets: BTreeMap<String, Arc<Target>>,
     /// `[apis.*]`: the Idempotency-Key proxy's upstreams.
     pub apis: BTreeMap<String, Arc<apis::Api>>,
+    /// `[sources.<name>.reconcile]`, by source name.
+    pub reconcile: BTreeMap<String, Arc<reconcile::Reconcile>>,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,

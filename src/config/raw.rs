@@ -237,6 +237,9 @@ pub struct RawSource {
     pub plaid: Option<plaid::Raw>,
     /// Braintree: the public key, for answering the `bt_challenge` GET.
     pub braintree: Option<braintree::Raw>,
+    /// Reconciliation against the provider's API (stripe, github, paypal);
+    /// the table is documented in `config/reconcile.rs`. Off when absent.
+    pub reconcile: Option<super::reconcile::RawReconcile>,
 }
 
 fn default_window() -> Dur {

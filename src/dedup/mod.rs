@@ -202,6 +202,7 @@ impl Dedup {
                     event_type: v.event_type().map(str::to_owned),
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
                     provider_ts: v.provider_timestamp(),
+                    recovered: v.recovered(),
                 },
                 handoff: None,
             };

@@ -10,6 +10,7 @@ pub mod events;
 pub mod handoff;
 pub mod idempotency;
 pub mod postgres;
+pub mod reconcile;
 mod rows;
 pub mod sqlite;
 
@@ -65,12 +66,14 @@ impl NewEvent {
 }
 
 /// What verification learned besides the id: event type, matched secret,
-/// provider timestamp (unix seconds).
+/// provider timestamp (unix seconds), and whether reconciliation recovered
+/// it from the provider's API instead of receiving it.
 #[derive(Debug, Clone, Default)]
 pub struct EventFacts {
     pub event_type: Option<String>,
     pub key_index: Option<i32>,
     pub provider_ts: Option<i64>,
+    pub recovered: bool,
 }
 
 /// What the ledger did with one event.
@@ -287,6 +290,8 @@ pub trait Ledger: Send + Sync + 'static {
     }
     /// The admin console's reads and operator writes (`store::events`).
     fn console(&self) -> &dyn events::Console;
+    /// Reconciliation's lease, checkpoint and status rows (`store::reconcile`).
+    fn reconcile(&self) -> &dyn reconcile::ReconcileStore;
     /// Number of event rows (tests and diagnostics).
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError>;
 }

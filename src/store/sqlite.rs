@@ -78,8 +78,8 @@ impl Ledger for SqliteLedger {
             let pk: Option<i64> = sqlx::query_scalar(
                 "INSERT INTO hookgate_events
                      (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                      event_type, key_index, provider_ts)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      event_type, key_index, provider_ts, recovered)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                  ON CONFLICT (source, event_id) DO NOTHING
                  RETURNING id",
             )
@@ -94,6 +94,7 @@ impl Ledger for SqliteLedger {
             .bind(e.facts.event_type.as_deref())
             .bind(e.facts.key_index)
             .bind(e.facts.provider_ts)
+            .bind(e.facts.recovered)
             .fetch_optional(&mut *tx)
             .await?;
             match pk {
@@ -316,6 +317,10 @@ impl Ledger for SqliteLedger {
         self
     }
 
+    fn reconcile(&self) -> &dyn crate::store::reconcile::ReconcileStore {
+        self
+    }
+
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(EVENT_COUNT_SQL)
             .bind(source)
@@ -324,3 +329,4 @@ impl Ledger for SqliteLedger {
             .await?)
     }
 }
+crate::store::reconcile::impl_reconcile_store!(SqliteLedger);

@@ -48,9 +48,55 @@ pub struct Verified {
     event_type: Option<String>,
     key_index: Option<usize>,
     provider_timestamp: Option<i64>,
+    /// Read from the provider's API by reconciliation, not received.
+    recovered: bool,
 }
 
+/// The header a recovered event is stored and forwarded with (value `true`).
+pub const RECOVERED_HEADER: &str = "hookgate-recovered";
+
 impl Verified {
+    /// An event read back from the provider's own API (Stripe's
+    /// `GET /v1/events`) by reconciliation, over TLS with our API key: its
+    /// authenticity comes from that authenticated call, so there is no
+    /// signature to check. `body` is the event object exactly as the API
+    /// returned it. It is stored with `Hookgate-Recovered: true`, and
+    /// [`Verified::recovered`] is true.
+    ///
+    /// Only `reconcile/` calls this, with an id and body taken from the API
+    /// response; request handlers (ingest) never do: an incoming request is
+    /// authentic only through [`check`]. A unit test keeps ingest free of it.
+    pub(crate) fn from_provider_api(
+        source: &Arc<Source>,
+        event_id: EventId,
+        body: Bytes,
+        event_type: Option<String>,
+        provider_timestamp: Option<i64>,
+    ) -> Self {
+        Self {
+            source: source.clone(),
+            event_id,
+            body,
+            headers: vec![
+                ("content-type".into(), "application/json".into()),
+                (RECOVERED_HEADER.into(), "true".into()),
+            ],
+            reply: Reply {
+                status: 200,
+                body: String::new(),
+                content_type: None,
+            },
+            event_type,
+            key_index: None,
+            provider_timestamp,
+            recovered: true,
+        }
+    }
+
+    /// Whether this event came from [`Verified::from_provider_api`].
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
     pub fn source(&self) -> &Arc<Source> {
         &self.source
     }
@@ -231,6 +277,7 @@ pub(crate) fn check_with(
         event_type: facts::event_type(provider, &fields),
         key_index,
         provider_timestamp: facts::provider_timestamp(provider, &fields),
+        recovered: false,
     }))
 }
 

@@ -14,6 +14,8 @@ mod idempotency;
 mod ingest;
 mod ledger_faults;
 mod providers;
+mod reconcile;
+mod reconcile_resend;
 mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed

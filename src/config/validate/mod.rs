@@ -44,7 +44,9 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
     let dedup = dedup(raw.dedup, &mut v);
     let delivery = delivery(raw.delivery, &mut v);
     let mut targets = targets(raw.targets, &delivery, &mut v);
-    let sources = sources(raw.sources, &providers, &targets, &mut v);
+    let mut raw_sources = raw.sources;
+    let reconcile = reconcile(&mut raw_sources, &providers, &mut v);
+    let sources = sources(raw_sources, &providers, &targets, &mut v);
     withhold(&sources, &mut targets);
     let targets = targets
         .into_iter()
@@ -62,6 +64,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             sources,
             targets,
             apis,
+            reconcile,
             providers,
             warnings: v.warnings,
         })
@@ -71,6 +74,51 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             problems: v.problems,
         })
     }
+}
+
+/// Takes each source's `reconcile` table out of `raw` and validates it
+/// (the source itself is checked by `sources`).
+fn reconcile(
+    raw: &mut BTreeMap<String, raw::RawSource>,
+    providers: &Registry,
+    v: &mut Validator<'_>,
+) -> BTreeMap<String, Arc<super::reconcile::Reconcile>> {
+    let mut out = BTreeMap::new();
+    for (name, s) in raw.iter_mut() {
+        let Some(r) = s.reconcile.take() else {
+            continue;
+        };
+        // A customised provider keeps its base's name; an unknown one is
+        // reported by `sources`.
+        let Some(provider) = providers.get(&s.provider) else {
+            continue;
+        };
+        let mut problems = Vec::new();
+        let mut secrets = Vec::new();
+        let validated = super::reconcile::validate(
+            name,
+            &provider.name,
+            r,
+            &mut |k, reference| {
+                let got = Secret::resolve(reference, v.base);
+                match got {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        secrets.push((k.to_owned(), e.to_string()));
+                        None
+                    }
+                }
+            },
+            &mut |k, msg| problems.push((k.to_owned(), msg)),
+        );
+        for (k, msg) in secrets.into_iter().chain(problems) {
+            v.problem(&k, msg);
+        }
+        if let Some(r) = validated {
+            out.insert(name.clone(), Arc::new(r));
+        }
+    }
+    out
 }
 
 fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {

@@ -17,6 +17,7 @@ macro_rules! console_ledger {
                 body_size: r.try_get(5usize)?,
                 duplicates: r.try_get(6usize)?,
                 conflicts: r.try_get(7usize)?,
+                recovered: r.try_get(8usize)?,
                 deliveries: Vec::new(),
             })
         }
@@ -127,10 +128,10 @@ macro_rules! console_ledger {
                     .collect::<Result<Vec<_>, StoreError>>()?;
                 Ok(Some(EventRecord {
                     summary: items.remove(0),
-                    headers: r.try_get(8)?,
-                    body: r.try_get(9)?,
-                    key_index: r.try_get(10)?,
-                    provider_ts: r.try_get(11)?,
+                    headers: r.try_get(9)?,
+                    body: r.try_get(10)?,
+                    key_index: r.try_get(11)?,
+                    provider_ts: r.try_get(12)?,
                     arrivals,
                     attempts,
                 }))

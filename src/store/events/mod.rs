@@ -91,6 +91,8 @@ pub struct EventFilter {
     pub q: Option<String>,
     /// Exact event id.
     pub event_id: Option<String>,
+    /// Only events recovered by reconciliation (`true`) or only received ones (`false`).
+    pub recovered: Option<bool>,
 }
 
 /// A position in the newest-first order: the last item seen.
@@ -140,6 +142,8 @@ pub struct EventSummary {
     pub body_size: i64,
     pub duplicates: i64,
     pub conflicts: i64,
+    /// Recovered by reconciliation from the provider's API, not received.
+    pub recovered: bool,
     pub deliveries: Vec<DeliveryInfo>,
 }
 

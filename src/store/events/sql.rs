@@ -46,6 +46,9 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
     if let Some(at) = f.until {
         c.push(format!("e.received_at < {}", sql.arg(Arg::Int(at.0))));
     }
+    if let Some(r) = f.recovered {
+        c.push(if r { "e.recovered" } else { "NOT e.recovered" }.to_owned());
+    }
     if let Some(id) = &f.event_id {
         c.push(format!("e.event_id = {}", sql.arg(Arg::Text(id.clone()))));
     }
@@ -79,7 +82,7 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
 const SUMMARY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
-          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT)";
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered";
 
 /// One page of events, newest first.
 pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Dialect) -> Sql {
@@ -151,7 +154,7 @@ fn where_clause(c: &[String]) -> String {
 pub(crate) const EVENT_SQL: &str = "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
-          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered,
     e.headers, e.body, e.key_index, e.provider_ts
     FROM hookgate_events e WHERE e.source = $1 AND e.event_id = $2";
 

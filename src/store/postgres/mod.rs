@@ -240,6 +240,10 @@ impl Ledger for PgLedger {
         self
     }
 
+    fn reconcile(&self) -> &dyn crate::store::reconcile::ReconcileStore {
+        self
+    }
+
     async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {
         listen::listen(&self.pool, on_commit, stop).await
     }
@@ -254,3 +258,4 @@ impl Ledger for PgLedger {
         })
     }
 }
+crate::store::reconcile::impl_reconcile_store!(PgLedger);

@@ -100,10 +100,10 @@ async fn insert_all(
         "WITH ins AS (
              INSERT INTO hookgate_events
                  (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                  event_type, key_index, provider_ts)
+                  event_type, key_index, provider_ts, recovered)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
                                   $5::text[], $6::int8[], $7::int8[],
-                                  $8::text[], $9::int4[], $10::int8[])
+                                  $8::text[], $9::int4[], $10::int8[], $17::bool[])
              ON CONFLICT (source, event_id) DO NOTHING
              RETURNING id, source, event_id, received_at
          ), dl AS (
@@ -143,6 +143,7 @@ async fn insert_all(
     .bind(NOTIFY_CHANNEL)
     .bind(&t_lease_until)
     .bind(&t_token)
+    .bind(column(unique, |e| e.facts.recovered))
     .fetch_all(&mut *conn)
     .await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];

@@ -3,6 +3,8 @@
 //! and recording targets. Logs stay quiet unless `TEST_LOG` is set.
 
 pub mod db;
+pub mod fake_resend;
+pub mod fake_stripe;
 pub mod process;
 pub mod signers;
 pub mod target;

@@ -6,7 +6,7 @@
 
 mod bad_input;
 mod braintree;
-mod paypal;
+pub(crate) mod paypal;
 mod plaid;
 
 use crate::helpers::*;

@@ -13,7 +13,7 @@ const PAYPAL_CERT: &str = include_str!("../../fixtures/paypal/test-cert.pem");
 const PAYPAL_OTHER_CERT: &str = include_str!("../../fixtures/paypal/other-cert.pem");
 
 /// PayPal's signature, computed here with the test key.
-fn paypal_headers(webhook_id: &str, cert_url: &str, ts: i64, body: &[u8]) -> Headers {
+pub(crate) fn paypal_headers(webhook_id: &str, cert_url: &str, ts: i64, body: &[u8]) -> Headers {
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
     let key = rsa::RsaPrivateKey::from_pkcs8_pem(PAYPAL_KEY).unwrap();
