@@ -55,6 +55,7 @@ pub fn describe(c: &Config) -> String {
                 .map(|u| format!(" public_url={u}"))
                 .unwrap_or_default()
         );
+        describe_routes(&mut o, s);
     }
     let _ = writeln!(o, "targets:");
     for t in c.targets.values() {
@@ -71,6 +72,22 @@ pub fn describe(c: &Config) -> String {
     }
     describe_apis(&mut o, c);
     o
+}
+
+/// A source's routes: which events each of its targets receives.
+fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
+    if s.routes.is_empty() {
+        let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");
+    }
+    for r in &s.routes {
+        let rule = r.rule.describe();
+        let rule = if rule.is_empty() {
+            "every event".to_owned()
+        } else {
+            rule
+        };
+        let _ = writeln!(o, "    route → {:<16} {rule}", r.target);
+    }
 }
 
 /// The `[apis.*]` lines: what each proxied API covers, never a secret.

@@ -151,6 +151,8 @@ pub struct Target {
     /// Per source name: stored header names never sent to this target
     /// (credentials and proxy headers another target of the source needs).
     pub withheld: BTreeMap<String, Vec<String>>,
+    /// Which events this target subscribes to (`events`, `filter`).
+    pub rule: crate::verify::route::Rule,
 }
 
 impl Target {

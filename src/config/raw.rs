@@ -264,6 +264,37 @@ pub struct RawTarget {
     /// headers. Default false (stripped before storing, like credentials).
     #[serde(default)]
     pub forward_proxy_headers: bool,
+    /// Event types this target receives: globs over the provider's event
+    /// type (`"invoice.*"`; `*` also spans dots, `?` is one character).
+    /// Default: every event, typed or not. An event of no type never
+    /// matches a list.
+    pub events: Option<Vec<String>>,
+    /// Locator = value pairs the event must all match to come here, e.g.
+    /// `{ "json:/data/object/currency" = "eur" }` (header, json, form or
+    /// query locators; values are strings, integers or booleans compared
+    /// as text). Default: no filter.
+    #[serde(default)]
+    pub filter: BTreeMap<String, FilterValue>,
+}
+
+/// A `filter` value: TOML strings, integers and booleans compare with the
+/// located value's text (`12`, `true`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum FilterValue {
+    Text(String),
+    Integer(i64),
+    Boolean(bool),
+}
+
+impl FilterValue {
+    pub fn text(&self) -> String {
+        match self {
+            Self::Text(s) => s.clone(),
+            Self::Integer(i) => i.to_string(),
+            Self::Boolean(b) => b.to_string(),
+        }
+    }
 }
 
 fn default_target_timeout() -> Dur {

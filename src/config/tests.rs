@@ -62,6 +62,35 @@ fn unknown_provider_and_target_are_errors() {
 }
 
 #[test]
+fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
+    let text = GOOD.replace(
+        "signing_secret = \"whsec_aGVsbG8=\"",
+        "events = [\"invoice.*\"]\nfilter = { \"json:/data/object/livemode\" = false, \"header:X-N\" = 3 }",
+    );
+    let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
+    let routes = &c.sources["stripe"].routes;
+    assert_eq!(routes.len(), 1);
+    assert_eq!(routes[0].target, "billing");
+    assert_eq!(routes[0].rule.events, Some(vec!["invoice.*".to_owned()]));
+    let values: Vec<&str> = routes[0]
+        .rule
+        .filter
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(values, ["3", "false"]);
+
+    let p = problems(&GOOD.replace(
+        "signing_secret = \"whsec_aGVsbG8=\"",
+        "filter = { \"data.currency\" = \"eur\" }",
+    ));
+    assert_eq!(p[0].0, "targets.billing.filter", "{p:?}");
+    assert!(p[0].1.contains("header:NAME"), "{p:?}");
+    let p = problems(&GOOD.replace("signing_secret = \"whsec_aGVsbG8=\"", "events = [\"\"]"));
+    assert_eq!(p[0].0, "targets.billing.events", "{p:?}");
+}
+
+#[test]
 fn missing_env_and_file_secrets_are_errors_without_values() {
     let text = GOOD.replace(
         "secrets = [\"whsec_a\", \"whsec_b\"]",

@@ -130,12 +130,18 @@ async fn handle(
     };
     *event_id = Some(verified.event_id().as_str().to_owned());
     let reply = verified.reply().clone();
+    // Routing (verify/route.rs) chose these; none = stored, counted `unrouted`.
+    let routed = verified.targets().to_vec();
 
     let cache_ttl = state.config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
         Ok(dedup::Outcome::New) => {
-            if !source.targets.is_empty() {
-                state.wake.notify(&source.targets);
+            if routed.is_empty() {
+                state.counters.unrouted(source_name);
+                metrics::counter!("hookgate_unrouted_total", "source" => source_name.to_owned())
+                    .increment(1);
+            } else {
+                state.wake.notify(&routed);
             }
             (Outcome::New, "new")
         }

@@ -19,6 +19,7 @@ pub mod provider;
 pub mod registry;
 pub mod reply;
 pub mod request;
+pub mod route;
 pub mod schemes;
 pub mod sign;
 pub mod source;
@@ -48,6 +49,8 @@ pub struct Verified {
     event_type: Option<String>,
     key_index: Option<usize>,
     provider_timestamp: Option<i64>,
+    /// The source's targets whose routes match (see [`route`]).
+    targets: Vec<String>,
 }
 
 impl Verified {
@@ -79,6 +82,11 @@ impl Verified {
     /// The provider's signed timestamp (unix seconds), where it sends one.
     pub fn provider_timestamp(&self) -> Option<i64> {
         self.provider_timestamp
+    }
+    /// The targets that want this event (empty: stored, counted
+    /// `unrouted`, delivered nowhere).
+    pub fn targets(&self) -> &[String] {
+        &self.targets
     }
 }
 
@@ -222,15 +230,18 @@ pub(crate) fn check_with(
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
+    let event_type = facts::event_type(provider, &fields);
+    let targets = route::select(&source.routes, event_type.as_deref(), &fields);
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
         headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
-        event_type: facts::event_type(provider, &fields),
+        event_type,
         key_index,
         provider_timestamp: facts::provider_timestamp(provider, &fields),
+        targets,
     }))
 }
 

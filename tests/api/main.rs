@@ -13,6 +13,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod providers;
+mod routing;
 mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed

@@ -14,6 +14,7 @@ use crate::verify::crypto::SigningKey;
 use crate::verify::provider::Provider;
 use crate::verify::registry::Registry;
 use crate::verify::request::{Keep, withheld};
+use crate::verify::route::{Route, Rule};
 use crate::verify::source::{Resolve, Source, settings_from};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -263,6 +264,16 @@ fn targets(
                 ),
             );
         }
+        let filter = t.filter.iter().map(|(k, v)| (k.clone(), v.text()));
+        let rule = Rule::parse(t.events.clone(), filter).unwrap_or_else(|e| {
+            let field = if e.starts_with("filter") {
+                "filter"
+            } else {
+                "events"
+            };
+            v.problem(&format!("{key}.{field}"), e);
+            Rule::default()
+        });
         let signing_key = t.signing_secret.as_deref().and_then(|r| {
             let s = v.secret(&format!("{key}.signing_secret"), r)?;
             Some(SigningKey::standard_webhooks(&s))
@@ -279,6 +290,7 @@ fn targets(
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,
                 withheld: BTreeMap::new(),
+                rule,
             },
         );
     }
