@@ -61,9 +61,18 @@ pub fn describe(c: &Config) -> String {
     for t in c.targets.values() {
         let _ = writeln!(
             o,
-            "  {:<16} {} timeout={} max_attempts={} concurrency={} signed={}",
+            "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}",
             t.name,
             redact_url(&t.url),
+            match &t.kind {
+                crate::config::TargetKind::Http => String::new(),
+                crate::config::TargetKind::RedisStream(r) => format!(
+                    " kind=redis-stream stream={} maxlen={} duplicate_window={}",
+                    r.stream,
+                    r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
+                    show(r.duplicate_window)
+                ),
+            },
             show(t.timeout),
             t.max_attempts,
             t.concurrency,

@@ -153,6 +153,23 @@ pub struct Target {
     pub withheld: BTreeMap<String, Vec<String>>,
     /// Which events this target subscribes to (`events`, `filter`).
     pub rule: crate::verify::route::Rule,
+    /// HTTP, or the broker and its settings.
+    pub kind: TargetKind,
+}
+
+/// A target's kind with the settings only that kind has.
+#[derive(Debug, Clone)]
+pub enum TargetKind {
+    Http,
+    RedisStream(RedisStreamSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisStreamSpec {
+    /// Stream name template (`{source}`, `{type}`).
+    pub stream: String,
+    pub maxlen: Option<u64>,
+    pub duplicate_window: Duration,
 }
 
 impl Target {

@@ -241,8 +241,23 @@ fn default_window() -> Dur {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTarget {
-    /// `http://` or `https://` URL events are POSTed to.
+    /// `http` (default): events are POSTed to `url`. `redis-stream`: one
+    /// `XADD` per event to `stream` on the Redis server at `url`.
+    #[serde(default)]
+    pub kind: TargetKind,
+    /// `http://` or `https://` URL events are POSTed to; for a broker
+    /// kind, the broker (`redis://[user:password@]host:port/db`, `rediss://`).
     pub url: String,
+    /// `redis-stream`: the stream's name; `{source}` and `{type}` are
+    /// filled in (`untyped` for an event without a type). Required.
+    pub stream: Option<String>,
+    /// `redis-stream`: `XADD … MAXLEN ~ <maxlen>` (approximate trim).
+    /// Default: no trim.
+    pub maxlen: Option<u64>,
+    /// `redis-stream`: how long a sent event's marker key lives, so a
+    /// resend after a crash adds nothing. Must exceed `delivery.lease`.
+    /// Default 10m.
+    pub duplicate_window: Option<Dur>,
     /// Deadline of one delivery attempt. Default 10s.
     #[serde(default = "default_target_timeout")]
     pub timeout: Dur,
@@ -275,6 +290,15 @@ pub struct RawTarget {
     /// as text). Default: no filter.
     #[serde(default)]
     pub filter: BTreeMap<String, FilterValue>,
+}
+
+/// Where a target's deliveries go.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    #[default]
+    Http,
+    RedisStream,
 }
 
 /// A `filter` value: TOML strings, integers and booleans compare with the

@@ -91,6 +91,37 @@ fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
 }
 
 #[test]
+fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
+    let stream = |keys: &str| {
+        GOOD.replace(
+            "url = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+            &format!("kind = \"redis-stream\"\nurl = \"redis://127.0.0.1:6379/0\"\n{keys}"),
+        )
+    };
+    let c = Config::from_toml_str(&stream("stream = \"hooks:{source}\"\nmaxlen = 5"), Path::new("."))
+        .unwrap();
+    let TargetKind::RedisStream(spec) = &c.targets["billing"].kind else {
+        panic!("redis-stream kind");
+    };
+    assert_eq!((spec.stream.as_str(), spec.maxlen), ("hooks:{source}", Some(5)));
+
+    let p = problems(&stream(""));
+    assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
+    let p = problems(&stream("stream = \"hooks:{id}\""));
+    assert!(p[0].1.contains("{source} and {type}"), "{p:?}");
+    let p = problems(&stream("stream = \"s\"\nsigning_secret = \"whsec_aGVsbG8=\""));
+    assert_eq!(p[0].0, "targets.billing.signing_secret", "{p:?}");
+    let p = problems(&stream("stream = \"s\"\nduplicate_window = \"1m\""));
+    assert_eq!(p[0].0, "targets.billing.duplicate_window", "{p:?}");
+    let p = problems(&stream("stream = \"s\"").replace("redis://", "http://"));
+    assert_eq!(p[0].0, "targets.billing.url", "{p:?}");
+    let p = problems(&GOOD.replace("signing_secret", "stream = \"s\"\nsigning_secret"));
+    assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
+    let p = problems(&stream("").replace("redis-stream", "kafka"));
+    assert_eq!(p[0].0, "targets.billing.kind", "{p:?}");
+}
+
+#[test]
 fn missing_env_and_file_secrets_are_errors_without_values() {
     let text = GOOD.replace(
         "secrets = [\"whsec_a\", \"whsec_b\"]",

@@ -85,6 +85,8 @@ pub struct DueDelivery {
     pub received_at: Millis,
     /// Attempts made before this one.
     pub attempts: i32,
+    /// The provider's event type, where it gives one (broker names, metadata).
+    pub event_type: Option<String>,
 }
 
 /// Where a delivery goes after an attempt.

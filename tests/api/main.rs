@@ -13,6 +13,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod providers;
+mod queues;
 mod routing;
 mod topologies;
 
