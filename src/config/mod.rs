@@ -155,6 +155,8 @@ pub struct Target {
     pub rule: crate::verify::route::Rule,
     /// HTTP, or the broker and its settings.
     pub kind: TargetKind,
+    /// `rate`: most deliveries per second from this process; `None` = no cap.
+    pub rate: Option<f64>,
 }
 
 /// A target's kind with the settings only that kind has.

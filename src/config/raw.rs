@@ -279,6 +279,10 @@ pub struct RawTarget {
     /// headers. Default false (stripped before storing, like credentials).
     #[serde(default)]
     pub forward_proxy_headers: bool,
+    /// Most deliveries per second (`"200/s"`) or per minute (`"600/m"`)
+    /// this process sends to the target; the backlog waits in the outbox.
+    /// Default: no cap.
+    pub rate: Option<String>,
     /// Event types this target receives: globs over the provider's event
     /// type (`"invoice.*"`; `*` also spans dots, `?` is one character).
     /// Default: every event, typed or not. An event of no type never

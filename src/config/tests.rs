@@ -98,18 +98,26 @@ fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
             &format!("kind = \"redis-stream\"\nurl = \"redis://127.0.0.1:6379/0\"\n{keys}"),
         )
     };
-    let c = Config::from_toml_str(&stream("stream = \"hooks:{source}\"\nmaxlen = 5"), Path::new("."))
-        .unwrap();
+    let c = Config::from_toml_str(
+        &stream("stream = \"hooks:{source}\"\nmaxlen = 5"),
+        Path::new("."),
+    )
+    .unwrap();
     let TargetKind::RedisStream(spec) = &c.targets["billing"].kind else {
         panic!("redis-stream kind");
     };
-    assert_eq!((spec.stream.as_str(), spec.maxlen), ("hooks:{source}", Some(5)));
+    assert_eq!(
+        (spec.stream.as_str(), spec.maxlen),
+        ("hooks:{source}", Some(5))
+    );
 
     let p = problems(&stream(""));
     assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
     let p = problems(&stream("stream = \"hooks:{id}\""));
     assert!(p[0].1.contains("{source} and {type}"), "{p:?}");
-    let p = problems(&stream("stream = \"s\"\nsigning_secret = \"whsec_aGVsbG8=\""));
+    let p = problems(&stream(
+        "stream = \"s\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+    ));
     assert_eq!(p[0].0, "targets.billing.signing_secret", "{p:?}");
     let p = problems(&stream("stream = \"s\"\nduplicate_window = \"1m\""));
     assert_eq!(p[0].0, "targets.billing.duplicate_window", "{p:?}");
@@ -119,6 +127,19 @@ fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
     assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
     let p = problems(&stream("").replace("redis-stream", "kafka"));
     assert_eq!(p[0].0, "targets.billing.kind", "{p:?}");
+}
+
+#[test]
+fn a_rate_is_per_second_or_per_minute() {
+    let with = |r: &str| GOOD.replace("signing_secret", &format!("rate = \"{r}\"\nsigning_secret"));
+    let c = Config::from_toml_str(&with("200/s"), Path::new(".")).unwrap();
+    assert_eq!(c.targets["billing"].rate, Some(200.0));
+    let c = Config::from_toml_str(&with("30/m"), Path::new(".")).unwrap();
+    assert_eq!(c.targets["billing"].rate, Some(0.5));
+    for bad in ["200", "0/s", "5/h", "x/s"] {
+        let p = problems(&with(bad));
+        assert_eq!(p[0].0, "targets.billing.rate", "{bad}: {p:?}");
+    }
 }
 
 #[test]

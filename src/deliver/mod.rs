@@ -8,6 +8,7 @@
 //! replicas); `poll_interval` is only the fallback.
 
 pub mod backoff;
+mod rate;
 mod record;
 pub mod redis_stream;
 pub mod request;
@@ -178,12 +179,22 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
     // The last claim filled every free slot: a backlog is waiting, so claim
     // in batches rather than one row per freed slot.
     let mut backlog = false;
+    // `rate`: only as many rows are claimed as may be sent now.
+    let mut bucket = t.target.rate.map(rate::Bucket::new);
     while !stop.is_cancelled() {
-        let free = local
+        let mut free = local
             .available_permits()
             .min(ctx.global.available_permits())
             .min(MAX_CLAIM);
-        if more && free > 0 && (!backlog || free >= threshold || inflight.is_empty()) {
+        let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
+        let mut throttled = None;
+        if wants && let Some(b) = bucket.as_mut() {
+            free = b.take(free, Instant::now());
+            if free == 0 {
+                throttled = Some(b.wait());
+            }
+        }
+        if wants && free > 0 {
             let now = Millis::now();
             let lease_until = now + ctx.settings.lease;
             match ctx
@@ -198,6 +209,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
                     }
                     more = rows.len() == free;
                     backlog = more;
+                    if let Some(b) = bucket.as_mut() {
+                        b.give_back(free - rows.len());
+                    }
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
                         let global = ctx.global.clone().acquire_owned().await;
@@ -212,6 +226,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
                     }
                 }
                 Err(e) => {
+                    if let Some(b) = bucket.as_mut() {
+                        b.give_back(free);
+                    }
                     if !failing {
                         failing = true;
                         tracing::warn!(target = %t.target.name, error = %e, "cannot claim deliveries");
@@ -221,6 +238,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, stop: CancellationToken) 
         }
         tokio::select! {
             _ = t.wake.notified() => more = true,
+            _ = tokio::time::sleep(throttled.unwrap_or_default()), if throttled.is_some() => {}
             _ = tokio::time::sleep(ctx.settings.poll_interval) => more = true,
             _ = inflight.join_next(), if !inflight.is_empty() => {}
             _ = stop.cancelled() => {}

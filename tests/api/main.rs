@@ -14,6 +14,7 @@ mod idempotency;
 mod ingest;
 mod providers;
 mod queues;
+mod rate;
 mod routing;
 mod topologies;
 

@@ -247,6 +247,11 @@ fn targets(
             v.problem(&key, "target names use letters, digits, `-` and `_`".into());
         }
         let kind = target_kind(&t, &key, delivery, v);
+        let rate = t.rate.as_deref().and_then(|r| {
+            parse_rate(r)
+                .map_err(|e| v.problem(&format!("{key}.rate"), e))
+                .ok()
+        });
         if t.max_attempts == 0 {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
         }
@@ -290,6 +295,7 @@ fn targets(
                 withheld: BTreeMap::new(),
                 rule,
                 kind,
+                rate,
             },
         );
     }
@@ -367,6 +373,22 @@ fn target_kind(
             })
         }
     }
+}
+
+/// `"200/s"` or `"600/m"` as deliveries per second.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let bad = || format!("`{text}` is not a rate like \"200/s\" or \"600/m\"");
+    let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let per = match unit.trim() {
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => return Err(bad()),
+    };
+    if n == 0 {
+        return Err("must be at least 1 per interval".into());
+    }
+    Ok(f64::from(n) / per)
 }
 
 /// A broker name template: only `{source}` and `{type}` are placeholders
