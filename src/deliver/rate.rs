@@ -69,7 +69,9 @@ mod tests {
             granted += b.take(1, t0 + Duration::from_secs(1) + Duration::from_millis(ms));
         }
         assert!((99..=101).contains(&granted), "{granted} in one second");
+        // Tokens taken for rows that were not there come back (on top of
+        // a fraction of a token left from the loop above).
         b.give_back(3);
-        assert_eq!(b.take(5, t0 + Duration::from_secs(2)), 3);
+        assert!((3..=4).contains(&b.take(5, t0 + Duration::from_secs(2))));
     }
 }
