@@ -31,7 +31,10 @@ async fn a_rate_capped_target_gets_a_backlog_at_the_cap_and_all_of_it(b: Backend
     }
     let s = app.stats().await;
     let waiting = s["sources"]["stripe"]["pending"].as_i64().unwrap();
-    assert!(waiting > N as i64 / 2, "the backlog waits in the outbox: {s}");
+    assert!(
+        waiting > N as i64 / 2,
+        "the backlog waits in the outbox: {s}"
+    );
 
     let all = eventually(Duration::from_secs(30), || async { t.count() >= N }).await;
     assert!(all, "every event delivered ({} of {N})", t.count());
