@@ -55,15 +55,7 @@ impl App {
             MAX_BATCH,
             config.storage.statement_timeout,
         );
-        let handoff = Handoff::new(
-            config
-                .targets
-                .values()
-                .map(|t| (t.name.as_str(), t.concurrency)),
-            &uuid::Uuid::new_v4().simple().to_string(),
-            config.delivery.lease,
-            config.delivery.enabled,
-        );
+        let handoff = Handoff::from_config(&config, config.delivery.enabled);
         let dedup = Arc::new(Dedup::new(
             cache,
             group,

@@ -39,6 +39,7 @@ fn sources() -> &'static [Arc<Source>] {
                     keys,
                     dedup_window: Duration::from_secs(60),
                     targets: vec![],
+                    routes: vec![],
                     public_url: Some("https://hooks.example.test/webhooks/fuzz".into()),
                     allow_ips: vec![],
                     settings: None,

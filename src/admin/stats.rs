@@ -73,6 +73,7 @@ pub async fn snapshot(
                 "rejected": rejected_total,
                 "rejected_by_reason": rejected,
                 "unique": get(name, "unique"),
+                "unrouted": get(name, "unrouted"),
                 "duplicates": dc + dl,
                 "duplicates_by_layer": { "cache": dc, "ledger": dl },
                 "conflicts": get(name, "conflicts"),

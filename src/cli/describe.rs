@@ -70,14 +70,24 @@ pub fn describe(c: &Config) -> String {
                     .unwrap_or_default()
             );
         }
+        describe_routes(&mut o, s);
     }
     let _ = writeln!(o, "targets:");
     for t in c.targets.values() {
         let _ = writeln!(
             o,
-            "  {:<16} {} timeout={} max_attempts={} concurrency={} signed={}",
+            "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}",
             t.name,
             redact_url(&t.url),
+            match &t.kind {
+                crate::config::TargetKind::Http => String::new(),
+                crate::config::TargetKind::RedisStream(r) => format!(
+                    " kind=redis-stream stream={} maxlen={} duplicate_window={}",
+                    r.stream,
+                    r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
+                    show(r.duplicate_window)
+                ),
+            },
             show(t.timeout),
             t.max_attempts,
             t.concurrency,
@@ -86,6 +96,22 @@ pub fn describe(c: &Config) -> String {
     }
     describe_apis(&mut o, c);
     o
+}
+
+/// A source's routes: which events each of its targets receives.
+fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
+    if s.routes.is_empty() {
+        let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");
+    }
+    for r in &s.routes {
+        let rule = r.rule.describe();
+        let rule = if rule.is_empty() {
+            "every event".to_owned()
+        } else {
+            rule
+        };
+        let _ = writeln!(o, "    route → {:<16} {rule}", r.target);
+    }
 }
 
 /// The `[apis.*]` lines: what each proxied API covers, never a secret.

@@ -62,15 +62,7 @@ pub async fn run(config: &Option<PathBuf>, args: ReconcileArgs) -> anyhow::Resul
     };
     // This process does not deliver: nothing is handed off, the serving
     // gateways claim the recovered events' deliveries.
-    let handoff = Handoff::new(
-        config
-            .targets
-            .values()
-            .map(|t| (t.name.as_str(), t.concurrency)),
-        &uuid::Uuid::new_v4().simple().to_string(),
-        config.delivery.lease,
-        false,
-    );
+    let handoff = Handoff::from_config(&config, false);
     let dedup = Arc::new(Dedup::new(
         cache,
         GroupCommit::start(

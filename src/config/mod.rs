@@ -156,6 +156,27 @@ pub struct Target {
     /// Per source name: stored header names never sent to this target
     /// (credentials and proxy headers another target of the source needs).
     pub withheld: BTreeMap<String, Vec<String>>,
+    /// Which events this target subscribes to (`events`, `filter`).
+    pub rule: crate::verify::route::Rule,
+    /// HTTP, or the broker and its settings.
+    pub kind: TargetKind,
+    /// `rate`: most deliveries per second from this process; `None` = no cap.
+    pub rate: Option<f64>,
+}
+
+/// A target's kind with the settings only that kind has.
+#[derive(Debug, Clone)]
+pub enum TargetKind {
+    Http,
+    RedisStream(RedisStreamSpec),
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisStreamSpec {
+    /// Stream name template (`{source}`, `{type}`).
+    pub stream: String,
+    pub maxlen: Option<u64>,
+    pub duplicate_window: Duration,
 }
 
 impl Target {

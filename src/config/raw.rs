@@ -249,8 +249,23 @@ fn default_window() -> Dur {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawTarget {
-    /// `http://` or `https://` URL events are POSTed to.
+    /// `http` (default): events are POSTed to `url`. `redis-stream`: one
+    /// `XADD` per event to `stream` on the Redis server at `url`.
+    #[serde(default)]
+    pub kind: TargetKind,
+    /// `http://` or `https://` URL events are POSTed to; for a broker
+    /// kind, the broker (`redis://[user:password@]host:port/db`, `rediss://`).
     pub url: String,
+    /// `redis-stream`: the stream's name; `{source}` and `{type}` are
+    /// filled in (`untyped` for an event without a type). Required.
+    pub stream: Option<String>,
+    /// `redis-stream`: `XADD … MAXLEN ~ <maxlen>` (approximate trim).
+    /// Default: no trim.
+    pub maxlen: Option<u64>,
+    /// `redis-stream`: how long a sent event's marker key lives, so a
+    /// resend after a crash adds nothing. Must exceed `delivery.lease`.
+    /// Default 10m.
+    pub duplicate_window: Option<Dur>,
     /// Deadline of one delivery attempt. Default 10s.
     #[serde(default = "default_target_timeout")]
     pub timeout: Dur,
@@ -272,6 +287,50 @@ pub struct RawTarget {
     /// headers. Default false (stripped before storing, like credentials).
     #[serde(default)]
     pub forward_proxy_headers: bool,
+    /// Most deliveries per second (`"200/s"`) or per minute (`"600/m"`)
+    /// this process sends to the target; the backlog waits in the outbox.
+    /// Default: no cap.
+    pub rate: Option<String>,
+    /// Event types this target receives: globs over the provider's event
+    /// type (`"invoice.*"`; `*` also spans dots, `?` is one character).
+    /// Default: every event, typed or not. An event of no type never
+    /// matches a list.
+    pub events: Option<Vec<String>>,
+    /// Locator = value pairs the event must all match to come here, e.g.
+    /// `{ "json:/data/object/currency" = "eur" }` (header, json, form or
+    /// query locators; values are strings, integers or booleans compared
+    /// as text). Default: no filter.
+    #[serde(default)]
+    pub filter: BTreeMap<String, FilterValue>,
+}
+
+/// Where a target's deliveries go.
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TargetKind {
+    #[default]
+    Http,
+    RedisStream,
+}
+
+/// A `filter` value: TOML strings, integers and booleans compare with the
+/// located value's text (`12`, `true`).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum FilterValue {
+    Text(String),
+    Integer(i64),
+    Boolean(bool),
+}
+
+impl FilterValue {
+    pub fn text(&self) -> String {
+        match self {
+            Self::Text(s) => s.clone(),
+            Self::Integer(i) => i.to_string(),
+            Self::Boolean(b) => b.to_string(),
+        }
+    }
 }
 
 fn default_target_timeout() -> Dur {

@@ -62,6 +62,87 @@ fn unknown_provider_and_target_are_errors() {
 }
 
 #[test]
+fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
+    let text = GOOD.replace(
+        "signing_secret = \"whsec_aGVsbG8=\"",
+        "events = [\"invoice.*\"]\nfilter = { \"json:/data/object/livemode\" = false, \"header:X-N\" = 3 }",
+    );
+    let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
+    let routes = &c.sources["stripe"].routes;
+    assert_eq!(routes.len(), 1);
+    assert_eq!(routes[0].target, "billing");
+    assert_eq!(routes[0].rule.events, Some(vec!["invoice.*".to_owned()]));
+    let values: Vec<&str> = routes[0]
+        .rule
+        .filter
+        .iter()
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(values, ["3", "false"]);
+
+    let p = problems(&GOOD.replace(
+        "signing_secret = \"whsec_aGVsbG8=\"",
+        "filter = { \"data.currency\" = \"eur\" }",
+    ));
+    assert_eq!(p[0].0, "targets.billing.filter", "{p:?}");
+    assert!(p[0].1.contains("header:NAME"), "{p:?}");
+    let p = problems(&GOOD.replace("signing_secret = \"whsec_aGVsbG8=\"", "events = [\"\"]"));
+    assert_eq!(p[0].0, "targets.billing.events", "{p:?}");
+}
+
+#[test]
+fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
+    let stream = |keys: &str| {
+        GOOD.replace(
+            "url = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+            &format!("kind = \"redis-stream\"\nurl = \"redis://127.0.0.1:6379/0\"\n{keys}"),
+        )
+    };
+    let c = Config::from_toml_str(
+        &stream("stream = \"hooks:{source}\"\nmaxlen = 5"),
+        Path::new("."),
+    )
+    .unwrap();
+    let TargetKind::RedisStream(spec) = &c.targets["billing"].kind else {
+        panic!("redis-stream kind");
+    };
+    assert_eq!(
+        (spec.stream.as_str(), spec.maxlen),
+        ("hooks:{source}", Some(5))
+    );
+
+    let p = problems(&stream(""));
+    assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
+    let p = problems(&stream("stream = \"hooks:{id}\""));
+    assert!(p[0].1.contains("{source} and {type}"), "{p:?}");
+    let p = problems(&stream(
+        "stream = \"s\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+    ));
+    assert_eq!(p[0].0, "targets.billing.signing_secret", "{p:?}");
+    let p = problems(&stream("stream = \"s\"\nduplicate_window = \"1m\""));
+    assert_eq!(p[0].0, "targets.billing.duplicate_window", "{p:?}");
+    let p = problems(&stream("stream = \"s\"").replace("redis://", "http://"));
+    assert_eq!(p[0].0, "targets.billing.url", "{p:?}");
+    let p = problems(&GOOD.replace("signing_secret", "stream = \"s\"\nsigning_secret"));
+    assert_eq!(p[0].0, "targets.billing.stream", "{p:?}");
+    let p = problems(&stream("").replace("redis-stream", "kafka"));
+    assert_eq!(p[0].0, "targets.billing.kind", "{p:?}");
+}
+
+#[test]
+fn a_rate_is_per_second_or_per_minute() {
+    let with = |r: &str| GOOD.replace("signing_secret", &format!("rate = \"{r}\"\nsigning_secret"));
+    let c = Config::from_toml_str(&with("200/s"), Path::new(".")).unwrap();
+    assert_eq!(c.targets["billing"].rate, Some(200.0));
+    let c = Config::from_toml_str(&with("30/m"), Path::new(".")).unwrap();
+    assert_eq!(c.targets["billing"].rate, Some(0.5));
+    for bad in ["200", "0/s", "5/h", "x/s"] {
+        let p = problems(&with(bad));
+        assert_eq!(p[0].0, "targets.billing.rate", "{bad}: {p:?}");
+    }
+}
+
+#[test]
 fn missing_env_and_file_secrets_are_errors_without_values() {
     let text = GOOD.replace(
         "secrets = [\"whsec_a\", \"whsec_b\"]",

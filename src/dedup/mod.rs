@@ -197,7 +197,9 @@ impl Dedup {
                 headers: serde_json::to_string(v.headers()).unwrap_or_else(|_| "[]".into()),
                 received_at: now_ms,
                 expires_at: now_ms + source.dedup_window,
-                targets: source.targets.clone(),
+                // Routed at verification (verify/route.rs): only the
+                // targets that want this event get a delivery row.
+                targets: v.targets().to_vec(),
                 facts: crate::store::EventFacts {
                     event_type: v.event_type().map(str::to_owned),
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),

@@ -8,8 +8,11 @@
 //! replicas); `poll_interval` is only the fallback.
 
 pub mod backoff;
+mod rate;
 mod record;
+pub mod redis_stream;
 pub mod request;
+pub mod sink;
 
 use crate::config::{self, Config, Database, Target};
 use crate::primitives::time::Millis;
@@ -17,10 +20,11 @@ use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::handoff::{Handed, Handoff};
 use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState};
 use record::Recorder;
+use sink::{Sent, Sink};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -83,6 +87,8 @@ const MAX_CLAIM: usize = 512;
 /// One target's loop state shared with its attempts.
 struct TargetCtx {
     target: Arc<Target>,
+    /// HTTP client or broker connection (`sink.rs`).
+    sink: Sink,
     wake: Arc<Notify>,
     /// Failed attempts since the last success.
     failures: AtomicU32,
@@ -96,7 +102,7 @@ struct TargetCtx {
 }
 
 impl TargetCtx {
-    fn new(target: Arc<Target>, wake: Arc<Notify>) -> Self {
+    fn new(target: Arc<Target>, wake: Arc<Notify>, http: &reqwest::Client) -> Self {
         let counter = |outcome: &'static str| {
             metrics::counter!("hookgate_delivery_attempts_total",
                 "target" => target.name.clone(), "outcome" => outcome)
@@ -110,6 +116,7 @@ impl TargetCtx {
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
             failures: AtomicU32::new(0),
+            sink: Sink::new(&target, http),
             target,
             wake,
         }
@@ -149,7 +156,11 @@ pub fn start(
     });
     let mut set = JoinSet::new();
     for target in config.targets.values() {
-        let t = Arc::new(TargetCtx::new(target.clone(), handoff.wake(&target.name)));
+        let t = Arc::new(TargetCtx::new(
+            target.clone(),
+            handoff.wake(&target.name),
+            &ctx.client,
+        ));
         let lane = Lane {
             rx: handoff.receiver(&target.name),
             handoff: handoff.clone(),
@@ -189,12 +200,22 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     // The last claim filled every free slot: a backlog is waiting, so claim
     // in batches rather than one row per freed slot.
     let mut backlog = false;
+    // `rate`: only as many rows are claimed as may be sent now.
+    let mut bucket = t.target.rate.map(rate::Bucket::new);
     while !stop.is_cancelled() {
-        let free = local
+        let mut free = local
             .available_permits()
             .min(ctx.global.available_permits())
             .min(MAX_CLAIM);
-        if more && free > 0 && (!backlog || free >= threshold || inflight.is_empty()) {
+        let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
+        let mut throttled = None;
+        if wants && let Some(b) = bucket.as_mut() {
+            free = b.take(free, Instant::now());
+            if free == 0 {
+                throttled = Some(b.wait());
+            }
+        }
+        if wants && free > 0 {
             let now = Millis::now();
             let lease_until = now + ctx.settings.lease;
             match ctx
@@ -209,6 +230,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     }
                     more = rows.len() == free;
                     backlog = more;
+                    if let Some(b) = bucket.as_mut() {
+                        b.give_back(free - rows.len());
+                    }
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
                         let global = ctx.global.clone().acquire_owned().await;
@@ -223,6 +247,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     }
                 }
                 Err(e) => {
+                    if let Some(b) = bucket.as_mut() {
+                        b.give_back(free);
+                    }
                     if !failing {
                         failing = true;
                         tracing::warn!(target = %t.target.name, error = %e, "cannot claim deliveries");
@@ -254,6 +281,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                 }
             }
             _ = t.wake.notified() => more = true,
+            _ = tokio::time::sleep(throttled.unwrap_or_default()), if throttled.is_some() => {}
             _ = tokio::time::sleep(ctx.settings.poll_interval) => more = true,
             _ = inflight.join_next(), if !inflight.is_empty() => {}
             _ = stop.cancelled() => {}
@@ -286,34 +314,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     }
 }
 
-/// What a target's answer means: (HTTP status, error text if it failed,
-/// the `Retry-After` it asked for on 429/503).
-fn classify(
-    result: &Result<reqwest::Response, reqwest::Error>,
-) -> (Option<i32>, Option<String>, Option<Duration>) {
-    match result {
-        Ok(res) => {
-            let s = res.status();
-            let ra = if s.as_u16() == 429 || s.as_u16() == 503 {
-                res.headers()
-                    .get(reqwest::header::RETRY_AFTER)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| backoff::parse_retry_after(v, SystemTime::now()))
-            } else {
-                None
-            };
-            let err = (!s.is_success()).then(|| format!("HTTP {}", s.as_u16()));
-            (Some(s.as_u16() as i32), err, ra)
-        }
-        Err(e) if e.is_timeout() => (None, Some("timeout".to_owned()), None),
-        Err(e) if e.is_connect() => (None, Some("connection failed".to_owned()), None),
-        Err(e) => (None, Some(request::error_text(e)), None),
-    }
-}
-
 // Longer than most: one attempt from send to record, in order; the parts
-// (classify, backoff, record) are already their own functions.
-/// One attempt: POST, classify, record (group-committed with other
+// (sink send, backoff, record) are already their own functions.
+/// One attempt: send (HTTP or broker), classify, record (group-committed with other
 /// attempts). Recording is retried briefly: if it still fails, the lease
 /// expires and the event is sent again (at least once).
 #[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
@@ -322,16 +325,25 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
     let number = row.attempts + 1;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let req = request::build(&ctx.client, target, &row, number, started_at.as_secs());
-    let result = req.send().await;
+    let sent = t
+        .sink
+        .send(target, &row, number, started_at.as_secs())
+        .await;
     let latency_ms = t0.elapsed().as_millis() as i64;
 
-    let (status, error, retry_after) = classify(&result);
-    drop(result);
+    let (status, error, retry_after, permanent) = match sent {
+        Sent::Delivered { status } => (status, None, None, false),
+        Sent::Retry {
+            status,
+            error,
+            retry_after,
+        } => (status, Some(error), retry_after, false),
+        Sent::Permanent { status, error } => (status, Some(error), None, true),
+    };
     let delivered = error.is_none();
     let next = if delivered {
         NextState::Delivered
-    } else if number as u32 >= target.max_attempts {
+    } else if permanent || number as u32 >= target.max_attempts {
         NextState::Dead
     } else {
         let d = backoff::delay(

@@ -2,10 +2,13 @@
 //! `Hookgate-*` headers, and optionally a Standard Webhooks signature by the
 //! gateway itself so targets can verify hookgate with any such library.
 
+use super::backoff;
+use super::sink::Sent;
 use crate::config::Target;
 use crate::store::DueDelivery;
 use base64::Engine;
 use sha2::{Digest, Sha256};
+use std::time::SystemTime;
 
 /// Headers the gateway's own signature replaces when a target signs.
 const STANDARD_WEBHOOK_HEADERS: &[&str] = &["webhook-id", "webhook-timestamp", "webhook-signature"];
@@ -64,6 +67,58 @@ pub fn build(
             .header("webhook-signature", sig);
     }
     req.body(d.body.clone())
+}
+
+/// One HTTP attempt: POST and classify the answer. 2xx is delivered;
+/// anything else is retried (429/503 with their `Retry-After`), except a
+/// request that cannot even be built, which no retry would fix.
+pub async fn send(
+    client: &reqwest::Client,
+    target: &Target,
+    d: &DueDelivery,
+    attempt: i32,
+    now_secs: i64,
+) -> Sent {
+    match build(client, target, d, attempt, now_secs).send().await {
+        Ok(res) => {
+            let s = res.status();
+            let status = Some(s.as_u16() as i32);
+            if s.is_success() {
+                return Sent::Delivered { status };
+            }
+            let retry_after = if s.as_u16() == 429 || s.as_u16() == 503 {
+                res.headers()
+                    .get(reqwest::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| backoff::parse_retry_after(v, SystemTime::now()))
+            } else {
+                None
+            };
+            Sent::Retry {
+                status,
+                error: format!("HTTP {}", s.as_u16()),
+                retry_after,
+            }
+        }
+        Err(e) if e.is_builder() => Sent::Permanent {
+            status: None,
+            error: error_text(&e),
+        },
+        Err(e) => {
+            let error = if e.is_timeout() {
+                "timeout".to_owned()
+            } else if e.is_connect() {
+                "connection failed".to_owned()
+            } else {
+                error_text(&e)
+            };
+            Sent::Retry {
+                status: None,
+                error,
+                retry_after: None,
+            }
+        }
+    }
 }
 
 /// A failed attempt as `last_error` stores it: never the target URL, which

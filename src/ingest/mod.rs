@@ -130,12 +130,21 @@ async fn handle(
     };
     *event_id = Some(verified.event_id().as_str().to_owned());
     let reply = verified.reply().clone();
+    // Routing (verify/route.rs) chose these; none = stored, counted `unrouted`.
+    let unrouted = verified.targets().is_empty();
 
     let cache_ttl = state.config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
         // The store handed the new event's deliveries to their loops, or
         // woke them (store::handoff).
-        Ok(dedup::Outcome::New) => (Outcome::New, "new"),
+        Ok(dedup::Outcome::New) => {
+            if unrouted {
+                state.counters.unrouted(source_name);
+                metrics::counter!("hookgate_unrouted_total", "source" => source_name.to_owned())
+                    .increment(1);
+            }
+            (Outcome::New, "new")
+        }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
             // Queued in memory only; see store::arrivals.
             let id = event_id.as_deref().unwrap_or_default();

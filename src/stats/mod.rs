@@ -30,9 +30,10 @@ enum Counter {
     Conflict,
     InFlight,
     Unavailable,
+    Unrouted,
 }
 
-const COUNTERS: [(Counter, &str); 7] = [
+const COUNTERS: [(Counter, &str); 8] = [
     (Counter::Received, "received"),
     (Counter::Unique, "unique"),
     (Counter::DuplicateCache, "duplicates.cache"),
@@ -40,6 +41,7 @@ const COUNTERS: [(Counter, &str); 7] = [
     (Counter::Conflict, "conflicts"),
     (Counter::InFlight, "inflight_rejected"),
     (Counter::Unavailable, "unavailable"),
+    (Counter::Unrouted, "unrouted"),
 ];
 
 #[derive(Default)]
@@ -121,6 +123,14 @@ impl Counters {
             }
             Outcome::Answered | Outcome::UnknownSource | Outcome::Timeout | Outcome::BadRequest => {
             }
+        }
+    }
+
+    /// Counts a new event that no target's route matched (stored, not
+    /// delivered anywhere).
+    pub fn unrouted(&self, source: &str) {
+        if let Some(s) = self.sources.get(source) {
+            s.fixed[Counter::Unrouted as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 

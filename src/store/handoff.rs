@@ -64,7 +64,23 @@ impl Drop for Slot {
 }
 
 impl Handoff {
-    /// `targets`: name and `concurrency` of every target. `enabled` is
+    /// Lanes for every target of `config`, with a new lease token. A lane
+    /// holds the target's `concurrency`; a rate-capped target gets none (its
+    /// loop claims only what the cap allows). `enabled`: whether this
+    /// process runs delivery loops.
+    pub fn from_config(config: &crate::config::Config, enabled: bool) -> Self {
+        Self::new(
+            config.targets.values().map(|t| {
+                let lane = if t.rate.is_some() { 0 } else { t.concurrency };
+                (t.name.as_str(), lane)
+            }),
+            &uuid::Uuid::new_v4().simple().to_string(),
+            config.delivery.lease,
+            enabled,
+        )
+    }
+
+    /// `targets`: name and lane capacity of every target. `enabled` is
     /// whether this process runs delivery loops.
     pub fn new<'a>(
         targets: impl IntoIterator<Item = (&'a str, usize)>,
@@ -74,9 +90,8 @@ impl Handoff {
     ) -> Self {
         let lanes = targets
             .into_iter()
-            .map(|(name, concurrency)| {
-                let capacity = concurrency.max(1);
-                let (tx, rx) = mpsc::channel(capacity);
+            .map(|(name, capacity)| {
+                let (tx, rx) = mpsc::channel(capacity.max(1));
                 let lane = Lane {
                     free: AtomicUsize::new(capacity),
                     open: AtomicBool::new(enabled),

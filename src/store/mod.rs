@@ -60,6 +60,7 @@ impl NewEvent {
                 headers: self.headers.clone(),
                 received_at: self.received_at,
                 attempts: 0,
+                event_type: self.facts.event_type.clone(),
             });
         }
     }
@@ -169,6 +170,8 @@ pub struct DueDelivery {
     pub received_at: Millis,
     /// Attempts made before this one.
     pub attempts: i32,
+    /// The provider's event type, where it gives one (broker names, metadata).
+    pub event_type: Option<String>,
 }
 
 /// Where a delivery goes after an attempt.

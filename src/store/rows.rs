@@ -99,6 +99,7 @@ where
     String: Column<R::Database>,
     Vec<u8>: Column<R::Database>,
     Millis: Column<R::Database>,
+    Option<String>: Column<R::Database>,
 {
     Ok(DueDelivery {
         id: r.try_get(0usize)?,
@@ -109,6 +110,7 @@ where
         headers: r.try_get(5usize)?,
         received_at: r.try_get(6usize)?,
         attempts: r.try_get(7usize)?,
+        event_type: r.try_get(8usize)?,
     })
 }
 

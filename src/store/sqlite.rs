@@ -221,7 +221,7 @@ impl Ledger for SqliteLedger {
         );
         let rows = sqlx::query(
             "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
-                    d.attempts
+                    d.attempts, e.event_type
              FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
              WHERE d.id IN (SELECT value FROM json_each(?))",
         )

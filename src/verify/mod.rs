@@ -19,6 +19,7 @@ pub mod provider;
 pub mod registry;
 pub mod reply;
 pub mod request;
+pub mod route;
 pub mod schemes;
 pub mod sign;
 pub mod source;
@@ -50,6 +51,8 @@ pub struct Verified {
     provider_timestamp: Option<i64>,
     /// Read from the provider's API by reconciliation, not received.
     recovered: bool,
+    /// The source's targets whose routes match (see [`route`]).
+    targets: Vec<String>,
 }
 
 /// The header a recovered event is stored and forwarded with (value `true`).
@@ -73,9 +76,17 @@ impl Verified {
         event_type: Option<String>,
         provider_timestamp: Option<i64>,
     ) -> Self {
+        // Routed like a received event: on its type and body fields.
+        let no_headers = HeaderMap::new();
+        let targets = route::select(
+            &source.routes,
+            event_type.as_deref(),
+            &Fields::new(&no_headers, &body),
+        );
         Self {
             source: source.clone(),
             event_id,
+            targets,
             body,
             headers: vec![
                 ("content-type".into(), "application/json".into()),
@@ -125,6 +136,11 @@ impl Verified {
     /// The provider's signed timestamp (unix seconds), where it sends one.
     pub fn provider_timestamp(&self) -> Option<i64> {
         self.provider_timestamp
+    }
+    /// The targets that want this event (empty: stored, counted
+    /// `unrouted`, delivered nowhere).
+    pub fn targets(&self) -> &[String] {
+        &self.targets
     }
 }
 
@@ -268,16 +284,19 @@ pub(crate) fn check_with(
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
+    let event_type = facts::event_type(provider, &fields);
+    let targets = route::select(&source.routes, event_type.as_deref(), &fields);
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
         headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
-        event_type: facts::event_type(provider, &fields),
+        event_type,
         key_index,
         provider_timestamp: facts::provider_timestamp(provider, &fields),
         recovered: false,
+        targets,
     }))
 }
 

@@ -24,6 +24,8 @@ pub struct Source {
     pub tolerance: Duration,
     pub dedup_window: Duration,
     pub targets: Vec<String>,
+    /// `targets` with the rule each subscribes with, in the same order.
+    pub routes: Vec<super::route::Route>,
     pub public_url: Option<String>,
     /// Client address allowlist; empty = everyone.
     pub allow_ips: Vec<IpNet>,

@@ -37,6 +37,8 @@ targets = ["billing"]
 [targets.billing]
 url = "http://billing.internal/hook"
 signing_secret = "whsec_c2lnbmluZw=="
+events = ["invoice.*", "customer.subscription.updated"]
+filter = { "json:/data/object/currency" = "eur" }
 [apis.payments]
 upstream = "http://payments:s3cr3t-upstream@payments.internal:8000"
 scope = "header:X-User-ID"
@@ -49,6 +51,12 @@ scope = "header:X-User-ID"
     assert!(out.contains("/api/payments/"), "{out}");
     assert!(out.contains("scope=header:x-user-id"), "{out}");
     assert!(out.contains("secrets=2"));
+    assert!(
+        out.contains(
+            r#"route → billing          events=[invoice.*, customer.subscription.updated] filter={json:/data/object/currency = "eur"}"#
+        ),
+        "{out}"
+    );
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
     for secret in [
         "super-secret-admin",

@@ -14,8 +14,11 @@ mod idempotency;
 mod ingest;
 mod ledger_faults;
 mod providers;
+mod queues;
+mod rate;
 mod reconcile;
 mod reconcile_resend;
+mod routing;
 mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed

@@ -7,13 +7,17 @@
 
 use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
-use super::{Config, ConfigError, Database, Dedup, Delivery, Server, Storage, Target};
+use super::{
+    Config, ConfigError, Database, Dedup, Delivery, RedisStreamSpec, Server, Storage, Target,
+    TargetKind,
+};
 use crate::primitives::secret::Secret;
 use crate::verify::client_ip::parse_net;
 use crate::verify::crypto::SigningKey;
 use crate::verify::provider::Provider;
 use crate::verify::registry::Registry;
 use crate::verify::request::{Keep, withheld};
+use crate::verify::route::{Route, Rule};
 use crate::verify::source::{Resolve, Source, settings_from};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
@@ -292,12 +296,12 @@ fn targets(
         if !valid_name(&name) {
             v.problem(&key, "target names use letters, digits, `-` and `_`".into());
         }
-        if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
-            v.problem(
-                &format!("{key}.url"),
-                "must be an http:// or https:// URL".into(),
-            );
-        }
+        let kind = target_kind(&t, &key, delivery, v);
+        let rate = t.rate.as_deref().and_then(|r| {
+            parse_rate(r)
+                .map_err(|e| v.problem(&format!("{key}.rate"), e))
+                .ok()
+        });
         if t.max_attempts == 0 {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
         }
@@ -313,6 +317,16 @@ fn targets(
                 ),
             );
         }
+        let filter = t.filter.iter().map(|(k, v)| (k.clone(), v.text()));
+        let rule = Rule::parse(t.events.clone(), filter).unwrap_or_else(|e| {
+            let field = if e.starts_with("filter") {
+                "filter"
+            } else {
+                "events"
+            };
+            v.problem(&format!("{key}.{field}"), e);
+            Rule::default()
+        });
         let signing_key = t.signing_secret.as_deref().and_then(|r| {
             let s = v.secret(&format!("{key}.signing_secret"), r)?;
             Some(SigningKey::standard_webhooks(&s))
@@ -329,10 +343,117 @@ fn targets(
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,
                 withheld: BTreeMap::new(),
+                rule,
+                kind,
+                rate,
             },
         );
     }
     targets
+}
+
+/// How long a redis-stream target remembers a sent event by default.
+const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
+
+/// The target's kind and the keys only that kind takes; a key of another
+/// kind is a problem, not silently ignored.
+fn target_kind(
+    t: &raw::RawTarget,
+    key: &str,
+    delivery: &Delivery,
+    v: &mut Validator<'_>,
+) -> TargetKind {
+    let foreign = |v: &mut Validator<'_>, name: &str, set: bool, kind: &str| {
+        if set {
+            v.problem(
+                &format!("{key}.{name}"),
+                format!("only a {kind} target takes `{name}`"),
+            );
+        }
+    };
+    match t.kind {
+        raw::TargetKind::Http => {
+            if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
+                v.problem(
+                    &format!("{key}.url"),
+                    "must be an http:// or https:// URL".into(),
+                );
+            }
+            foreign(v, "stream", t.stream.is_some(), "redis-stream");
+            foreign(v, "maxlen", t.maxlen.is_some(), "redis-stream");
+            let dw = t.duplicate_window.is_some();
+            foreign(v, "duplicate_window", dw, "redis-stream");
+            TargetKind::Http
+        }
+        raw::TargetKind::RedisStream => {
+            if !(t.url.starts_with("redis://") || t.url.starts_with("rediss://")) {
+                v.problem(
+                    &format!("{key}.url"),
+                    "a redis-stream target needs a redis:// or rediss:// URL".into(),
+                );
+            }
+            foreign(v, "signing_secret", t.signing_secret.is_some(), "http");
+            let stream = t.stream.clone().unwrap_or_default();
+            if t.stream.is_none() {
+                v.problem(
+                    &format!("{key}.stream"),
+                    "a redis-stream target needs `stream` (e.g. \"hooks:{source}\")".into(),
+                );
+            } else if let Err(e) = check_template(&stream) {
+                v.problem(&format!("{key}.stream"), e);
+            }
+            if t.maxlen == Some(0) {
+                v.problem(&format!("{key}.maxlen"), "must be at least 1".into());
+            }
+            let duplicate_window = t.duplicate_window.map_or(DUPLICATE_WINDOW, |d| d.0);
+            if duplicate_window <= delivery.lease {
+                v.problem(
+                    &format!("{key}.duplicate_window"),
+                    format!(
+                        "must be longer than delivery.lease ({}): a resend after a crash \
+                         comes once the lease has run out",
+                        humantime::format_duration(delivery.lease)
+                    ),
+                );
+            }
+            TargetKind::RedisStream(RedisStreamSpec {
+                stream,
+                maxlen: t.maxlen,
+                duplicate_window,
+            })
+        }
+    }
+}
+
+/// `"200/s"` or `"600/m"` as deliveries per second.
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let bad = || format!("`{text}` is not a rate like \"200/s\" or \"600/m\"");
+    let (n, unit) = text.trim().split_once('/').ok_or_else(bad)?;
+    let n: u32 = n.trim().parse().map_err(|_| bad())?;
+    let per = match unit.trim() {
+        "s" => 1.0,
+        "m" => 60.0,
+        _ => return Err(bad()),
+    };
+    if n == 0 {
+        return Err("must be at least 1 per interval".into());
+    }
+    Ok(f64::from(n) / per)
+}
+
+/// A broker name template: only `{source}` and `{type}` are placeholders
+/// (filled in by `deliver::sink::render`).
+fn check_template(template: &str) -> Result<(), String> {
+    let rest = template.replace("{source}", "").replace("{type}", "");
+    if rest.contains('{') || rest.contains('}') {
+        return Err(format!(
+            "`{template}`: the only placeholders are {{source}} and {{type}}"
+        ));
+    }
+    if template.trim().is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(())
 }
 
 /// Per target, per source: the stored headers it must not receive

@@ -115,6 +115,15 @@ fn source(
         provider,
         keys,
         dedup_window: s.dedup_window.0,
+        routes: s
+            .targets
+            .iter()
+            .filter_map(|t| targets.get(t))
+            .map(|t| Route {
+                target: t.name.clone(),
+                rule: t.rule.clone(),
+            })
+            .collect(),
         targets: s.targets,
         public_url: s.public_url,
     })

@@ -33,7 +33,7 @@ pub(super) async fn claim_due(
              RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
          )
          SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
-                l.attempts
+                l.attempts, e.event_type
          FROM leased l JOIN hookgate_events e ON e.id = l.event_pk",
     )
     .bind(target)

@@ -34,6 +34,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         keys,
         dedup_window: Duration::from_secs(60),
         targets: vec![],
+        routes: vec![],
         public_url: None,
         allow_ips: vec![],
         settings: None,

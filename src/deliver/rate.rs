@@ -1,0 +1,77 @@
+//! A target's `rate` cap: a token bucket its loop consults before each
+//! claim, so only rows it may send now are leased. The backlog waits in the
+//! outbox (pending, unleased: another replica or a restart can take it),
+//! and nothing is dropped. The cap is per process.
+
+use std::time::{Duration, Instant};
+
+pub struct Bucket {
+    per_sec: f64,
+    /// Largest burst: a tenth of a second's worth, at least one.
+    capacity: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl Bucket {
+    pub fn new(per_sec: f64) -> Self {
+        let capacity = (per_sec / 10.0).max(1.0);
+        Self {
+            per_sec,
+            capacity,
+            tokens: capacity,
+            last: Instant::now(),
+        }
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * self.per_sec).min(self.capacity);
+        self.last = now;
+    }
+
+    /// Takes up to `want` whole tokens; returns how many it took.
+    pub fn take(&mut self, want: usize, now: Instant) -> usize {
+        self.refill(now);
+        let n = (self.tokens.floor() as usize).min(want);
+        self.tokens -= n as f64;
+        n
+    }
+
+    /// Returns tokens taken for rows that were not there to claim.
+    pub fn give_back(&mut self, n: usize) {
+        self.tokens = (self.tokens + n as f64).min(self.capacity);
+    }
+
+    /// How long until one whole token is there.
+    pub fn wait(&self) -> Duration {
+        let missing = (1.0 - self.tokens).max(0.0);
+        Duration::from_secs_f64(missing / self.per_sec).max(Duration::from_millis(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_grants_the_rate_with_a_small_burst() {
+        let t0 = Instant::now();
+        let mut b = Bucket::new(100.0);
+        b.last = t0;
+        assert_eq!(b.take(50, t0), 10, "a tenth of a second's burst");
+        assert_eq!(b.take(50, t0), 0);
+        assert!(b.wait() <= Duration::from_millis(10));
+        // One second later: capped at the burst again, not 100.
+        assert_eq!(b.take(500, t0 + Duration::from_secs(1)), 10);
+        let mut granted = 0;
+        for ms in 1..=1000 {
+            granted += b.take(1, t0 + Duration::from_secs(1) + Duration::from_millis(ms));
+        }
+        assert!((99..=101).contains(&granted), "{granted} in one second");
+        // Tokens taken for rows that were not there come back (on top of
+        // a fraction of a token left from the loop above).
+        b.give_back(3);
+        assert!((3..=4).contains(&b.take(5, t0 + Duration::from_secs(2))));
+    }
+}

@@ -1,0 +1,238 @@
+//! Queue targets through the same outbox: Redis Streams. Each test uses its
+//! own stream name (under its unique key prefix) and removes it at the end.
+
+use crate::helpers::process::{Gateway, RedisServer};
+use crate::helpers::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+crate::both_backends!(a_redis_stream_gets_the_exact_body_and_the_metadata_fields);
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Options whose `stripe` source publishes to a redis-stream target `q`.
+fn stream_opts(b: Backend, url: &str, stream: &str, keys: &str) -> Opts {
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["q".into()];
+    opts.extra = format!(
+        "[targets.q]\nkind = \"redis-stream\"\nurl = \"{url}\"\nstream = \"{stream}\"\n{keys}\n"
+    );
+    opts
+}
+
+type Entry = HashMap<String, Vec<u8>>;
+
+/// Every entry of `stream` on the server at `url`, oldest first.
+async fn entries(url: &str, stream: &str) -> Vec<Entry> {
+    let Ok(client) = redis::Client::open(url) else {
+        return vec![];
+    };
+    let Ok(mut c) = client.get_multiplexed_async_connection().await else {
+        return vec![];
+    };
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(stream)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut c)
+        .await
+        .unwrap_or_default();
+    reply
+        .ids
+        .into_iter()
+        .map(|id| {
+            id.map
+                .into_iter()
+                .map(|(k, v)| (k, redis::from_redis_value(v).unwrap_or_default()))
+                .collect()
+        })
+        .collect()
+}
+
+async fn drop_keys(url: &str, pattern: &str) {
+    let client = redis::Client::open(url).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(pattern)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = redis::cmd("DEL")
+            .arg(keys)
+            .query_async(&mut c)
+            .await
+            .unwrap();
+    }
+}
+
+fn text(e: &Entry, field: &str) -> String {
+    String::from_utf8(e[field].clone()).unwrap()
+}
+
+/// How many entries each event id has.
+fn per_id(entries: &[Entry]) -> HashMap<String, usize> {
+    let mut n = HashMap::new();
+    for e in entries {
+        *n.entry(text(e, "event_id")).or_default() += 1;
+    }
+    n
+}
+
+async fn a_redis_stream_gets_the_exact_body_and_the_metadata_fields(b: Backend) {
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let mut opts = stream_opts(
+        b,
+        &url,
+        &format!("{prefix}:hooks:{{source}}"),
+        "maxlen = 1000",
+    );
+    opts.poll_interval = "30s";
+    let app = spawn_app(opts).await;
+    let stream = format!("{prefix}:hooks:stripe");
+
+    // Odd bytes on purpose: whitespace, key order and non-ASCII survive.
+    let body =
+        "{ \"id\" : \"evt_q1\", \"type\":\"invoice.paid\",\n \"note\":\"caf\u{e9} \u{2713}\" }  "
+            .as_bytes()
+            .to_vec();
+    let r = app.post_stripe_body(&body).await;
+    assert_eq!(dedup_header(&r), "new");
+    let arrived = eventually(WAIT, || async { entries(&url, &stream).await.len() == 1 }).await;
+    assert!(arrived, "one entry in {stream}");
+    // A duplicate is not published again.
+    app.post_stripe_body(&body).await;
+    let delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 1
+    })
+    .await;
+    assert!(delivered, "{}", app.stats().await);
+    let all = entries(&url, &stream).await;
+    assert_eq!(all.len(), 1);
+    let e = &all[0];
+    assert_eq!(e["body"], body, "the provider's exact bytes");
+    assert_eq!(text(e, "source"), "stripe");
+    assert_eq!(text(e, "event_id"), "evt_q1");
+    assert_eq!(text(e, "type"), "invoice.paid");
+    let headers: serde_json::Value = serde_json::from_slice(&e["headers"]).unwrap();
+    assert_eq!(headers["hookgate-event-id"], "evt_q1");
+    assert_eq!(headers["hookgate-source"], "stripe");
+    assert_eq!(headers["hookgate-attempt"], "1");
+    assert_eq!(headers["hookgate-event-type"], "invoice.paid");
+    assert!(headers["stripe-signature"].is_string(), "{headers}");
+    drop_keys(&url, &format!("{prefix}:*")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_keeps_events_pending_and_they_arrive_after_it_returns() {
+    let mut server = RedisServer::start().await;
+    let url = server.url();
+    let opts = stream_opts(
+        Backend::Production,
+        &url,
+        "hooks:{source}",
+        "timeout = \"1s\"",
+    );
+    let app = spawn_app(opts).await;
+    server.kill();
+
+    let ids: Vec<String> = (0..20).map(|i| format!("evt_out_{i}")).collect();
+    for id in &ids {
+        let r = app.post_stripe(id).await;
+        assert_eq!(r.status(), 200, "ingest does not depend on the broker");
+    }
+    let waiting = eventually(WAIT, || async {
+        let s = &app.stats().await["sources"]["stripe"];
+        s["pending"].as_i64().unwrap_or(0) + s["retrying"].as_i64().unwrap_or(0) == 20
+    })
+    .await;
+    assert!(waiting, "{}", app.stats().await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let s = app.stats().await;
+    assert_eq!(s["sources"]["stripe"]["delivered"], 0, "{s}");
+    assert_eq!(s["sources"]["stripe"]["dead"], 0, "{s}");
+    assert!(
+        s["sources"]["stripe"]["targets"]["q"]["failed_attempts"]
+            .as_i64()
+            .unwrap()
+            > 0,
+        "attempts failed while Redis was down: {s}"
+    );
+
+    server.restart().await;
+    let all = eventually(WAIT, || async {
+        entries(&url, "hooks:stripe").await.len() >= 20
+    })
+    .await;
+    assert!(all, "{:?}", per_id(&entries(&url, "hooks:stripe").await));
+    let n = per_id(&entries(&url, "hooks:stripe").await);
+    assert!(ids.iter().all(|id| n.get(id) == Some(&1)), "{n:?}");
+}
+
+/// The Redis Streams form of faults.rs'
+/// `a_kill_between_sent_and_recorded_resends_the_whole_batch`: every event
+/// is added, the gateway is killed before any attempt is recorded, and the
+/// next gateway's resends must add nothing: each acknowledged id is in the
+/// stream exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_acked_event_is_in_the_stream_exactly_once_across_a_kill_9() {
+    use sqlx::Connection;
+    const N: usize = 24;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let stream = format!("{prefix}:hooks");
+    let keys = format!("concurrency = {N}\ntimeout = \"1s\"");
+    let mut opts = stream_opts(Backend::Production, &url, &stream, &keys);
+    opts.lease = "6s";
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+
+    // Nothing can be recorded while this transaction holds the lock.
+    let mut blocker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
+    sqlx::query("LOCK TABLE hookgate_attempts IN EXCLUSIVE MODE")
+        .execute(&mut blocker)
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let ids: Vec<String> = (0..N).map(|i| format!("evt_once_{i}")).collect();
+    for id in &ids {
+        let body = stripe_body(id);
+        let mut req = client
+            .post(first.url("/webhooks/stripe"))
+            .body(body.clone());
+        for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        assert_eq!(req.send().await.unwrap().status(), 200);
+    }
+    let sent = eventually(WAIT, || async { entries(&url, &stream).await.len() == N }).await;
+    assert!(sent, "every event was added before the kill");
+    first.kill9();
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending' AND attempts = 0",
+    )
+    .fetch_one(&mut blocker)
+    .await
+    .unwrap();
+    assert_eq!(pending, N as i64, "nothing was recorded before the kill");
+
+    let _second = Gateway::start(&opts, &db, &prefix).await;
+    let recorded = eventually(WAIT, || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM hookgate_deliveries WHERE state = 'delivered'",
+        )
+        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.unwrap())
+        .await
+        .unwrap();
+        n == N as i64
+    })
+    .await;
+    assert!(recorded, "the resends were made and recorded");
+    let n = per_id(&entries(&url, &stream).await);
+    assert_eq!(n.len(), N, "{n:?}");
+    assert!(n.values().all(|&c| c == 1), "an id was added twice: {n:?}");
+    drop_keys(&url, &format!("{prefix}:*")).await;
+}
