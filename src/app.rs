@@ -53,6 +53,7 @@ impl App {
         let dedup = Arc::new(Dedup::new(
             cache,
             group,
+            ledger.clone(),
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));

@@ -27,16 +27,18 @@ enum Counter {
     Unique,
     DuplicateCache,
     DuplicateLedger,
+    DuplicateBody,
     Conflict,
     InFlight,
     Unavailable,
 }
 
-const COUNTERS: [(Counter, &str); 7] = [
+const COUNTERS: [(Counter, &str); 8] = [
     (Counter::Received, "received"),
     (Counter::Unique, "unique"),
     (Counter::DuplicateCache, "duplicates.cache"),
     (Counter::DuplicateLedger, "duplicates.ledger"),
+    (Counter::DuplicateBody, "duplicates.body"),
     (Counter::Conflict, "conflicts"),
     (Counter::InFlight, "inflight_rejected"),
     (Counter::Unavailable, "unavailable"),
@@ -105,6 +107,7 @@ impl Counters {
                 add(match layer {
                     Layer::Cache => Counter::DuplicateCache,
                     Layer::Ledger => Counter::DuplicateLedger,
+                    Layer::Body => Counter::DuplicateBody,
                 });
                 if conflict {
                     add(Counter::Conflict);

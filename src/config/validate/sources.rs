@@ -115,6 +115,7 @@ fn source(
         provider,
         keys,
         dedup_window: s.dedup_window.0,
+        dedup_by_body: s.dedup_by_body,
         targets: s.targets,
         public_url: s.public_url,
     })

@@ -33,6 +33,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         provider: p,
         keys,
         dedup_window: Duration::from_secs(60),
+        dedup_by_body: false,
         targets: vec![],
         public_url: None,
         allow_ips: vec![],
