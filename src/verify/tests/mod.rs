@@ -7,6 +7,7 @@ mod payments;
 mod paypal;
 mod plaid;
 mod saas;
+mod subset;
 
 use super::crypto::SigningKey;
 use super::registry::Registry;
