@@ -60,6 +60,7 @@ impl App {
             cache,
             group,
             handoff.clone(),
+            ledger.clone(),
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));

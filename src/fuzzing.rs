@@ -38,6 +38,7 @@ fn sources() -> &'static [Arc<Source>] {
                     provider,
                     keys,
                     dedup_window: Duration::from_secs(60),
+                    dedup_by_body: false,
                     targets: vec![],
                     routes: vec![],
                     public_url: Some("https://hooks.example.test/webhooks/fuzz".into()),

@@ -61,9 +61,10 @@ pub async fn snapshot(
         let rejected_total: i64 = rejected.values().filter_map(Value::as_i64).sum();
         let (targets, [delivered, pending, retrying, dead]) =
             targets_doc(&src.targets, &|n| get(name, n), &|t, st| state(name, t, st));
-        let (dc, dl) = (
+        let (dc, dl, db) = (
             get(name, "duplicates.cache"),
             get(name, "duplicates.ledger"),
+            get(name, "duplicates.body"),
         );
         sources.insert(
             name.to_owned(),
@@ -74,8 +75,8 @@ pub async fn snapshot(
                 "rejected_by_reason": rejected,
                 "unique": get(name, "unique"),
                 "unrouted": get(name, "unrouted"),
-                "duplicates": dc + dl,
-                "duplicates_by_layer": { "cache": dc, "ledger": dl },
+                "duplicates": dc + dl + db,
+                "duplicates_by_layer": { "cache": dc, "ledger": dl, "body": db },
                 "conflicts": get(name, "conflicts"),
                 "inflight_rejected": get(name, "inflight_rejected"),
                 "unavailable": get(name, "unavailable"),

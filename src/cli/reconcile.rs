@@ -72,6 +72,7 @@ pub async fn run(config: &Option<PathBuf>, args: ReconcileArgs) -> anyhow::Resul
             config.storage.statement_timeout,
         ),
         handoff.clone(),
+        ledger.clone(),
         config.dedup.clone(),
         config.storage.key_prefix.clone(),
     ));

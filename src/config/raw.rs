@@ -215,6 +215,11 @@ pub struct RawSource {
     /// How long an event id counts as seen. Default 7d.
     #[serde(default = "default_window")]
     pub dedup_window: Dur,
+    /// Also a duplicate: a body already seen under another event id within
+    /// `dedup_window` (for providers whose event id is not signed; see
+    /// docs/design.md "Dedup by body"). Default false.
+    #[serde(default)]
+    pub dedup_by_body: bool,
     /// Names of `[targets.*]` that receive this source's events.
     #[serde(default)]
     pub targets: Vec<String>,

@@ -9,6 +9,10 @@
 //!                      ├ InFlight → wait ≤ inflight_wait, re-claiming; then 409
 //!                      └ error ──→ straight to the ledger (it is the truth)
 //! ```
+//! A source with `dedup_by_body` first claims its body in the ledger
+//! (`store::body_hashes`) in the owned section: a body held by another id
+//! is a `Body` duplicate, our id claim is released and nothing is written.
+//!
 //! Crash safety: a claim dies with its TTL, so a crash before COMMIT lets the
 //! provider's retry through; after COMMIT every copy is a duplicate. The
 //! owned section runs in its own task so a client hanging up mid-request
@@ -21,8 +25,9 @@ pub mod redis;
 use crate::config;
 use crate::primitives::time::Millis;
 use crate::store::batch::GroupCommit;
+use crate::store::body_hashes::BodyClaim;
 use crate::store::handoff::Handoff;
-use crate::store::{NewEvent, Recorded, StoreError};
+use crate::store::{Ledger, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
 use cache::{Claim, ClaimCache};
 use sha2::{Digest, Sha256};
@@ -35,6 +40,8 @@ use std::time::{Duration, Instant};
 pub enum Layer {
     Cache,
     Ledger,
+    /// `dedup_by_body`: the body is held by another event id.
+    Body,
 }
 
 /// The answer for a verified request.
@@ -81,6 +88,8 @@ pub struct Dedup {
     /// New events' deliveries go leased to this process's loops when a
     /// slot is free (see `store::handoff`).
     handoff: Handoff,
+    /// For the body claims of `dedup_by_body` sources (one statement each).
+    bodies: Arc<dyn Ledger>,
     settings: config::Dedup,
     key_prefix: String,
     /// Last cache state seen, so an outage logs once, not once per request.
@@ -95,6 +104,7 @@ impl Dedup {
         cache: Arc<dyn ClaimCache>,
         ledger: GroupCommit,
         handoff: Handoff,
+        bodies: Arc<dyn Ledger>,
         settings: config::Dedup,
         key_prefix: String,
     ) -> Self {
@@ -102,6 +112,7 @@ impl Dedup {
             cache,
             ledger,
             handoff,
+            bodies,
             settings,
             key_prefix,
             cache_down: AtomicBool::new(false),
@@ -214,6 +225,29 @@ impl Dedup {
                 ..event
             };
             let expires_at = event.expires_at;
+            if source.dedup_by_body {
+                let claim = BodyClaim {
+                    source: &source.name,
+                    body_sha256: &c.sha,
+                    event_id: v.event_id().as_str(),
+                    now: now_ms,
+                    expires_at,
+                };
+                match this.bodies.claim_body(&claim).await {
+                    Ok(holder) if holder == claim.event_id => {}
+                    Ok(holder) => {
+                        // Our id was never recorded: let it go, so only the
+                        // body decides the next copy too.
+                        this.release(&c, have_claim).await;
+                        log_body_duplicate(&v, &holder, &c.hash);
+                        return Ok(Outcome::Duplicate {
+                            layer: Layer::Body,
+                            conflict: false,
+                        });
+                    }
+                    Err(e) => return Err(this.unavailable(&c, have_claim, e).await),
+                }
+            }
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {
                     let ttl = within(cache_ttl, expires_at);
@@ -236,21 +270,26 @@ impl Dedup {
                         conflict,
                     })
                 }
-                Err(e) => {
-                    if have_claim {
-                        // Let the provider's retry claim at once instead of
-                        // waiting out claim_ttl.
-                        if let Err(ce) = this.cache.release(&c.key, &c.token).await {
-                            this.cache_failed(&ce);
-                        }
-                    }
-                    tracing::warn!(error = %e, "ledger write failed; answering 503");
-                    Err(DedupError::Unavailable(e))
-                }
+                Err(e) => Err(this.unavailable(&c, have_claim, e).await),
             }
         });
         task.await
             .unwrap_or_else(|_| Err(DedupError::Unavailable(StoreError::Closed)))
+    }
+
+    /// The ledger failed: gives our claim back and answers 503.
+    async fn unavailable(&self, c: &Claimant, have_claim: bool, e: StoreError) -> DedupError {
+        // Let the provider's retry claim at once instead of waiting out
+        // claim_ttl.
+        self.release(c, have_claim).await;
+        tracing::warn!(error = %e, "ledger write failed; answering 503");
+        DedupError::Unavailable(e)
+    }
+
+    async fn release(&self, c: &Claimant, have_claim: bool) {
+        if have_claim && let Err(ce) = self.cache.release(&c.key, &c.token).await {
+            self.cache_failed(&ce);
+        }
     }
 
     /// Turns the key into `done`. With `have_claim` this always tries, even
@@ -325,5 +364,15 @@ fn log_conflict(v: &Verified, stored: &str, received: &str) {
         body.sha256.stored = stored,
         body.sha256.received = received,
         "same event id with a different body: answered duplicate, not forwarded"
+    );
+}
+
+fn log_body_duplicate(v: &Verified, holder: &str, sha: &str) {
+    tracing::warn!(
+        source = %v.source().name,
+        event.id = v.event_id().as_str(),
+        body.first_event_id = holder,
+        body.sha256 = sha,
+        "body already seen under another event id (dedup_by_body): answered duplicate, not stored"
     );
 }

@@ -146,13 +146,17 @@ async fn handle(
             (Outcome::New, "new")
         }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
-            // Queued in memory only; see store::arrivals.
-            let id = event_id.as_deref().unwrap_or_default();
-            state.arrivals.push(source_name, id, now, conflict);
             let layer = match layer {
                 dedup::Layer::Cache => Layer::Cache,
                 dedup::Layer::Ledger => Layer::Ledger,
+                // Its id has no row to count an arrival on.
+                dedup::Layer::Body => Layer::Body,
             };
+            if layer != Layer::Body {
+                // Queued in memory only; see store::arrivals.
+                let id = event_id.as_deref().unwrap_or_default();
+                state.arrivals.push(source_name, id, now, conflict);
+            }
             (Outcome::Duplicate { layer, conflict }, "duplicate")
         }
         Err(DedupError::InFlight) => return Err(ApiError::InFlight),

@@ -27,17 +27,19 @@ enum Counter {
     Unique,
     DuplicateCache,
     DuplicateLedger,
+    DuplicateBody,
     Conflict,
     InFlight,
     Unavailable,
     Unrouted,
 }
 
-const COUNTERS: [(Counter, &str); 8] = [
+const COUNTERS: [(Counter, &str); 9] = [
     (Counter::Received, "received"),
     (Counter::Unique, "unique"),
     (Counter::DuplicateCache, "duplicates.cache"),
     (Counter::DuplicateLedger, "duplicates.ledger"),
+    (Counter::DuplicateBody, "duplicates.body"),
     (Counter::Conflict, "conflicts"),
     (Counter::InFlight, "inflight_rejected"),
     (Counter::Unavailable, "unavailable"),
@@ -107,6 +109,7 @@ impl Counters {
                 add(match layer {
                     Layer::Cache => Counter::DuplicateCache,
                     Layer::Ledger => Counter::DuplicateLedger,
+                    Layer::Body => Counter::DuplicateBody,
                 });
                 if conflict {
                     add(Counter::Conflict);

@@ -28,6 +28,8 @@ pub enum Outcome {
 pub enum Layer {
     Cache,
     Ledger,
+    /// `dedup_by_body`: the same body under another event id.
+    Body,
 }
 
 impl Outcome {
@@ -45,6 +47,9 @@ impl Outcome {
                 layer: Layer::Ledger,
                 ..
             } => "duplicate_ledger",
+            Self::Duplicate {
+                layer: Layer::Body, ..
+            } => "duplicate_body",
             Self::Rejected(r) => r.as_str(),
             Self::InFlight => "in_flight",
             Self::Unavailable => "unavailable",

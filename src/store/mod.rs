@@ -6,6 +6,7 @@
 
 pub mod arrivals;
 pub mod batch;
+pub mod body_hashes;
 pub mod events;
 pub mod handoff;
 pub mod idempotency;
@@ -231,11 +232,16 @@ pub trait Ledger: Send + Sync + 'static {
     /// Inserts every event not already present, with its delivery rows, in
     /// ONE transaction. Results are in input order.
     async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError>;
+    /// `dedup_by_body`: claims the body for `c.event_id` unless another id
+    /// holds it within its window; returns the id holding it afterwards
+    /// (see [`body_hashes`]).
+    async fn claim_body(&self, c: &body_hashes::BodyClaim<'_>) -> Result<String, StoreError>;
     /// Adds `(source, counter, delta)` to the cluster-wide counters.
     async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError>;
     /// All cluster-wide counters.
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError>;
-    /// Deletes events past their window whose deliveries are all delivered.
+    /// Deletes events past their window whose deliveries are all delivered,
+    /// and body claims past theirs.
     async fn purge(&self, now: Millis) -> Result<u64, StoreError>;
 
     /// Leases up to `limit` due deliveries of `target` to the caller.

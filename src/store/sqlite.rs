@@ -149,6 +149,20 @@ impl Ledger for SqliteLedger {
         Ok(out)
     }
 
+    async fn claim_body(
+        &self,
+        c: &crate::store::body_hashes::BodyClaim<'_>,
+    ) -> Result<String, StoreError> {
+        Ok(sqlx::query_scalar(crate::store::body_hashes::CLAIM_SQL)
+            .bind(c.source)
+            .bind(&c.body_sha256[..])
+            .bind(c.event_id)
+            .bind(c.expires_at)
+            .bind(c.now)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         for (source, name, delta) in deltas {
@@ -180,6 +194,10 @@ impl Ledger for SqliteLedger {
         .bind(now)
         .execute(&self.pool)
         .await?;
+        sqlx::query(crate::store::body_hashes::PURGE_SQL)
+            .bind(now)
+            .execute(&self.pool)
+            .await?;
         Ok(r.rows_affected())
     }
 

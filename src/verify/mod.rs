@@ -14,6 +14,7 @@ pub mod crypto;
 pub mod event_id;
 pub mod facts;
 pub mod fetch_budget;
+pub mod json_subset;
 pub mod locator;
 pub mod provider;
 pub mod registry;

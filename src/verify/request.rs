@@ -1,8 +1,11 @@
 //! Reading values out of a request for templates and event ids: headers,
-//! JSON pointers, form fields. The body is parsed lazily, at most once, and
-//! only after the signature has been checked or when the template needs it.
+//! JSON pointers, form fields. The body is read lazily, only after the
+//! signature has been checked or when the template needs it, and a JSON
+//! pointer materialises only its own path (`json_subset`): this may run
+//! before the signature is checked.
 
 use super::VerifyError;
+use super::json_subset::{Want, subset};
 use super::locator::{Locator, Lookup};
 use http::HeaderMap;
 use serde_json::Value;
@@ -16,7 +19,8 @@ pub struct Fields<'a> {
     headers: &'a HeaderMap,
     body: &'a [u8],
     query: &'a str,
-    json: OnceCell<Option<Value>>,
+    /// `Some(is an object)` for a valid JSON body, read at most once.
+    json_shape: OnceCell<Option<bool>>,
     form: OnceCell<Vec<(String, String)>>,
     query_pairs: OnceCell<Vec<(String, String)>>,
 }
@@ -32,7 +36,7 @@ impl<'a> Fields<'a> {
             headers,
             body,
             query,
-            json: OnceCell::new(),
+            json_shape: OnceCell::new(),
             form: OnceCell::new(),
             query_pairs: OnceCell::new(),
         }
@@ -46,19 +50,19 @@ impl<'a> Fields<'a> {
         self.body
     }
 
-    /// The body as JSON (parsed at most once). A body nested deeper than
-    /// [`MAX_JSON_DEPTH`] is not parsed at all: this may run before the
-    /// signature is checked (Adyen, T-Bank, Linear's timestamp), and a
-    /// deep body costs far more than its size. Its size is already bounded
-    /// by `max_body_bytes`.
-    pub fn json(&self) -> Option<&Value> {
-        self.json
-            .get_or_init(|| {
-                json_depth_within(self.body, MAX_JSON_DEPTH)
-                    .then(|| serde_json::from_slice(self.body).ok())
-                    .flatten()
-            })
-            .as_ref()
+    /// `Some(true)` for a JSON object body, `Some(false)` for other JSON,
+    /// `None` when the body is not JSON or is nested deeper than
+    /// [`MAX_JSON_DEPTH`] (a deep body costs far more than its size, which
+    /// `max_body_bytes` already bounds). Nothing of the body is kept.
+    pub fn json_is_object(&self) -> Option<bool> {
+        *self
+            .json_shape
+            .get_or_init(|| subset(self.body, &Want::shape()).map(|v| v.is_object()))
+    }
+
+    /// The wanted part of the JSON body (see [`json_subset`](super::json_subset)).
+    fn json_part(&self, pointer: &str) -> Option<Value> {
+        subset(self.body, &Want::pointer(pointer, MAX_WILDCARD_VALUES)?)
     }
 
     /// The body as form fields, in order (parsed at most once).
@@ -78,25 +82,25 @@ impl<'a> Fields<'a> {
         })
     }
 
-    /// The first value of form field `name`.
-    pub fn form_value(&self, name: &str) -> Option<&str> {
-        self.form()
-            .iter()
+    /// The first value of form field `name`. Reads the body without
+    /// collecting its other fields (this may run before the signature).
+    pub fn form_value(&self, name: &str) -> Option<String> {
+        form_urlencoded::parse(self.body)
             .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+            .map(|(_, v)| v.into_owned())
     }
 
     /// Why the body cannot hold what a lookup wants, if it cannot.
     pub fn body_problem(&self, lookup: &Lookup) -> Option<VerifyError> {
         if lookup.wants_json() {
-            match self.json() {
+            match self.json_is_object() {
                 None if std::str::from_utf8(self.body).is_err() => {
                     return Some(VerifyError::BadBody("body is not UTF-8 JSON"));
                 }
                 None if !lookup.wants_form() => {
                     return Some(VerifyError::BadBody("body is not valid JSON"));
                 }
-                Some(v) if !v.is_object() => {
+                Some(false) => {
                     return Some(VerifyError::BadBody("JSON body is not an object"));
                 }
                 _ => {}
@@ -147,11 +151,11 @@ impl<'a> Fields<'a> {
                 .map(|(_, v)| (*v).to_owned()),
             Locator::Json(pointer) if pointer.contains("/*") => {
                 let mut out = Vec::new();
-                collect(self.json()?, pointer, &mut out);
+                collect(&self.json_part(pointer)?, pointer, &mut out);
                 (!out.is_empty()).then(|| out.join(","))
             }
-            Locator::Json(pointer) => scalar(self.json()?.pointer(pointer)?),
-            Locator::Form(name) => self.form_value(name).map(str::to_owned),
+            Locator::Json(pointer) => scalar(self.json_part(pointer)?.pointer(pointer)?),
+            Locator::Form(name) => self.form_value(name),
             Locator::Query(name) => self
                 .query_pairs()
                 .iter()
@@ -361,8 +365,8 @@ mod tests {
         );
         let ok = format!("{{\"a\":{}1{}}}", "[".repeat(10), "]".repeat(10));
         let h = HeaderMap::new();
-        assert!(Fields::new(&h, deep.as_bytes()).json().is_none());
-        assert!(Fields::new(&h, ok.as_bytes()).json().is_some());
+        assert!(Fields::new(&h, deep.as_bytes()).json_is_object().is_none());
+        assert!(Fields::new(&h, ok.as_bytes()).json_is_object().is_some());
         // Brackets inside strings do not count.
         let s = format!("{{\"a\":\"{}\\\"\"}}", "[".repeat(100));
         assert!(json_depth_within(s.as_bytes(), 2));

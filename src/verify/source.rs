@@ -23,6 +23,9 @@ pub struct Source {
     pub keys: Vec<SigningKey>,
     pub tolerance: Duration,
     pub dedup_window: Duration,
+    /// `dedup_by_body`: a body already seen under another id within the
+    /// window is a duplicate (`store::body_hashes`).
+    pub dedup_by_body: bool,
     pub targets: Vec<String>,
     /// `targets` with the rule each subscribes with, in the same order.
     pub routes: Vec<super::route::Route>,

@@ -124,6 +124,7 @@ fn source(
                 rule: t.rule.clone(),
             })
             .collect(),
+        dedup_by_body: s.dedup_by_body,
         targets: s.targets,
         public_url: s.public_url,
     })

@@ -123,6 +123,20 @@ impl Ledger for PgLedger {
         bounded!(self, |c| record::record(c, batch))
     }
 
+    async fn claim_body(
+        &self,
+        c: &crate::store::body_hashes::BodyClaim<'_>,
+    ) -> Result<String, StoreError> {
+        Ok(sqlx::query_scalar(crate::store::body_hashes::CLAIM_SQL)
+            .bind(c.source)
+            .bind(&c.body_sha256[..])
+            .bind(c.event_id)
+            .bind(c.expires_at)
+            .bind(c.now)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
     async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError> {
         if deltas.is_empty() {
             return Ok(());
@@ -174,6 +188,10 @@ impl Ledger for PgLedger {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
+        sqlx::query(crate::store::body_hashes::PURGE_SQL)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
         tx.commit().await?;
         Ok(n as u64)
     }

@@ -7,6 +7,7 @@ use super::hmac::decode_candidates;
 use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
 use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::json_subset::{Want, subset};
 use crate::verify::request::scalar;
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
@@ -85,8 +86,39 @@ pub fn items(body: &Value) -> Result<Vec<&Value>, VerifyError> {
         .collect()
 }
 
+/// The part of a notification [`verify`] reads: per item, the signed
+/// fields and the signature (at most `MAX_ITEMS + 1` items, enough to refuse
+/// more). Everything else in the body is skipped, not kept.
+fn wanted() -> Want {
+    let leaf = |name: &str| (name.to_owned(), Want::Leaf);
+    let item = Want::Keys(vec![
+        leaf("pspReference"),
+        leaf("originalReference"),
+        leaf("merchantAccountCode"),
+        leaf("merchantReference"),
+        (
+            "amount".into(),
+            Want::Keys(vec![leaf("value"), leaf("currency")]),
+        ),
+        leaf("eventCode"),
+        leaf("success"),
+        (
+            "additionalData".into(),
+            Want::Keys(vec![leaf("hmacSignature")]),
+        ),
+    ]);
+    Want::Keys(vec![(
+        "notificationItems".into(),
+        Want::Items {
+            each: Box::new(Want::Keys(vec![("NotificationRequestItem".into(), item)])),
+            limit: MAX_ITEMS + 1,
+        },
+    )])
+}
+
 fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
-    let json = match ctx.fields.json() {
+    let json = subset(ctx.fields.body(), &wanted());
+    let json = match &json {
         Some(v) if v.is_object() => v,
         Some(_) => return Err(VerifyError::BadBody("JSON body is not an object")),
         None => return Err(VerifyError::BadBody("body is not valid JSON")),

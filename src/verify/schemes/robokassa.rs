@@ -55,11 +55,27 @@ pub fn robokassa_content(fields: &[(String, String)], password: &str) -> Option<
     Some(text)
 }
 
+/// `SignatureValue`, `OutSum`, `InvId` and `Shp_*`, in any case.
+fn is_signed_field(name: &str) -> bool {
+    ["SignatureValue", "OutSum", "InvId"]
+        .iter()
+        .any(|n| name.eq_ignore_ascii_case(n))
+        || name
+            .as_bytes()
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"shp_"))
+}
+
 fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     if std::str::from_utf8(ctx.fields.body()).is_err() {
         return Err(VerifyError::BadBody("form body is not UTF-8"));
     }
-    let form = ctx.fields.form();
+    // Only the fields the signature covers are copied out of the body.
+    let form: Vec<(String, String)> = form_urlencoded::parse(ctx.fields.body())
+        .filter(|(k, _)| is_signed_field(k))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let form = form.as_slice();
     let given = form
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("SignatureValue"))

@@ -6,6 +6,7 @@
 use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
 use crate::verify::VerifyError;
 use crate::verify::crypto::{Algorithm, Encoding};
+use crate::verify::json_subset::{Want, subset};
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 
@@ -50,7 +51,9 @@ pub fn tbank_content(body: &serde_json::Map<String, Value>, password: &str) -> S
 }
 
 fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
-    let body = match ctx.fields.json() {
+    // Root members only: nested objects and arrays are skipped, not kept.
+    let root = subset(ctx.fields.body(), &Want::EveryKey(Box::new(Want::Leaf)));
+    let body = match root {
         Some(Value::Object(m)) => m,
         Some(_) => return Err(VerifyError::BadBody("JSON body is not an object")),
         None => return Err(VerifyError::BadBody("body is not valid JSON")),
@@ -63,7 +66,7 @@ fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     secret_position(
         ctx,
         |password| {
-            let content = tbank_content(body, password);
+            let content = tbank_content(&body, password);
             ctx.sig.algorithm.digest(&[content.as_bytes()])
         },
         &given,

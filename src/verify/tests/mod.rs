@@ -7,6 +7,7 @@ mod payments;
 mod paypal;
 mod plaid;
 mod saas;
+mod subset;
 
 use super::crypto::SigningKey;
 use super::registry::Registry;
@@ -33,6 +34,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         provider: p,
         keys,
         dedup_window: Duration::from_secs(60),
+        dedup_by_body: false,
         targets: vec![],
         routes: vec![],
         public_url: None,
