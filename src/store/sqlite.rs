@@ -75,28 +75,24 @@ impl Ledger for SqliteLedger {
                 });
                 continue;
             }
-            let pk: Option<i64> = sqlx::query_scalar(
-                "INSERT INTO hookgate_events
-                     (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                      event_type, key_index, provider_ts, recovered)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (source, event_id) DO NOTHING
-                 RETURNING id",
-            )
-            .bind(&e.source)
-            .bind(&e.event_id)
-            .bind(e.body.as_ref())
-            .bind(&e.body_sha256[..])
-            .bind(&e.headers)
-            .bind(e.received_at)
-            .bind(e.expires_at)
-            // Console facts (store::events).
-            .bind(e.facts.event_type.as_deref())
-            .bind(e.facts.key_index)
-            .bind(e.facts.provider_ts)
-            .bind(e.facts.recovered)
-            .fetch_optional(&mut *tx)
-            .await?;
+            let mut pk = insert_event(&mut tx, e).await?;
+            if pk.is_none() {
+                // Past its window, the id is new again; the kept row is
+                // renamed (see postgres::record::readmit_expired).
+                let renamed = sqlx::query(
+                    "UPDATE hookgate_events SET event_id = event_id || '~expired~' || id
+                     WHERE source = ? AND event_id = ? AND expires_at <= ?",
+                )
+                .bind(&e.source)
+                .bind(&e.event_id)
+                .bind(e.received_at)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if renamed > 0 {
+                    pk = insert_event(&mut tx, e).await?;
+                }
+            }
             match pk {
                 Some(pk) => {
                     let mut handed = vec![];
@@ -348,3 +344,32 @@ impl Ledger for SqliteLedger {
     }
 }
 crate::store::reconcile::impl_reconcile_store!(SqliteLedger);
+
+/// Inserts one event row unless its key exists; its new primary key.
+async fn insert_event(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    e: &NewEvent,
+) -> Result<Option<i64>, StoreError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO hookgate_events
+                     (source, event_id, body, body_sha256, headers, received_at, expires_at,
+                      event_type, key_index, provider_ts, recovered)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT (source, event_id) DO NOTHING
+                 RETURNING id",
+    )
+    .bind(&e.source)
+    .bind(&e.event_id)
+    .bind(e.body.as_ref())
+    .bind(&e.body_sha256[..])
+    .bind(&e.headers)
+    .bind(e.received_at)
+    .bind(e.expires_at)
+    // Console facts (store::events).
+    .bind(e.facts.event_type.as_deref())
+    .bind(e.facts.key_index)
+    .bind(e.facts.provider_ts)
+    .bind(e.facts.recovered)
+    .fetch_optional(&mut **tx)
+    .await?)
+}

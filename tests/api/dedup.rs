@@ -13,7 +13,7 @@ both_backends!(
     hundred_concurrent_copies_make_exactly_one_row,
     a_lost_cache_still_answers_duplicate_from_the_ledger,
     stats_are_cluster_wide_and_survive_restarts,
-    ids_are_forgotten_after_the_window_unless_a_delivery_is_unfinished,
+    ids_are_new_again_after_the_window_even_when_a_delivery_is_unfinished,
 );
 
 async fn new_then_duplicate_then_retry_with_fresh_signature(b: Backend) {
@@ -216,7 +216,7 @@ async fn stats_are_cluster_wide_and_survive_restarts(b: Backend) {
     }
 }
 
-async fn ids_are_forgotten_after_the_window_unless_a_delivery_is_unfinished(b: Backend) {
+async fn ids_are_new_again_after_the_window_even_when_a_delivery_is_unfinished(b: Backend) {
     let down = TestTarget::start().await;
     down.always(Some(500));
     let mut opts = Opts::new(b);
@@ -275,9 +275,22 @@ max_attempts = 1000
         assert_eq!(orphans, 0, "no arrival or attempt row outlives its event");
     }
     assert_eq!(send("short").await, "new", "a forgotten id is new again");
-    // An event whose delivery is still retrying is kept (and stays a duplicate).
+    // An event whose delivery is still retrying is kept for the operator,
+    // under a renamed id, and its id is new again all the same.
     assert_eq!(app.rows("short-undelivered", "evt_window").await, 1);
+    assert_eq!(send("short-undelivered").await, "new", "past its window");
     assert_eq!(send("short-undelivered").await, "duplicate");
+    let kept = app
+        .client
+        .get(app.url("/admin/events?source=short-undelivered"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(kept.contains("evt_window~expired~"), "{kept}");
 }
 
 /// The rule (docs/design.md, "Dedup window"): an id is a duplicate while

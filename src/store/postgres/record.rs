@@ -34,7 +34,7 @@ pub(super) async fn record(
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let (pk, leased) = insert_all(conn, &unique, &position).await?;
+    let (mut pk, leased) = insert_all(conn, &unique, &position).await?;
     // Committed: hand the leased rows to this process's loops.
     for (at, e) in unique.iter().enumerate() {
         if pk[at].is_some() {
@@ -43,9 +43,68 @@ pub(super) async fn record(
     }
     // Only when something conflicted: the conflicting rows are committed
     // (ON CONFLICT waited for them), so a plain read sees their hashes.
-    let stored = stored_hashes(conn, &unique, &pk, &position).await?;
+    let mut stored = stored_hashes(conn, &unique, &pk, &position).await?;
+    readmit_expired(conn, &unique, &position, &mut pk, &mut stored).await?;
 
     Ok(results(batch, &repeats, &position, &pk, stored))
+}
+
+/// An id whose stored row is past its window is new again (docs/design.md
+/// "Dedup window"), even while that row is kept for an unfinished delivery:
+/// the old row is renamed `<id>~expired~<pk>` (its deliveries, attempts and
+/// arrivals stay with it, for the operator) and the event is inserted again.
+/// Only runs when a conflict hit an expired row. Two writers racing here
+/// both rename at most the expired row; one insert wins, the other is a
+/// duplicate of it.
+async fn readmit_expired(
+    conn: &mut PgConnection,
+    unique: &[&NewEvent],
+    position: &HashMap<Key<'_>, usize>,
+    pk: &mut [Option<i64>],
+    stored: &mut [Option<(Vec<u8>, Millis)>],
+) -> Result<(), StoreError> {
+    let expired: Vec<&NewEvent> = unique
+        .iter()
+        .zip(stored.iter())
+        .filter(|(e, st)| {
+            st.as_ref()
+                .is_some_and(|(_, until)| *until <= e.received_at)
+        })
+        .map(|(e, _)| *e)
+        .collect();
+    if expired.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "UPDATE hookgate_events e SET event_id = e.event_id || '~expired~' || e.id
+         FROM UNNEST($1::text[], $2::text[], $3::int8[]) AS k(s, i, now)
+         WHERE e.source = k.s AND e.event_id = k.i AND e.expires_at <= k.now",
+    )
+    .bind(column(&expired, |e| e.source.as_str()))
+    .bind(column(&expired, |e| e.event_id.as_str()))
+    .bind(column(&expired, |e| e.received_at.0))
+    .execute(&mut *conn)
+    .await?;
+    let again: HashMap<Key, usize> = expired
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (key(e), i))
+        .collect();
+    let (pk2, leased2) = insert_all(conn, &expired, &again).await?;
+    for (i, e) in expired.iter().enumerate() {
+        if pk2[i].is_some() {
+            e.committed(&leased2[i]);
+        }
+        let at = position[&key(e)];
+        pk[at] = pk2[i];
+    }
+    // Whatever still conflicts (another writer re-admitted it first) is a
+    // duplicate of that new row.
+    let still = stored_hashes(conn, &expired, &pk2, &again).await?;
+    for (i, e) in expired.iter().enumerate() {
+        stored[position[&key(e)]] = still[i].clone();
+    }
+    Ok(())
 }
 
 fn key(e: &NewEvent) -> Key<'_> {
