@@ -92,6 +92,9 @@ struct TargetCtx {
     wake: Arc<Notify>,
     /// Failed attempts since the last success.
     failures: AtomicU32,
+    /// When the target last came back (unix ms; 0: never), set before its
+    /// retries are expedited (see [`attempt`]).
+    recovered_at: std::sync::atomic::AtomicI64,
     /// Metric handles, built once (no label allocation per attempt).
     delivered: metrics::Counter,
     retried: metrics::Counter,
@@ -116,6 +119,7 @@ impl TargetCtx {
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
             failures: AtomicU32::new(0),
+            recovered_at: std::sync::atomic::AtomicI64::new(0),
             sink: Sink::new(&target, http),
             target,
             wake,
@@ -389,7 +393,18 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
                     NextState::RetryAt(_) => DeliveryOutcome::Failed,
                 };
                 ctx.counters.delivery(&row.source, &target.name, counted);
+                // Recorded batches of two writers may commit out of order: a
+                // failure recorded after the recovery's `expedite` ran would
+                // keep its backoff. So the recovery is published before
+                // `expedite` runs, and a failure that started before it
+                // expedites again once recorded: either `expedite` sees the
+                // failure's row, or the failure sees the recovery.
                 if recovered {
+                    t.recovered_at.store(Millis::now().0, Ordering::SeqCst);
+                    expedite(ctx, t).await;
+                } else if matches!(next, NextState::RetryAt(_))
+                    && t.recovered_at.load(Ordering::SeqCst) >= started_at.0
+                {
                     expedite(ctx, t).await;
                 }
                 if next == NextState::Dead {
