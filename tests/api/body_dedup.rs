@@ -68,15 +68,7 @@ async fn the_same_body_under_a_fresh_id_is_a_flagged_duplicate_and_forwarded_onc
     assert_eq!(s["unique"], 1, "{s}");
     assert_eq!(s["duplicates"], 2, "{s}");
     assert_eq!(s["duplicates_by_layer"]["body"], 1, "{s}");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.admin_text("/metrics").await;
     assert!(metrics.contains("duplicate_body"), "{metrics}");
 
     // The ledger holds it: after a restart (and on another replica of the

@@ -281,15 +281,8 @@ max_attempts = 1000
     assert_eq!(send("short-undelivered").await, "new", "past its window");
     assert_eq!(send("short-undelivered").await, "duplicate");
     let kept = app
-        .client
-        .get(app.url("/admin/events?source=short-undelivered"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+        .admin_text("/admin/events?source=short-undelivered")
+        .await;
     assert!(kept.contains("evt_window~expired~"), "{kept}");
 }
 

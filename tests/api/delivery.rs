@@ -312,16 +312,7 @@ async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend)
         assert_eq!(dedup_header(&r), "new");
     }
     assert!(eventually(WAIT, || async { t.count() == 3 }).await);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.admin_text("/metrics").await;
     let line = format!("hookgate_delivery_handoffs_total{{target=\"{name}\"}} 3");
     assert!(metrics.contains(&line), "{metrics}");
     let recorded = eventually(WAIT, || async {

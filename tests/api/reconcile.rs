@@ -313,16 +313,7 @@ async fn a_429_in_the_middle_of_pagination_is_resumed_and_nothing_is_skipped() {
     );
     assert!(s["reconcile_last_run"].is_string(), "{s}");
     assert!(s["reconcile_last_error"].is_null(), "{s}");
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.admin_text("/metrics").await;
     assert!(
         metrics.contains("hookgate_reconcile_last_success_timestamp_seconds{source=\"stripe\"}"),
         "{metrics}"

@@ -125,15 +125,7 @@ async fn an_event_no_target_wants_is_stored_counted_unrouted_and_sent_nowhere(b:
     assert_eq!(s["delivered"], 0, "{stats}");
     // The metrics recorder is process-wide (shared by parallel tests), so
     // only its presence is checked here; the count is /stats' job.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.admin_text("/metrics").await;
     assert!(
         metrics.contains("hookgate_unrouted_total{source=\"stripe\"}"),
         "{metrics}"

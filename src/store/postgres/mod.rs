@@ -127,14 +127,16 @@ impl Ledger for PgLedger {
         &self,
         c: &crate::store::body_hashes::BodyClaim<'_>,
     ) -> Result<String, StoreError> {
-        Ok(sqlx::query_scalar(crate::store::body_hashes::CLAIM_SQL)
+        let claim = sqlx::query_scalar(crate::store::body_hashes::CLAIM_SQL)
             .bind(c.source)
             .bind(&c.body_sha256[..])
             .bind(c.event_id)
             .bind(c.expires_at)
-            .bind(c.now)
-            .fetch_one(&self.pool)
-            .await?)
+            .bind(c.now);
+        // On the request path: bounded like `record`.
+        bounded!(self, |conn| async {
+            Ok(claim.fetch_one(&mut *conn).await?)
+        })
     }
 
     async fn add_counters(&self, deltas: &[(String, String, i64)]) -> Result<(), StoreError> {

@@ -287,6 +287,19 @@ impl TestApp {
             .unwrap()
     }
 
+    /// The body of `GET path` with the admin token (`/metrics`, `/admin/…`).
+    pub async fn admin_text(&self, path: &str) -> String {
+        self.client
+            .get(self.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
     /// Rows in the ledger for one event.
     pub async fn rows(&self, source: &str, event_id: &str) -> i64 {
         self.state
