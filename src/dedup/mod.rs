@@ -200,6 +200,7 @@ impl Dedup {
         let this = self.clone();
         let task = tokio::spawn(async move {
             let source = v.source();
+            let targets = v.targets();
             let event = NewEvent {
                 source: source.name.clone(),
                 event_id: v.event_id().as_str().to_owned(),
@@ -210,19 +211,14 @@ impl Dedup {
                 expires_at: now_ms + source.dedup_window,
                 // Routed at verification (verify/route.rs): only the
                 // targets that want this event get a delivery row.
-                targets: v.targets().to_vec(),
+                targets: targets.to_vec(),
                 facts: crate::store::EventFacts {
                     event_type: v.event_type().map(str::to_owned),
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
                     provider_ts: v.provider_timestamp(),
                     recovered: v.recovered(),
                 },
-                handoff: None,
-            };
-            let event = NewEvent {
-                handoff: (!event.targets.is_empty())
-                    .then(|| this.handoff.reserve(&event.targets, now_ms)),
-                ..event
+                handoff: (!targets.is_empty()).then(|| this.handoff.reserve(targets, now_ms)),
             };
             let expires_at = event.expires_at;
             if source.dedup_by_body {

@@ -154,7 +154,6 @@ impl Handoff {
         Reservation {
             token: self.0.token.clone(),
             lease_until: now + self.0.lease,
-            targets: targets.to_vec(),
             slots: Mutex::new(slots),
             handoff: self.clone(),
         }
@@ -171,7 +170,6 @@ fn take_slot(free: &AtomicUsize) -> bool {
 pub struct Reservation {
     token: Arc<str>,
     lease_until: Millis,
-    targets: Vec<String>,
     slots: Mutex<Vec<Option<Slot>>>,
     handoff: Handoff,
 }
@@ -179,7 +177,6 @@ pub struct Reservation {
 impl std::fmt::Debug for Reservation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reservation")
-            .field("targets", &self.targets)
             .field("lease_until", &self.lease_until)
             .finish_non_exhaustive()
     }
@@ -195,10 +192,15 @@ impl Reservation {
             .map(|_| (&*self.token, self.lease_until))
     }
 
-    /// After COMMIT of a new event: every leased row goes to its loop
-    /// (`row(i, delivery id)` builds it); every other target is woken to
-    /// claim its row.
-    pub fn committed(&self, leased_ids: &[(usize, i64)], row: impl Fn(usize, i64) -> DueDelivery) {
+    /// After COMMIT of a new event with these `targets` (the ones it was
+    /// reserved for): every leased row goes to its loop (`row(i, delivery
+    /// id)` builds it); every other target is woken to claim its row.
+    pub fn committed(
+        &self,
+        targets: &[String],
+        leased_ids: &[(usize, i64)],
+        row: impl Fn(usize, i64) -> DueDelivery,
+    ) {
         let Ok(mut slots) = self.slots.lock() else {
             return;
         };
@@ -215,7 +217,7 @@ impl Reservation {
                 });
             }
         }
-        for (i, t) in self.targets.iter().enumerate() {
+        for (i, t) in targets.iter().enumerate() {
             let handed = leased_ids.iter().any(|&(j, _)| j == i);
             if !handed {
                 self.handoff.wake(t).notify_one();

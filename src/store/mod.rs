@@ -52,7 +52,7 @@ impl NewEvent {
     /// (`(target index, delivery id)`) to their loops and wakes the others.
     pub fn committed(&self, leased: &[(usize, i64)]) {
         if let Some(h) = &self.handoff {
-            h.committed(leased, |i, id| DueDelivery {
+            h.committed(&self.targets, leased, |i, id| DueDelivery {
                 id,
                 source: self.source.clone(),
                 target: self.targets[i].clone(),

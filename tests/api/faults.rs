@@ -381,12 +381,7 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 
     // Nothing can be recorded while this transaction holds the lock.
-    let mut blocker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
-    sqlx::query("LOCK TABLE hookgate_attempts IN EXCLUSIVE MODE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = db.lock_table("hookgate_attempts").await;
 
     let client = reqwest::Client::new();
     let url = first.url("/webhooks/stripe");
@@ -495,7 +490,6 @@ async fn sigterm_with_two_targets_and_deliveries_in_flight_sends_nothing_twice()
 /// instead of a 2xx duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
-    use sqlx::Connection;
     let redis = RedisServer::start().await;
     let mut opts = Opts::new(Backend::Production);
     opts.redis_url = Some(redis.url());
@@ -504,12 +498,7 @@ async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
     let app = Arc::new(spawn_app(opts).await);
 
     // Hold the ledger so the owner's write waits after its claim.
-    let mut blocker = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
-    sqlx::query("LOCK TABLE hookgate_events IN EXCLUSIVE MODE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = app.db.lock_table("hookgate_events").await;
     let owner = {
         let app = app.clone();
         tokio::spawn(async move { app.post_stripe("evt_owned").await.status().as_u16() })

@@ -189,12 +189,7 @@ async fn every_acked_event_is_in_the_stream_exactly_once_across_a_kill_9() {
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 
     // Nothing can be recorded while this transaction holds the lock.
-    let mut blocker = sqlx::PgConnection::connect(&db.url).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut blocker).await.unwrap();
-    sqlx::query("LOCK TABLE hookgate_attempts IN EXCLUSIVE MODE")
-        .execute(&mut blocker)
-        .await
-        .unwrap();
+    let mut blocker = db.lock_table("hookgate_attempts").await;
     let client = reqwest::Client::new();
     let ids: Vec<String> = (0..N).map(|i| format!("evt_once_{i}")).collect();
     for id in &ids {

@@ -22,6 +22,21 @@ enum Guard {
 }
 
 impl TestDb {
+    /// A connection holding `table` in EXCLUSIVE mode inside an open
+    /// transaction (PostgreSQL): writes to it wait until `ROLLBACK` on it.
+    pub async fn lock_table(&self, table: &'static str) -> sqlx::PgConnection {
+        let mut c = sqlx::PgConnection::connect(&self.url).await.unwrap();
+        sqlx::query("BEGIN").execute(&mut c).await.unwrap();
+        // A table name of the test's own, never input.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "LOCK TABLE {table} IN EXCLUSIVE MODE"
+        )))
+        .execute(&mut c)
+        .await
+        .unwrap();
+        c
+    }
+
     pub async fn create(backend: Backend) -> Self {
         match backend {
             Backend::Production => {
