@@ -309,7 +309,8 @@ async function loadEvent(source, id) {
   }
   const arrivals = $('#event-arrivals');
   arrivals.replaceChildren(...(e.arrivals.length ? e.arrivals.map((a) =>
-    el('li', {}, when(a.at) + (a.conflict ? ' — different body (conflict)' : ''))) : [el('li', {}, 'none recorded')]));
+    el('li', {}, when(a.at) + (a.copies > 1 ? ` … ${when(a.last_at)}, ${a.copies} copies` : '')
+      + (a.conflict ? ' — different body (conflict)' : ''))) : [el('li', {}, 'none recorded')]));
   fill($('#event-headers tbody'), e.headers.map(([n, v]) => el('tr', {}, td(n), td(v, 'wrap'))));
   $('#event-body').textContent = prettyBody(e.body);
 }

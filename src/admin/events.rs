@@ -296,7 +296,14 @@ pub fn record_json(r: &EventRecord) -> Value {
     let arrivals: Vec<Value> = r
         .arrivals
         .iter()
-        .map(|a| json!({ "at": format_time(a.arrived_at), "conflict": a.conflict }))
+        .map(|a| {
+            json!({
+                "at": format_time(a.arrived_at),
+                "last_at": format_time(a.last_at),
+                "copies": a.copies,
+                "conflict": a.conflict,
+            })
+        })
         .collect();
     let extra = json!({
         "headers": headers,

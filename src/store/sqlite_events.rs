@@ -23,11 +23,15 @@ impl SqliteLedger {
             .await?;
             if let Some(pk) = pk {
                 sqlx::query(
-                    "INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict) VALUES (?, ?, ?)",
+                    "INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict, copies, last_at)
+                     VALUES (?, ?, ?, ?, NULLIF(?, ?))",
                 )
                 .bind(pk)
                 .bind(a.arrived_at.0)
                 .bind(a.conflict)
+                .bind(i64::from(a.copies))
+                .bind(a.last_at.0)
+                .bind(a.arrived_at.0)
                 .execute(&mut *tx)
                 .await?;
             }

@@ -66,6 +66,36 @@ impl Want {
     pub fn shape() -> Self {
         Self::Keys(Vec::new())
     }
+
+    /// One want covering both, so one walk of a body serves the pointers
+    /// of each: any pointer reads the same value from the merged subset as
+    /// from its own. `None` when the two ask for a position in ways one
+    /// walk cannot serve both (member names and every-item at once).
+    pub fn merge(self, other: Want) -> Option<Want> {
+        use Want::*;
+        Some(match (self, other) {
+            // A leaf reads scalars, which every want keeps.
+            (Leaf, w) | (w, Leaf) => w,
+            (Keys(mut a), Keys(b)) => {
+                for (name, want) in b {
+                    match a.iter().position(|(n, _)| *n == name) {
+                        Some(i) => {
+                            let mine = std::mem::replace(&mut a[i].1, Leaf);
+                            a[i].1 = mine.merge(want)?;
+                        }
+                        None => a.push((name, want)),
+                    }
+                }
+                Keys(a)
+            }
+            (Items { each: a, limit: la }, Items { each: b, limit: lb }) => Items {
+                each: Box::new(a.merge(*b)?),
+                limit: la.max(lb),
+            },
+            (EveryKey(a), EveryKey(b)) => EveryKey(Box::new(a.merge(*b)?)),
+            _ => return None,
+        })
+    }
 }
 
 /// The wanted part of `body`, or `None` when the body is not UTF-8 JSON
@@ -263,6 +293,51 @@ mod tests {
             let read = |v: &Value| v.pointer(p).and_then(scalar);
             assert_eq!(read(&part), read(&whole), "{p}");
         }
+    }
+
+    #[test]
+    fn a_merged_want_reads_each_pointer_as_its_own_walk_does() {
+        let body = br#"{"id":"evt_1","type":"invoice.paid","data":{"object":{"id":"in_1",
+            "lines":[{"id":"l1"},{"id":"l2"}],"currency":"eur"}},"created":17,"n":[1,2,3]}"#;
+        let pointers = [
+            "/id",
+            "/type",
+            "/data/object/id",
+            "/data/object/currency",
+            "/data/object/lines/*/id",
+            "/data/object",
+            "/created",
+            "/n/1",
+            "/missing",
+        ];
+        let merged = pointers
+            .iter()
+            .map(|p| Want::pointer(p, 10).unwrap())
+            .try_fold(Want::Leaf, Want::merge)
+            .unwrap();
+        let together = subset(body, &merged).unwrap();
+        for p in pointers {
+            let alone = subset(body, &Want::pointer(p, 10).unwrap()).unwrap();
+            let (a, b) = (
+                alone.pointer(p).and_then(scalar),
+                together.pointer(p).and_then(scalar),
+            );
+            assert_eq!(a, b, "{p}");
+        }
+        let mut out = Vec::new();
+        for item in together
+            .pointer("/data/object/lines")
+            .unwrap()
+            .as_array()
+            .unwrap()
+        {
+            out.push(item.pointer("/id").and_then(scalar).unwrap());
+        }
+        assert_eq!(out, ["l1", "l2"]);
+        // Names and every-item at one position cannot share a walk.
+        let items = Want::pointer("/a/*", 10).unwrap();
+        let name = Want::pointer("/a/b", 10).unwrap();
+        assert_eq!(items.merge(name), None);
     }
 
     #[test]

@@ -254,7 +254,8 @@ pub(crate) fn check_with(
     let sig = &provider.signature;
     let body = incoming.body;
     let query = incoming.query.unwrap_or_default();
-    let fields = Fields::with_query(incoming.headers, &body, query);
+    let fields =
+        Fields::with_query(incoming.headers, &body, query).reading_together(&provider.json_wants);
 
     let unsigned = !sig.headers.is_empty()
         && !sig

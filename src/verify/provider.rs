@@ -9,6 +9,7 @@
 
 use super::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
 use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
+use super::request::JsonWants;
 use super::schemes::Scheme;
 use super::spec::{
     EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides, SignatureSpec, TimeUnit,
@@ -31,6 +32,9 @@ pub struct Provider {
     pub event_type: Option<Lookup>,
     pub response: Response,
     pub controls: Vec<Control>,
+    /// The JSON pointers read from every request (event id, type,
+    /// timestamp, controls), walked together (`request::JsonWants`).
+    pub json_wants: JsonWants,
     /// Why this definition cannot verify yet (a generic provider without a
     /// source's `[signature]` settings); `None` when complete.
     pub incomplete: Option<String>,
@@ -172,6 +176,15 @@ impl Provider {
                 reply: check_response(c.status, &c.reply, c.content_type, None).map_err(at)?,
             });
         }
+        let json_wants = JsonWants::of(
+            event_id
+                .from
+                .iter()
+                .chain(&event_id.composite)
+                .chain(&event_type)
+                .chain(timestamp.as_ref().map(|t| &t.from))
+                .chain(controls.iter().map(|c| &c.when)),
+        );
         Ok(Self {
             name: f.name,
             title: f.title,
@@ -182,6 +195,7 @@ impl Provider {
             event_type,
             response,
             controls,
+            json_wants,
             incomplete,
             text: text.to_owned(),
         })

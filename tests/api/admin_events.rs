@@ -189,6 +189,28 @@ async fn events_are_listed_filtered_and_shown_with_credentials_redacted(b: Backe
     assert_eq!(arrivals.len(), 2);
     assert_eq!(arrivals[0]["conflict"], false);
     assert_eq!(arrivals[1]["conflict"], true);
+    // A burst of identical copies: folded per flush (store::arrivals), the
+    // counts still add up to every copy.
+    for _ in 0..3 {
+        app.post_stripe_body(&typed_body("evt_a1", "charge.succeeded"))
+            .await;
+    }
+    let recorded = eventually(WAIT, || async {
+        get(&app, "/admin/events/stripe/evt_a1").await.1["duplicates"] == 5
+    })
+    .await;
+    assert!(recorded, "the burst's arrivals recorded");
+    let (_, rec) = get(&app, "/admin/events/stripe/evt_a1").await;
+    let arrivals = rec["arrivals"].as_array().unwrap();
+    let copies: i64 = arrivals.iter().map(|a| a["copies"].as_i64().unwrap()).sum();
+    assert_eq!(copies, 5, "{arrivals:?}");
+    assert!(arrivals.len() <= 5, "{arrivals:?}");
+    assert!(
+        arrivals
+            .iter()
+            .all(|a| a["last_at"].as_str() >= a["at"].as_str())
+    );
+    assert_eq!(rec["conflicts"], 1);
     // The body as stored, verification facts, attempts per target.
     assert_eq!(rec["body"]["encoding"], "utf-8");
     assert_eq!(

@@ -122,7 +122,9 @@ macro_rules! console_ledger {
                     .map(|a| {
                         Ok(ArrivalInfo {
                             arrived_at: Millis(a.try_get(0)?),
-                            conflict: a.try_get(1)?,
+                            last_at: Millis(a.try_get(1)?),
+                            copies: a.try_get(2)?,
+                            conflict: a.try_get(3)?,
                         })
                     })
                     .collect::<Result<Vec<_>, StoreError>>()?;

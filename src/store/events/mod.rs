@@ -174,10 +174,14 @@ pub struct AttemptInfo {
     pub error: Option<String>,
 }
 
-/// A duplicate arrival, as recorded.
+/// Duplicate arrivals, as recorded: one row stands for `copies` arrivals
+/// of the same kind (same body or conflicting) written by one flush, from
+/// `arrived_at` to `last_at`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ArrivalInfo {
     pub arrived_at: Millis,
+    pub last_at: Millis,
+    pub copies: i64,
     pub conflict: bool,
 }
 
@@ -194,12 +198,16 @@ pub struct EventRecord {
     pub attempts: Vec<AttemptInfo>,
 }
 
-/// A duplicate arrival to record.
+/// Duplicate arrivals to record: `copies` (≥ 1) arrivals of one event id,
+/// all conflicting or all not, the first at `arrived_at`, the last at
+/// `last_at` (see `store::arrivals`).
 #[derive(Debug, Clone)]
 pub struct NewArrival {
     pub source: String,
     pub event_id: String,
     pub arrived_at: Millis,
+    pub last_at: Millis,
+    pub copies: u32,
     pub conflict: bool,
 }
 

@@ -80,8 +80,8 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
 
 /// Columns of an event summary, in [`console_ledger!`]'s decoding order.
 const SUMMARY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at,
-    CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
-    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
+    CAST(length(e.body) AS BIGINT), CAST((SELECT COALESCE(SUM(a.copies), 0) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN a.copies ELSE 0 END), 0)
           FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered";
 
 /// One page of events, newest first.
@@ -152,8 +152,8 @@ fn where_clause(c: &[String]) -> String {
 
 /// `$1` = source, `$2` = event id.
 pub(crate) const EVENT_SQL: &str = "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at,
-    CAST(length(e.body) AS BIGINT), CAST((SELECT COUNT(*) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
-    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN 1 ELSE 0 END), 0)
+    CAST(length(e.body) AS BIGINT), CAST((SELECT COALESCE(SUM(a.copies), 0) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
+    CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN a.copies ELSE 0 END), 0)
           FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered,
     e.headers, e.body, e.key_index, e.provider_ts
     FROM hookgate_events e WHERE e.source = $1 AND e.event_id = $2";
@@ -165,7 +165,8 @@ pub(crate) const EVENT_ATTEMPTS_SQL: &str = "SELECT d.target, a.attempt, a.start
     WHERE d.event_pk = $1 ORDER BY a.id LIMIT $2";
 
 /// `$1` = event pk, `$2` = limit.
-pub(crate) const ARRIVALS_SQL: &str = "SELECT arrived_at, conflict FROM hookgate_arrivals
+pub(crate) const ARRIVALS_SQL: &str = "SELECT arrived_at, COALESCE(last_at, arrived_at),
+    CAST(copies AS BIGINT), conflict FROM hookgate_arrivals
     WHERE event_pk = $1 ORDER BY arrived_at, id LIMIT $2";
 
 /// `$1` = now, `$2` = event pk. Every delivery of the event, due now.

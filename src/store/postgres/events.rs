@@ -16,11 +16,12 @@ impl PgLedger {
     async fn write_arrivals(&self, batch: &[NewArrival]) -> Result<(), StoreError> {
         sqlx::query(
             "WITH u AS (
-                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bool[])
-                     WITH ORDINALITY AS u(s, i, at, c, o)
+                 SELECT * FROM UNNEST($1::text[], $2::text[], $3::int8[], $4::bool[],
+                                      $5::int4[], $6::int8[])
+                     WITH ORDINALITY AS u(s, i, at, c, n, last, o)
              )
-             INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict)
-             SELECT e.id, u.at, u.c FROM u
+             INSERT INTO hookgate_arrivals (event_pk, arrived_at, conflict, copies, last_at)
+             SELECT e.id, u.at, u.c, u.n, NULLIF(u.last, u.at) FROM u
              JOIN hookgate_events e ON e.source = u.s AND e.event_id = u.i
              ORDER BY u.o",
         )
@@ -33,6 +34,8 @@ impl PgLedger {
         )
         .bind(batch.iter().map(|a| a.arrived_at.0).collect::<Vec<_>>())
         .bind(batch.iter().map(|a| a.conflict).collect::<Vec<_>>())
+        .bind(batch.iter().map(|a| copies(a)).collect::<Vec<_>>())
+        .bind(batch.iter().map(|a| a.last_at.0).collect::<Vec<_>>())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -57,4 +60,10 @@ impl PgLedger {
         .await?;
         Ok(())
     }
+}
+
+/// The row's copy count as the column's type (a flush folds at most the
+/// queue's capacity, far below `i32::MAX`).
+fn copies(a: &NewArrival) -> i32 {
+    i32::try_from(a.copies).unwrap_or(i32::MAX)
 }
