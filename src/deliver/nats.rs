@@ -17,7 +17,7 @@
 //! and https://docs.rs/async-nats/0.50.0/async_nats/jetstream/context/struct.Context.html#method.send_publish.
 
 use super::broker::Shared;
-use super::sink::{Sent, message_headers, redact, render};
+use super::sink::{Sent, message_headers, percent_decoded, redact, render};
 use crate::config::{NatsSpec, Target};
 use crate::store::DueDelivery;
 use async_nats::jetstream::{self, context::PublishErrorKind};
@@ -119,18 +119,49 @@ impl Nats {
 }
 
 async fn connect(target: &Target) -> Result<jetstream::Context, String> {
-    let client = async_nats::ConnectOptions::new()
+    // async-nats does not log in with a URL's user:password; they are
+    // passed as options, and the client never sees them in the URL (which
+    // it may log at debug level).
+    let (url, user, password) = split_userinfo(&target.url);
+    let options = match (user, password) {
+        (Some(user), Some(password)) => {
+            async_nats::ConnectOptions::with_user_and_password(user, password)
+        }
+        // `nats://<token>@host`: NATS' own URL form for token auth.
+        (Some(token), None) => async_nats::ConnectOptions::with_token(token),
+        _ => async_nats::ConnectOptions::new(),
+    };
+    let client = options
         .name("hookgate")
         .connection_timeout(target.timeout)
         // The client reconnects by itself after a blip; a longer outage
         // ends it, and a later attempt connects anew.
         .max_reconnects(5)
-        .connect(target.url.as_str())
+        .connect(url.as_str())
         .await
         .map_err(|e| format!("nats: cannot connect to {}: {e}", target.url))?;
     let mut js = jetstream::new(client);
     js.set_timeout(target.timeout);
     Ok(js)
+}
+
+/// The URL without its `user[:password]@`, and the user and password
+/// (percent-decoded).
+fn split_userinfo(url: &str) -> (String, Option<String>, Option<String>) {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return (url.to_owned(), None, None);
+    };
+    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
+        return (url.to_owned(), None, None);
+    };
+    let userinfo = &url[start..at];
+    let bare = format!("{}{}", &url[..start], &url[at + 1..]);
+    let (user, password) = match userinfo.split_once(':') {
+        Some((u, p)) => (percent_decoded(u), Some(percent_decoded(p))),
+        None => (percent_decoded(userinfo), None),
+    };
+    (bare, (!user.is_empty()).then_some(user), password)
 }
 
 /// Provider headers and `hookgate-*` metadata, plus `Nats-Msg-Id`.
@@ -197,7 +228,32 @@ fn valid_subject(subject: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
-    use super::valid_subject;
+    use super::{split_userinfo, valid_subject};
+
+    #[test]
+    fn credentials_come_out_of_the_url_decoded() {
+        let s = |u: &str| split_userinfo(u);
+        assert_eq!(
+            s("nats://app:p%40ss@127.0.0.1:4222"),
+            (
+                "nats://127.0.0.1:4222".to_owned(),
+                Some("app".to_owned()),
+                Some("p@ss".to_owned())
+            )
+        );
+        assert_eq!(
+            s("tls://s3cr3t-token@nats.internal:4222"),
+            (
+                "tls://nats.internal:4222".to_owned(),
+                Some("s3cr3t-token".to_owned()),
+                None
+            )
+        );
+        assert_eq!(
+            s("nats://127.0.0.1:4222"),
+            ("nats://127.0.0.1:4222".to_owned(), None, None)
+        );
+    }
 
     #[test]
     fn a_rendered_subject_with_a_wildcard_or_space_is_refused() {

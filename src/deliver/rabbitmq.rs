@@ -67,8 +67,8 @@ impl RabbitMq {
                 error: "rabbitmq: the event id is longer than 255 bytes (message_id)".into(),
             };
         };
-        let used = AtomicU64::new(0);
-        let publish = self.attempt(target, d, attempt, (exchange, key), message_id, &used);
+        let suspect = AtomicU64::new(0);
+        let publish = self.attempt(target, d, attempt, (exchange, key), message_id, &suspect);
         let error = match tokio::time::timeout(target.timeout, publish).await {
             Ok(Ok(())) => return Sent::Delivered { status: None },
             Ok(Err(error)) => error,
@@ -77,9 +77,10 @@ impl RabbitMq {
                 humantime::format_duration(target.timeout)
             ),
         };
-        // Whatever failed (a closed channel, a dead or hung connection, a
-        // nack), the next attempt starts on a fresh connection.
-        let generation = used.load(Ordering::Relaxed);
+        // A closed channel, a dead or hung connection: the next attempt
+        // starts on a fresh connection. (A nack or a returned message is a
+        // clean answer and keeps it.)
+        let generation = suspect.load(Ordering::Relaxed);
         if generation != 0 {
             self.conn.forget(generation).await;
         }
@@ -97,7 +98,7 @@ impl RabbitMq {
         attempt: i32,
         (exchange, routing_key): (ShortString, ShortString),
         message_id: ShortString,
-        used: &AtomicU64,
+        suspect: &AtomicU64,
     ) -> Result<(), String> {
         let (generation, link) = self
             .conn
@@ -106,7 +107,7 @@ impl RabbitMq {
                 || connect(target),
             )
             .await?;
-        used.store(generation, Ordering::Relaxed);
+        suspect.store(generation, Ordering::Relaxed);
         let route = format!(
             "exchange {:?} with routing key `{}`",
             self.spec.exchange,
@@ -126,7 +127,15 @@ impl RabbitMq {
             )
             .await
             .map_err(|e| format!("rabbitmq: publish to {route} failed: {e}"))?;
-        match confirm.await {
+        let confirmation = confirm.await;
+        if matches!(
+            confirmation,
+            Ok(Confirmation::Ack(_) | Confirmation::Nack(_))
+        ) {
+            // The broker answered on this channel: it is fine.
+            suspect.store(0, Ordering::Relaxed);
+        }
+        match confirmation {
             Ok(Confirmation::Ack(None)) => Ok(()),
             Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => {
                 Err(format!(

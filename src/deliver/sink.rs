@@ -111,7 +111,7 @@ pub fn redact(text: &str, url: &str) -> String {
 }
 
 /// `%XX` escapes decoded (invalid ones kept as written).
-fn percent_decoded(text: &str) -> String {
+pub fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

@@ -125,9 +125,62 @@ fn per_id(messages: &[Stored]) -> HashMap<String, usize> {
 
 /// The `q` delivery of one event as the admin API shows it.
 async fn delivery(app: &TestApp, id: &str) -> serde_json::Value {
+    delivery_to(app, id, "q").await
+}
+
+/// One event's delivery to `target` as the admin API shows it.
+async fn delivery_to(app: &TestApp, id: &str, target: &str) -> serde_json::Value {
     let text = app.admin_text(&format!("/admin/events/stripe/{id}")).await;
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    doc["deliveries"][0].clone()
+    doc["deliveries"]
+        .as_array()
+        .and_then(|all| all.iter().find(|d| d["target"] == target))
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A throwaway nats-server (JetStream on) that wants user `app` with
+/// password `nats-s3cret`, on its own port; killed by its PID on drop.
+struct AuthNats {
+    port: u16,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl AuthNats {
+    const PASSWORD: &str = "nats-s3cret";
+
+    async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let port = crate::helpers::process::free_port();
+        let child = std::process::Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--user", "app", "--pass", Self::PASSWORD, "-js", "-sd"])
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server is installed (scripts/test.sh installs it)");
+        let up = eventually(Duration::from_secs(10), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        assert!(up, "throwaway nats-server did not start");
+        Self {
+            port,
+            child,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for AuthNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 async fn a_nats_stream_gets_the_exact_body_the_headers_and_the_msg_id(b: Backend) {
@@ -339,5 +392,62 @@ async fn a_nats_outage_keeps_events_pending_and_they_arrive_after_it_returns() {
     assert!(delivered, "{}", app.stats().await);
     let n = per_id(&stream.messages().await);
     assert!(ids.iter().all(|id| n.get(id) == Some(&1)), "{n:?}");
+    stream.delete().await;
+}
+
+/// A `nats://user:password@…` URL logs in (async-nats takes no credentials
+/// from the URL itself: hookgate passes them as options), and a wrong
+/// password is retried with an error that never shows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_url_with_credentials_logs_in_and_no_error_shows_the_password() {
+    let server = AuthNats::start().await;
+    let prefix = unique_prefix();
+    let addr = format!("127.0.0.1:{}", server.port);
+    let client =
+        async_nats::ConnectOptions::with_user_and_password("app".into(), AuthNats::PASSWORD.into())
+            .connect(addr.as_str())
+            .await
+            .unwrap();
+    let stream = TestStream {
+        js: jetstream::new(client),
+        name: prefix.clone(),
+    };
+    stream
+        .js
+        .create_stream(jetstream::stream::Config {
+            name: prefix.clone(),
+            subjects: vec![format!("{prefix}.>")],
+            storage: StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let good = format!("nats://app:{}@{addr}", AuthNats::PASSWORD);
+    let wrong = format!("nats://app:wr0ng-s3cret@{addr}");
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["q".into(), "bad".into()];
+    opts.extra = format!(
+        "[targets.q]\nkind = \"nats\"\nurl = \"{good}\"\nsubject = \"{prefix}.ok\"\n\
+         [targets.bad]\nkind = \"nats\"\nurl = \"{wrong}\"\nsubject = \"{prefix}.bad\"\n\
+         timeout = \"2s\"\nmax_attempts = 1000\n"
+    );
+    let app = spawn_app(opts).await;
+    assert_eq!(app.post_stripe("evt_nauth").await.status(), 200);
+    let arrived = eventually(WAIT, || async { stream.count().await == 1 }).await;
+    assert!(arrived, "{}", delivery(&app, "evt_nauth").await);
+    let refused = eventually(WAIT, || async {
+        delivery_to(&app, "evt_nauth", "bad").await["attempts"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 2
+    })
+    .await;
+    let d = delivery_to(&app, "evt_nauth", "bad").await;
+    assert!(refused, "{d}");
+    assert_eq!(d["state"], "retrying", "{d}");
+    let error = d["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("nats: cannot connect"), "{d}");
+    assert!(!error.contains("wr0ng-s3cret"), "the password leaked: {d}");
+    assert_eq!(stream.messages().await[0].subject, format!("{prefix}.ok"));
     stream.delete().await;
 }

@@ -287,6 +287,34 @@ async fn an_unroutable_publish_is_retried_saying_so_until_a_queue_is_bound() {
     queue.delete().await;
 }
 
+/// A wrong password: every attempt is refused by the broker and retried,
+/// and the error never shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_rabbitmq_password_is_retried_and_no_error_shows_it() {
+    let prefix = unique_prefix();
+    let url = amqp_url().replace(":guest@", ":wr0ng-s3cret@");
+    assert!(
+        url.contains("wr0ng-s3cret"),
+        "HOOKGATE_TEST_AMQP uses guest:guest"
+    );
+    let keys = "timeout = \"2s\"\nmax_attempts = 1000";
+    let app = spawn_app(rabbit_opts(Backend::Production, &url, "", &prefix, keys)).await;
+    assert_eq!(app.post_stripe("evt_rauth").await.status(), 200);
+    let refused = eventually(WAIT, || async {
+        delivery(&app, "evt_rauth").await["attempts"]
+            .as_i64()
+            .unwrap_or(0)
+            >= 2
+    })
+    .await;
+    let d = delivery(&app, "evt_rauth").await;
+    assert!(refused, "{d}");
+    assert_eq!(d["state"], "retrying", "{d}");
+    let error = d["last_error"].as_str().unwrap_or_default();
+    assert!(error.contains("rabbitmq: cannot connect"), "{d}");
+    assert!(!error.contains("wr0ng-s3cret"), "the password leaked: {d}");
+}
+
 /// The kill -9 test for RabbitMQ. Every event is confirmed by the broker,
 /// the gateway is killed before any attempt is recorded, and the next
 /// gateway resends all of them. RabbitMQ has no publish-side dedup, so a
