@@ -89,7 +89,9 @@ impl Nats {
             .conn
             .get(
                 |js| {
-                    // A client that gave up reconnecting stays disconnected.
+                    // Disconnected: reconnecting, or given up for good; a
+                    // fresh connection either way (anything the old one
+                    // still sends is dropped by its Nats-Msg-Id).
                     js.client().connection_state() != async_nats::connection::State::Disconnected
                 },
                 || connect(target),
