@@ -73,6 +73,8 @@ impl TestStream {
             storage: StorageType::Memory,
             // Longer than any test's delivery.lease: resends are dropped.
             duplicate_window: Duration::from_secs(600),
+            // A test that fails before `delete` leaves no data for long.
+            max_age: Duration::from_secs(3600),
             ..Default::default()
         })
         .await

@@ -76,12 +76,13 @@ impl TestQueue {
     /// The queue alone (no exchange): for the default exchange.
     async fn queue_only(name: &str) -> Self {
         let (conn, channel) = Self::channel().await;
+        // A test that fails before `delete` leaves nothing for long: the
+        // broker drops the queue after 10 unused minutes (and the
+        // auto-delete exchange with its last binding).
+        let mut args = FieldTable::default();
+        args.insert("x-expires".into(), AMQPValue::LongUInt(600_000));
         channel
-            .queue_declare(
-                name.into(),
-                QueueDeclareOptions::default(),
-                FieldTable::default(),
-            )
+            .queue_declare(name.into(), QueueDeclareOptions::default(), args)
             .await
             .unwrap();
         Self {
@@ -98,7 +99,10 @@ impl TestQueue {
             .exchange_declare(
                 prefix.into(),
                 ExchangeKind::Topic,
-                ExchangeDeclareOptions::default(),
+                ExchangeDeclareOptions {
+                    auto_delete: true,
+                    ..ExchangeDeclareOptions::default()
+                },
                 FieldTable::default(),
             )
             .await
