@@ -1,19 +1,30 @@
 #!/usr/bin/env bash
 # Runs hookgate's whole test suite on a fresh machine: makes sure PostgreSQL
-# (127.0.0.1:5432, user postgres, trust auth) and Redis (127.0.0.1:6379) are
-# installed and running, removes databases left by killed test runs, then
-# runs `cargo test --locked`. Extra arguments go to `cargo test`.
+# (127.0.0.1:5432, user postgres, trust auth), Redis (127.0.0.1:6379), NATS
+# with JetStream (127.0.0.1:4222) and RabbitMQ (127.0.0.1:5672, guest/guest)
+# are installed (Debian packages) and running, removes databases left by
+# killed test runs, then runs `cargo test --locked`. Extra arguments go to
+# `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PGHOST_ADDR=127.0.0.1
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-if ! command -v pg_ctlcluster >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
-  echo "installing postgresql and redis-server"
+missing=()
+command -v pg_ctlcluster >/dev/null 2>&1 || missing+=(postgresql)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+[ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
+command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || missing+=(rabbitmq-server)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing ${missing[*]}"
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql redis-server >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+export PATH="$PATH:/usr/sbin"
+
+# Whether something accepts TCP connections on 127.0.0.1:$1.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 if ! pg_isready -q -h "$PGHOST_ADDR" -p 5432; then
   echo "starting PostgreSQL"
@@ -30,6 +41,28 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   for _ in $(seq 1 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 1; done
 fi
 redis-cli -h 127.0.0.1 -p 6379 ping
+
+# NATS with JetStream: its own store directory, in the background.
+if ! port_open 4222; then
+  echo "starting nats-server (JetStream)"
+  as_root mkdir -p /var/lib/nats-server
+  as_root start-stop-daemon --start --oknodo --background --exec "$(command -v nats-server)" -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server
+  for _ in $(seq 1 30); do port_open 4222 && break; sleep 1; done
+fi
+port_open 4222 && echo "nats-server: 127.0.0.1:4222"
+
+# RabbitMQ: the package's default node (guest/guest on loopback). A package
+# install may start it already; it takes a few seconds to accept clients.
+if ! port_open 5672; then
+  echo "starting rabbitmq-server"
+  as_root rabbitmq-server -detached || true
+fi
+for _ in $(seq 1 60); do
+  port_open 5672 && as_root rabbitmqctl -q await_startup >/dev/null 2>&1 && break
+  sleep 1
+done
+port_open 5672 && echo "rabbitmq-server: 127.0.0.1:5672"
 
 # Databases of test runs that were killed before they could drop them.
 for db in $(psql -h "$PGHOST_ADDR" -U postgres -d postgres -Atc \

@@ -87,6 +87,11 @@ pub fn describe(c: &Config) -> String {
                     r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
                     show(r.duplicate_window)
                 ),
+                crate::config::TargetKind::Nats(n) => format!(" kind=nats subject={}", n.subject),
+                crate::config::TargetKind::RabbitMq(r) => format!(
+                    " kind=rabbitmq exchange={:?} routing_key={}",
+                    r.exchange, r.routing_key
+                ),
             },
             show(t.timeout),
             t.max_attempts,

@@ -169,6 +169,8 @@ pub struct Target {
 pub enum TargetKind {
     Http,
     RedisStream(RedisStreamSpec),
+    Nats(NatsSpec),
+    RabbitMq(RabbitMqSpec),
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +179,20 @@ pub struct RedisStreamSpec {
     pub stream: String,
     pub maxlen: Option<u64>,
     pub duplicate_window: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct NatsSpec {
+    /// Subject template (`{source}`, `{type}`).
+    pub subject: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RabbitMqSpec {
+    /// Exchange name; `""` is the default exchange.
+    pub exchange: String,
+    /// Routing key template (`{source}`, `{type}`).
+    pub routing_key: String,
 }
 
 impl Target {

@@ -255,11 +255,16 @@ fn default_window() -> Dur {
 #[serde(deny_unknown_fields)]
 pub struct RawTarget {
     /// `http` (default): events are POSTed to `url`. `redis-stream`: one
-    /// `XADD` per event to `stream` on the Redis server at `url`.
+    /// `XADD` per event to `stream` on the Redis server at `url`. `nats`:
+    /// one JetStream publish per event to `subject`. `rabbitmq`: one
+    /// confirmed publish per event to `exchange` with `routing_key`.
     #[serde(default)]
     pub kind: TargetKind,
     /// `http://` or `https://` URL events are POSTed to; for a broker
-    /// kind, the broker (`redis://[user:password@]host:port/db`, `rediss://`).
+    /// kind, the broker: `redis://[user:password@]host:port/db` or
+    /// `rediss://…` (redis-stream), `nats://[user:password@]host:port` or
+    /// `tls://…` (nats), `amqp://user:password@host:port/<vhost>` or
+    /// `amqps://…` (rabbitmq; the default vhost `/` is `%2f`).
     pub url: String,
     /// `redis-stream`: the stream's name; `{source}` and `{type}` are
     /// filled in (`untyped` for an event without a type). Required.
@@ -271,7 +276,17 @@ pub struct RawTarget {
     /// resend after a crash adds nothing. Must exceed `delivery.lease`.
     /// Default 10m.
     pub duplicate_window: Option<Dur>,
-    /// Deadline of one delivery attempt. Default 10s.
+    /// `nats`: the subject events are published to; `{source}` and `{type}`
+    /// are filled in. A JetStream stream must capture it. Required.
+    pub subject: Option<String>,
+    /// `rabbitmq`: the exchange events are published to; `""` is the
+    /// default exchange (the routing key is then a queue name). Required.
+    pub exchange: Option<String>,
+    /// `rabbitmq`: the routing key; `{source}` and `{type}` are filled in.
+    /// Required (may be `""` only with a named exchange, e.g. a fanout).
+    pub routing_key: Option<String>,
+    /// Deadline of one delivery attempt (for a broker: connecting when
+    /// needed, publishing and the broker's acknowledgement). Default 10s.
     #[serde(default = "default_target_timeout")]
     pub timeout: Dur,
     /// Attempts before a delivery is dead. Default 12.
@@ -316,6 +331,8 @@ pub enum TargetKind {
     #[default]
     Http,
     RedisStream,
+    Nats,
+    Rabbitmq,
 }
 
 /// A `filter` value: TOML strings, integers and booleans compare with the

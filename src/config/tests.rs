@@ -129,6 +129,103 @@ fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
     assert_eq!(p[0].0, "targets.billing.kind", "{p:?}");
 }
 
+/// `GOOD` with its `billing` target replaced by `kind` at `url` plus `keys`.
+fn broker(kind: &str, url: &str, keys: &str) -> String {
+    GOOD.replace(
+        "url = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+        &format!("kind = \"{kind}\"\nurl = \"{url}\"\n{keys}"),
+    )
+}
+
+#[test]
+fn a_nats_target_needs_a_subject_and_a_nats_url_and_refuses_other_kinds_keys() {
+    let nats = |keys: &str| broker("nats", "nats://127.0.0.1:4222", keys);
+    let c = Config::from_toml_str(&nats("subject = \"hooks.{source}.{type}\""), Path::new("."))
+        .unwrap();
+    let TargetKind::Nats(spec) = &c.targets["billing"].kind else {
+        panic!("nats kind");
+    };
+    assert_eq!(spec.subject, "hooks.{source}.{type}");
+
+    let p = problems(&nats(""));
+    assert_eq!(p[0].0, "targets.billing.subject", "{p:?}");
+    assert!(p[0].1.contains("needs `subject`"), "{p:?}");
+    for bad in ["hooks.{id}", "hooks.*", "hooks..x", "hooks.>", "a b", ""] {
+        let p = problems(&nats(&format!("subject = \"{bad}\"")));
+        assert_eq!(p[0].0, "targets.billing.subject", "{bad}: {p:?}");
+    }
+    let p = problems(&broker("nats", "amqp://127.0.0.1:5672", "subject = \"s\""));
+    assert_eq!(p[0].0, "targets.billing.url", "{p:?}");
+    assert!(p[0].1.contains("nats:// or tls://"), "{p:?}");
+    for (key, owner) in [
+        ("stream = \"s\"", "redis-stream"),
+        ("exchange = \"x\"", "rabbitmq"),
+        ("routing_key = \"k\"", "rabbitmq"),
+        ("signing_secret = \"whsec_aGVsbG8=\"", "http"),
+    ] {
+        let p = problems(&nats(&format!("subject = \"s\"\n{key}")));
+        assert!(p[0].1.contains(&format!("only a {owner} target")), "{p:?}");
+    }
+    // The other way round: an http target refuses `subject`.
+    let p = problems(&GOOD.replace("signing_secret", "subject = \"s\"\nsigning_secret"));
+    assert_eq!(p[0].0, "targets.billing.subject", "{p:?}");
+    assert!(p[0].1.contains("only a nats target"), "{p:?}");
+}
+
+#[test]
+fn a_rabbitmq_target_needs_an_exchange_a_routing_key_and_an_amqp_url() {
+    let url = "amqp://guest:guest@127.0.0.1:5672/%2f";
+    let rabbit = |keys: &str| broker("rabbitmq", url, keys);
+    let c = Config::from_toml_str(
+        &rabbit("exchange = \"\"\nrouting_key = \"hooks.{source}\""),
+        Path::new("."),
+    )
+    .unwrap();
+    let TargetKind::RabbitMq(spec) = &c.targets["billing"].kind else {
+        panic!("rabbitmq kind");
+    };
+    assert_eq!(
+        (spec.exchange.as_str(), spec.routing_key.as_str()),
+        ("", "hooks.{source}")
+    );
+    // A named (fanout) exchange may take an empty key; the default one may not.
+    assert!(
+        Config::from_toml_str(
+            &rabbit("exchange = \"fan\"\nrouting_key = \"\""),
+            Path::new(".")
+        )
+        .is_ok()
+    );
+    let p = problems(&rabbit("exchange = \"\"\nrouting_key = \"\""));
+    assert_eq!(p[0].0, "targets.billing.routing_key", "{p:?}");
+
+    let p = problems(&rabbit("routing_key = \"k\""));
+    assert_eq!(p[0].0, "targets.billing.exchange", "{p:?}");
+    assert!(p[0].1.contains("needs `exchange`"), "{p:?}");
+    let p = problems(&rabbit("exchange = \"x\""));
+    assert_eq!(p[0].0, "targets.billing.routing_key", "{p:?}");
+    let p = problems(&rabbit("exchange = \"x\"\nrouting_key = \"k.{id}\""));
+    assert!(p[0].1.contains("{source} and {type}"), "{p:?}");
+    let p = problems(&rabbit(
+        "exchange = \"x\"\nrouting_key = \"k\"\nsubject = \"s\"",
+    ));
+    assert_eq!(p[0].0, "targets.billing.subject", "{p:?}");
+    assert!(p[0].1.contains("only a nats target"), "{p:?}");
+    let keys = "exchange = \"x\"\nrouting_key = \"k\"";
+    for (bad, says) in [
+        ("http://127.0.0.1:5672", "needs an amqp:// URL"),
+        ("amqps://u:pw@127.0.0.1:5671/%2f", "not supported yet"),
+        ("nats://127.0.0.1:4222", "needs an amqp:// URL"),
+    ] {
+        let p = problems(&broker("rabbitmq", bad, keys));
+        assert_eq!(p[0].0, "targets.billing.url", "{p:?}");
+        assert!(p[0].1.contains(says), "{bad}: {p:?}");
+        assert!(!p[0].1.contains("pw"), "no URL in the message: {p:?}");
+    }
+    let p = problems(&GOOD.replace("signing_secret", "exchange = \"x\"\nsigning_secret"));
+    assert!(p[0].1.contains("only a rabbitmq target"), "{p:?}");
+}
+
 #[test]
 fn a_rate_is_per_second_or_per_minute() {
     let with = |r: &str| GOOD.replace("signing_secret", &format!("rate = \"{r}\"\nsigning_secret"));

@@ -8,6 +8,9 @@
 //! replicas); `poll_interval` is only the fallback.
 
 pub mod backoff;
+mod broker;
+pub mod nats;
+pub mod rabbitmq;
 mod rate;
 mod record;
 pub mod redis_stream;

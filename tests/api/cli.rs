@@ -162,6 +162,63 @@ fn check_config_shows_the_redis_topology_redacted_and_refuses_unknown_schemes() 
     }
 }
 
+#[test]
+fn check_config_shows_broker_targets_with_their_kind_and_redacted_url() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        r#"
+[sources.stripe]
+provider = "stripe"
+secrets = ["whsec_x"]
+targets = ["bus", "amqp"]
+[targets.bus]
+kind = "nats"
+url = "nats://app:nats-pass@127.0.0.1:4222"
+subject = "hooks.{source}.{type}"
+[targets.amqp]
+kind = "rabbitmq"
+url = "amqp://hookgate:amqp-pass@127.0.0.1:5672/%2f"
+exchange = ""
+routing_key = "hooks.{source}"
+"#,
+    )
+    .unwrap();
+    let (ok, out, err) = hookgate(&["check-config"], dir.path());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("nats://***@127.0.0.1:4222 kind=nats subject=hooks.{source}.{type}"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            r#"amqp://***@127.0.0.1:5672/%2f kind=rabbitmq exchange="" routing_key=hooks.{source}"#
+        ),
+        "{out}"
+    );
+    for secret in ["nats-pass", "amqp-pass"] {
+        assert!(
+            !out.contains(secret) && !err.contains(secret),
+            "{secret} leaked"
+        );
+    }
+
+    // A wrong scheme is refused, naming the key, without the password.
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        "[targets.amqp]\nkind = \"rabbitmq\"\nurl = \"amqps://u:amqp-pass@h:5671/%2f\"\n\
+         exchange = \"\"\nrouting_key = \"k\"\n",
+    )
+    .unwrap();
+    let (ok, out, err) = hookgate(&["check-config"], dir.path());
+    assert!(!ok, "{out}");
+    assert!(err.contains("targets.amqp.url"), "{err}");
+    assert!(
+        !out.contains("amqp-pass") && !err.contains("amqp-pass"),
+        "{err}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sign_produces_a_request_the_gateway_accepts() {
     let app = spawn_app(Opts::new(Backend::Embedded)).await;

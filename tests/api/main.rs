@@ -16,6 +16,8 @@ mod ingest;
 mod ledger_faults;
 mod providers;
 mod queues;
+mod queues_nats;
+mod queues_rabbitmq;
 mod rate;
 mod reconcile;
 mod reconcile_resend;

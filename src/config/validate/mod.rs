@@ -8,8 +8,8 @@
 use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
 use super::{
-    Config, ConfigError, Database, Dedup, Delivery, RedisStreamSpec, Server, Storage, Target,
-    TargetKind,
+    Config, ConfigError, Database, Dedup, Delivery, NatsSpec, RabbitMqSpec, RedisStreamSpec,
+    Server, Storage, Target, TargetKind,
 };
 use crate::primitives::secret::Secret;
 use crate::verify::client_ip::parse_net;
@@ -363,36 +363,55 @@ fn target_kind(
     delivery: &Delivery,
     v: &mut Validator<'_>,
 ) -> TargetKind {
-    let foreign = |v: &mut Validator<'_>, name: &str, set: bool, kind: &str| {
-        if set {
+    use raw::TargetKind as K;
+    // Each kind-specific key, whether it is set, and the kind it belongs to.
+    let owned = [
+        ("signing_secret", t.signing_secret.is_some(), K::Http),
+        ("stream", t.stream.is_some(), K::RedisStream),
+        ("maxlen", t.maxlen.is_some(), K::RedisStream),
+        (
+            "duplicate_window",
+            t.duplicate_window.is_some(),
+            K::RedisStream,
+        ),
+        ("subject", t.subject.is_some(), K::Nats),
+        ("exchange", t.exchange.is_some(), K::Rabbitmq),
+        ("routing_key", t.routing_key.is_some(), K::Rabbitmq),
+    ];
+    for (name, set, owner) in owned {
+        if set && owner != t.kind {
             v.problem(
                 &format!("{key}.{name}"),
-                format!("only a {kind} target takes `{name}`"),
+                format!("only a {} target takes `{name}`", kind_name(owner)),
             );
         }
+    }
+    let schemes: &[&str] = match t.kind {
+        K::Http => &["http://", "https://"],
+        K::RedisStream => &["redis://", "rediss://"],
+        K::Nats => &["nats://", "tls://"],
+        // lapin is built without TLS (it would bring a PKCS#12 stack).
+        K::Rabbitmq => &["amqp://"],
     };
+    if !schemes.iter().any(|s| t.url.starts_with(s)) {
+        let msg = match t.kind {
+            K::Http => "must be an http:// or https:// URL".to_owned(),
+            K::Rabbitmq if t.url.starts_with("amqps://") => {
+                "amqps:// (TLS to RabbitMQ) is not supported yet: use amqp://".to_owned()
+            }
+            K::Rabbitmq => "a rabbitmq target needs an amqp:// URL".to_owned(),
+            kind => format!(
+                "a {} target needs a {} or {} URL",
+                kind_name(kind),
+                schemes[0],
+                schemes[1]
+            ),
+        };
+        v.problem(&format!("{key}.url"), msg);
+    }
     match t.kind {
-        raw::TargetKind::Http => {
-            if !(t.url.starts_with("http://") || t.url.starts_with("https://")) {
-                v.problem(
-                    &format!("{key}.url"),
-                    "must be an http:// or https:// URL".into(),
-                );
-            }
-            foreign(v, "stream", t.stream.is_some(), "redis-stream");
-            foreign(v, "maxlen", t.maxlen.is_some(), "redis-stream");
-            let dw = t.duplicate_window.is_some();
-            foreign(v, "duplicate_window", dw, "redis-stream");
-            TargetKind::Http
-        }
-        raw::TargetKind::RedisStream => {
-            if !(t.url.starts_with("redis://") || t.url.starts_with("rediss://")) {
-                v.problem(
-                    &format!("{key}.url"),
-                    "a redis-stream target needs a redis:// or rediss:// URL".into(),
-                );
-            }
-            foreign(v, "signing_secret", t.signing_secret.is_some(), "http");
+        K::Http => TargetKind::Http,
+        K::RedisStream => {
             let stream = t.stream.clone().unwrap_or_default();
             if t.stream.is_none() {
                 v.problem(
@@ -422,7 +441,80 @@ fn target_kind(
                 duplicate_window,
             })
         }
+        K::Nats => {
+            let subject = t.subject.clone().unwrap_or_default();
+            if t.subject.is_none() {
+                v.problem(
+                    &format!("{key}.subject"),
+                    "a nats target needs `subject` (e.g. \"hooks.{source}.{type}\")".into(),
+                );
+            } else if let Err(e) = check_template(&subject).and_then(|()| check_subject(&subject)) {
+                v.problem(&format!("{key}.subject"), e);
+            }
+            TargetKind::Nats(NatsSpec { subject })
+        }
+        K::Rabbitmq => {
+            let exchange = t.exchange.clone().unwrap_or_default();
+            if t.exchange.is_none() {
+                v.problem(
+                    &format!("{key}.exchange"),
+                    "a rabbitmq target needs `exchange` (\"\" for the default exchange)".into(),
+                );
+            } else if exchange.len() > 255 {
+                v.problem(
+                    &format!("{key}.exchange"),
+                    "an exchange name is at most 255 bytes".into(),
+                );
+            }
+            let routing_key = t.routing_key.clone().unwrap_or_default();
+            match &t.routing_key {
+                None => v.problem(
+                    &format!("{key}.routing_key"),
+                    "a rabbitmq target needs `routing_key` (e.g. \"hooks.{source}.{type}\")".into(),
+                ),
+                // A fanout or headers exchange ignores the key.
+                Some(k) if k.is_empty() && !exchange.is_empty() => {}
+                Some(k) => {
+                    if let Err(e) = check_template(k) {
+                        v.problem(&format!("{key}.routing_key"), e);
+                    }
+                }
+            }
+            TargetKind::RabbitMq(RabbitMqSpec {
+                exchange,
+                routing_key,
+            })
+        }
     }
+}
+
+/// The name a kind has in the config file.
+fn kind_name(kind: raw::TargetKind) -> &'static str {
+    match kind {
+        raw::TargetKind::Http => "http",
+        raw::TargetKind::RedisStream => "redis-stream",
+        raw::TargetKind::Nats => "nats",
+        raw::TargetKind::Rabbitmq => "rabbitmq",
+    }
+}
+
+/// A NATS subject template: dot-separated tokens, none empty, no
+/// whitespace, and no wildcard (`*`, `>`): one publishes to one subject.
+/// See https://docs.nats.io/nats-concepts/subjects.
+fn check_subject(template: &str) -> Result<(), String> {
+    if template.chars().any(char::is_whitespace) {
+        return Err(format!("`{template}`: a subject has no whitespace"));
+    }
+    if template
+        .split('.')
+        .any(|token| token.is_empty() || token == "*" || token == ">")
+    {
+        return Err(format!(
+            "`{template}`: a subject is dot-separated tokens, none empty and none a \
+             wildcard (`*`, `>`)"
+        ));
+    }
+    Ok(())
 }
 
 /// `"200/s"` or `"600/m"` as deliveries per second.
