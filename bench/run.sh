@@ -20,25 +20,39 @@
 #     then a gateway with delivery on: deliveries/s until the target has all
 #   5 embedded default (SQLite + in-process cache): unique, duplicates, drain
 #   6 (SCALE=1) unique events/s with SCALE_ROWS stored event ids vs an empty ledger
+#   7 queue targets, in the style of 4: QUEUE_N events ingested with delivery off
+#     into a gateway whose source targets a `redis-stream` target (a stream under
+#     the bench's Redis prefix), then a `nats` target (a bench-only subject and a
+#     JetStream stream made for it); a gateway with delivery on until the stream
+#     holds them all: events/s (first to last stored message), gateway CPU per
+#     event, and exactly-once (messages == distinct event ids == acked). The
+#     table puts figure 4's HTTP drain next to it. The NATS half is skipped, with
+#     a message, when NATS or JetStream is not reachable at $NATS.
 #
 # Knobs (environment)
 #   DURATION=8        seconds of load per measured run        (QUICK: 3)
 #   CONNS=64          load generator connections
 #   RUNS=3            repetitions per figure; the table shows medians (QUICK: 1)
 #   QUICK=0           1 = smoke test
+#   FIGURES="1 2 3 4 5 6 7"  the figures to run, e.g. FIGURES=7 or FIGURES="4 7"
+#                     (6 still needs SCALE=1)
 #   SCALE=0           1 = run figure 6
 #   SCALE_ROWS=10000000  ledger rows seeded for figure 6
 #   DRAIN_N=100000    pending deliveries for figure 4          (QUICK: 5000)
 #   EMBED_DRAIN_N=20000  pending deliveries for figure 5's drain (QUICK: 2000)
-#   DRAIN_WAIT=120    most seconds to wait for the target to receive everything
+#   QUEUE_N=20000     events per queue target for figure 7       (QUICK: 3000)
+#   DRAIN_WAIT=120    most seconds to wait for the target (or stream) to receive everything
 #   TARGET_CONC=64    the bench target's `concurrency`
 #   BODY_SIZE=1536    bytes per event
 #   PGURL=postgres://postgres@127.0.0.1:5432   server for the bench database
 #   REDIS=redis://127.0.0.1:6379
+#   NATS=nats://127.0.0.1:4222    NATS server with JetStream, for figure 7
 #
-# Needs: cargo, psql, redis-cli, curl, jq, a running PostgreSQL and Redis.
-# Creates database hg_bench_<pid> and Redis keys hg_bench_<pid>:*; drops both
-# at the end. Kills only the processes it started.
+# Needs: cargo, psql, redis-cli, curl, jq, a running PostgreSQL and Redis
+# (and, for figure 7's NATS half, nats-server with JetStream).
+# Creates database hg_bench_<pid>, Redis keys hg_bench_<pid>:* and JetStream
+# stream hg_bench_<pid>_q (subjects hg_bench_<pid>.q.>); drops all three at
+# the end, also on failure. Kills only the processes it started.
 # PostgreSQL CPU is summed over every process named `postgres` on this machine:
 # other clients of the same server show up in it.
 set -euo pipefail
@@ -50,6 +64,7 @@ if [[ $QUICK == 1 ]]; then
   DURATION=${DURATION:-3}; RUNS=${RUNS:-1}
   DRAIN_N=${DRAIN_N:-5000}; EMBED_DRAIN_N=${EMBED_DRAIN_N:-2000}
   DRAIN_WAIT=${DRAIN_WAIT:-60}; SCALE_ROWS=${SCALE_ROWS:-200000}
+  QUEUE_N=${QUEUE_N:-3000}
 fi
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
@@ -58,12 +73,17 @@ SCALE=${SCALE:-0}
 SCALE_ROWS=${SCALE_ROWS:-10000000}
 DRAIN_N=${DRAIN_N:-100000}
 EMBED_DRAIN_N=${EMBED_DRAIN_N:-20000}
+QUEUE_N=${QUEUE_N:-20000}
 DRAIN_WAIT=${DRAIN_WAIT:-120}
+FIGURES=${FIGURES:-1 2 3 4 5 6 7}
 TARGET_CONC=${TARGET_CONC:-64}
 BODY_SIZE=${BODY_SIZE:-1536}
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
 REDIS=${REDIS:-redis://127.0.0.1:6379}
+NATS=${NATS:-nats://127.0.0.1:4222}
 SECRET=whsec_bench_secret
+# want N: figure N is in FIGURES
+want() { [[ " ${FIGURES//,/ } " == *" $1 "* ]]; }
 
 die() { echo "bench: $*" >&2; exit 1; }
 log() { echo "bench: $*" >&2; }
@@ -78,13 +98,17 @@ psql "$PGURL/postgres" -XAtqc 'select 1' >/dev/null 2>&1 ||
 log "building (cargo build --release --locked --workspace)"
 cargo build --release --locked --workspace -q || die "build failed"
 bin=$root/target/release
-for b in hookgate loadgen target reference; do [[ -x $bin/$b ]] || die "missing $bin/$b"; done
+for b in hookgate loadgen target reference queue; do [[ -x $bin/$b ]] || die "missing $bin/$b"; done
 
 work=$(mktemp -d)
 db="hg_bench_$$"
 prefix="hg_bench_$$"
 DBURL="$PGURL/$db"
 SCALE_DB="${db}_scale"
+JS_STREAM="${prefix}_q"       # JetStream stream of figure 7
+JS_SUBJECT="${prefix}.q"      # its subjects: $JS_SUBJECT.>
+JS_MADE=0
+RS_STREAM="$prefix:q"         # Redis stream of figure 7 (markers: $RS_STREAM:hookgate-sent:*)
 CLK_TCK=$(getconf CLK_TCK)
 PIDS=()
 results=$work/results
@@ -102,6 +126,7 @@ cleanup() {
   psql "$PGURL/postgres" -XAtqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1 || true
   psql "$PGURL/postgres" -XAtqc "DROP DATABASE IF EXISTS $SCALE_DB WITH (FORCE)" >/dev/null 2>&1 || true
   redis_purge
+  [[ $JS_MADE == 1 ]] && { "$bin/queue" delete --url "$NATS" --stream "$JS_STREAM" >/dev/null 2>&1 || true; }
   if [[ $st != 0 && -f $work/gateway.log ]]; then
     echo "bench: last gateway log lines:" >&2; tail -n 20 "$work/gateway.log" >&2 || true
   fi
@@ -161,6 +186,23 @@ TOML
 }
 write_config "$work/plain.toml" 0
 write_config "$work/target.toml" 1
+# Figure 7: the `stripe` source with one queue target, kind redis or nats.
+write_queue_config() { # file kind
+  write_config "$1" 0
+  {
+    echo 'targets = ["q"]'
+    echo
+    echo '[targets.q]'
+    if [[ $2 == redis ]]; then
+      printf 'kind = "redis-stream"\nurl = "%s"\nstream = "%s"\n' "$REDIS" "$RS_STREAM"
+    else
+      printf 'kind = "nats"\nurl = "%s"\nsubject = "%s.{source}"\n' "$NATS" "$JS_SUBJECT"
+    fi
+    echo "concurrency = $TARGET_CONC"
+  } >>"$1"
+}
+write_queue_config "$work/q-redis.toml" redis
+write_queue_config "$work/q-nats.toml" nats
 
 # ---- processes -------------------------------------------------------------
 wait_health() { # port pid name log
@@ -270,7 +312,15 @@ exactly_once() { # label report-json
   jq -e '.missing == 0 and .duplicates == 0 and .unexpected == 0' <<<"$2" >/dev/null || EXACT_FAIL=1
 }
 EXACT_FAIL=0
+: >"$work/exactly_once"
 declare -A WALL
+# reset_deliveries: the same backlog again, every delivery pending and due
+reset_deliveries() {
+  q "DELETE FROM hookgate_attempts" >/dev/null
+  q "UPDATE hookgate_deliveries SET state = 'pending', attempts = 0, next_attempt_at = 0,
+     lease_until = NULL, lease_token = NULL, last_status = NULL, last_error = NULL" >/dev/null
+  q "VACUUM ANALYZE hookgate_deliveries" >/dev/null
+}
 
 # Ensure the schema exists before anything truncates it.
 start_gateway pg "$work/plain.toml" false; stop "$GW"
@@ -301,6 +351,7 @@ ref_run() { # KEY dup_share run
   cpu "$1" "$work/b" "$work/a" "$(jq -r .ok "$work/l.json")"
 }
 for fig in 1 2; do
+  want "$fig" || continue
   t0=$SECONDS
   share=0; [[ $fig == 2 ]] && share=0.99
   for r in $(seq 1 "$RUNS"); do
@@ -315,107 +366,110 @@ for fig in 1 2; do
 done
 
 # ---- 3: unique events with one loopback target -----------------------------
-t0=$SECONDS
-for r in $(seq 1 "$RUNS"); do
-  log "figure 3 run $r/$RUNS"
-  truncate_all
-  curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
-  start_gateway pg "$work/target.toml" true
-  snap "$work/b" "$GW"
-  load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --duration "$DURATION" \
-    --id-prefix "f3_$r" --acked-ids "$work/acked3"
-  snap "$work/a" "$GW"
-  at_end=$(report)
-  acked=$(jq -r .acked_unique "$work/l.json")
-  elapsed=$(jq -r .elapsed_s "$work/l.json")
-  delivered=$(jq -r .distinct <<<"$at_end")
-  record_load f3 "$work/l.json"
-  rec f3.delivered_rps "$(awk -v d="$delivered" -v e="$elapsed" 'BEGIN {printf "%.1f", d / e}')"
-  rec f3.pending_end "$((acked - delivered))"
-  rec f3.deliv_ratio "$(awk -v d="$delivered" -v a="$acked" 'BEGIN {printf "%.3f", (a > 0 ? d / a : 0)}')"
-  cpu f3 "$work/b" "$work/a" "$acked"
-  td=$SECONDS
-  wait_delivered "$acked" || true
-  sleep 1 # let a late second copy show up
-  rec f3.drain_tail_s "$((SECONDS - td))"
-  rec f3.rss "$(rss_mb "$GW")"
-  exactly_once "figure 3 run $r" "$(report "$work/acked3")"
-  stop "$GW"
-done
-WALL[3]=$((SECONDS - t0))
+if want 3; then
+  t0=$SECONDS
+  for r in $(seq 1 "$RUNS"); do
+    log "figure 3 run $r/$RUNS"
+    truncate_all
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    start_gateway pg "$work/target.toml" true
+    snap "$work/b" "$GW"
+    load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --duration "$DURATION" \
+      --id-prefix "f3_$r" --acked-ids "$work/acked3"
+    snap "$work/a" "$GW"
+    at_end=$(report)
+    acked=$(jq -r .acked_unique "$work/l.json")
+    elapsed=$(jq -r .elapsed_s "$work/l.json")
+    delivered=$(jq -r .distinct <<<"$at_end")
+    record_load f3 "$work/l.json"
+    rec f3.delivered_rps "$(awk -v d="$delivered" -v e="$elapsed" 'BEGIN {printf "%.1f", d / e}')"
+    rec f3.pending_end "$((acked - delivered))"
+    rec f3.deliv_ratio "$(awk -v d="$delivered" -v a="$acked" 'BEGIN {printf "%.3f", (a > 0 ? d / a : 0)}')"
+    cpu f3 "$work/b" "$work/a" "$acked"
+    td=$SECONDS
+    wait_delivered "$acked" || true
+    sleep 1 # let a late second copy show up
+    rec f3.drain_tail_s "$((SECONDS - td))"
+    rec f3.rss "$(rss_mb "$GW")"
+    exactly_once "figure 3 run $r" "$(report "$work/acked3")"
+    stop "$GW"
+  done
+  WALL[3]=$((SECONDS - t0))
+fi
 
 # ---- 4: backlog drain -------------------------------------------------------
-t0=$SECONDS
-log "figure 4: ingesting $DRAIN_N events with delivery off"
-truncate_all
-start_gateway pg "$work/target.toml" false
-load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$DRAIN_N" --duration 0 \
-  --id-prefix f4 --acked-ids "$work/acked4"
-stop "$GW"
-n4=$(jq -r .acked_unique "$work/l.json")
-pending=$(q "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending'")
-[[ $pending == "$n4" ]] || log "note: $pending pending deliveries for $n4 acked events"
-for r in $(seq 1 "$RUNS"); do
-  log "figure 4 run $r/$RUNS: draining $n4"
-  if ((r > 1)); then # the same backlog again: every delivery pending and due
-    q "DELETE FROM hookgate_attempts" >/dev/null
-    q "UPDATE hookgate_deliveries SET state = 'pending', attempts = 0, next_attempt_at = 0,
-       lease_until = NULL, lease_token = NULL, last_status = NULL, last_error = NULL" >/dev/null
-    q "VACUUM ANALYZE hookgate_deliveries" >/dev/null
-  fi
-  curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
-  snap "$work/b" ""
-  start_gateway pg "$work/target.toml" true
-  sed -i "s/^srv  *\$/srv $GW 0/" "$work/b"
-  wait_delivered "$n4" || true
-  snap "$work/a" "$GW"
-  rep=$(report "$work/acked4")
-  rec f4.rps "$(jq -r 'if .last_ms > .first_ms then .distinct * 1000 / (.last_ms - .first_ms) else 0 end' <<<"$rep")"
-  rec f4.rss "$(rss_mb "$GW")"
-  cpu f4 "$work/b" "$work/a" "$n4"
-  sleep 1
-  exactly_once "figure 4 run $r" "$(report "$work/acked4")"
+if want 4; then
+  t0=$SECONDS
+  log "figure 4: ingesting $DRAIN_N events with delivery off"
+  truncate_all
+  start_gateway pg "$work/target.toml" false
+  load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$DRAIN_N" --duration 0 \
+    --id-prefix f4 --acked-ids "$work/acked4"
   stop "$GW"
-done
-WALL[4]=$((SECONDS - t0))
+  n4=$(jq -r .acked_unique "$work/l.json")
+  pending=$(q "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending'")
+  [[ $pending == "$n4" ]] || log "note: $pending pending deliveries for $n4 acked events"
+  for r in $(seq 1 "$RUNS"); do
+    log "figure 4 run $r/$RUNS: draining $n4"
+    if ((r > 1)); then # the same backlog again: every delivery pending and due
+      reset_deliveries
+    fi
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    snap "$work/b" ""
+    start_gateway pg "$work/target.toml" true
+    sed -i "s/^srv  *\$/srv $GW 0/" "$work/b"
+    wait_delivered "$n4" || true
+    snap "$work/a" "$GW"
+    rep=$(report "$work/acked4")
+    rec f4.rps "$(jq -r 'if .last_ms > .first_ms then .distinct * 1000 / (.last_ms - .first_ms) else 0 end' <<<"$rep")"
+    rec f4.rss "$(rss_mb "$GW")"
+    cpu f4 "$work/b" "$work/a" "$n4"
+    sleep 1
+    exactly_once "figure 4 run $r" "$(report "$work/acked4")"
+    stop "$GW"
+  done
+  WALL[4]=$((SECONDS - t0))
+fi
 
 # ---- 5: embedded default ----------------------------------------------------
-t0=$SECONDS
-emb_run() { # KEY dup_share run
-  rm -f "$work"/embedded.db*
-  start_gateway embedded "$work/plain.toml" true
-  snap "$work/b" "$GW"
-  load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --duration "$DURATION" \
-    --dup-share "$2" --id-prefix "$1_$3"
-  snap "$work/a" "$GW"
-  rec "$1.rss" "$(rss_mb "$GW")"
-  stop "$GW"
-  record_load "$1" "$work/l.json"
-  cpu "$1" "$work/b" "$work/a" "$(jq -r .ok "$work/l.json")"
-}
-for r in $(seq 1 "$RUNS"); do
-  log "figure 5 run $r/$RUNS"
-  emb_run f5u 0 "$r"
-  emb_run f5d 0.99 "$r"
-  rm -f "$work"/embedded.db*
-  start_gateway embedded "$work/target.toml" false
-  load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$EMBED_DRAIN_N" --duration 0 \
-    --id-prefix "f5_$r" --acked-ids "$work/acked5"
-  stop "$GW"
-  n5=$(jq -r .acked_unique "$work/l.json")
-  curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
-  start_gateway embedded "$work/target.toml" true
-  wait_delivered "$n5" || true
-  rep=$(report "$work/acked5")
-  rec f5dr.rps "$(jq -r 'if .last_ms > .first_ms then .distinct * 1000 / (.last_ms - .first_ms) else 0 end' <<<"$rep")"
-  sleep 1
-  exactly_once "figure 5 drain run $r" "$(report "$work/acked5")"
-  stop "$GW"
-done
-WALL[5]=$((SECONDS - t0))
+if want 5; then
+  t0=$SECONDS
+  emb_run() { # KEY dup_share run
+    rm -f "$work"/embedded.db*
+    start_gateway embedded "$work/plain.toml" true
+    snap "$work/b" "$GW"
+    load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --duration "$DURATION" \
+      --dup-share "$2" --id-prefix "$1_$3"
+    snap "$work/a" "$GW"
+    rec "$1.rss" "$(rss_mb "$GW")"
+    stop "$GW"
+    record_load "$1" "$work/l.json"
+    cpu "$1" "$work/b" "$work/a" "$(jq -r .ok "$work/l.json")"
+  }
+  for r in $(seq 1 "$RUNS"); do
+    log "figure 5 run $r/$RUNS"
+    emb_run f5u 0 "$r"
+    emb_run f5d 0.99 "$r"
+    rm -f "$work"/embedded.db*
+    start_gateway embedded "$work/target.toml" false
+    load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$EMBED_DRAIN_N" --duration 0 \
+      --id-prefix "f5_$r" --acked-ids "$work/acked5"
+    stop "$GW"
+    n5=$(jq -r .acked_unique "$work/l.json")
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    start_gateway embedded "$work/target.toml" true
+    wait_delivered "$n5" || true
+    rep=$(report "$work/acked5")
+    rec f5dr.rps "$(jq -r 'if .last_ms > .first_ms then .distinct * 1000 / (.last_ms - .first_ms) else 0 end' <<<"$rep")"
+    sleep 1
+    exactly_once "figure 5 drain run $r" "$(report "$work/acked5")"
+    stop "$GW"
+  done
+  WALL[5]=$((SECONDS - t0))
+fi
 
 # ---- 6: ledger scale (opt-in) -----------------------------------------------
-if [[ $SCALE == 1 ]]; then
+if [[ $SCALE == 1 ]] && want 6; then
   t0=$SECONDS
   log "figure 6: seeding $SCALE_ROWS ledger rows in $SCALE_DB"
   psql "$PGURL/postgres" -XAtqc "CREATE DATABASE $SCALE_DB" >/dev/null
@@ -462,6 +516,71 @@ SQL
   WALL[6]=$((SECONDS - t0))
 fi
 
+# ---- 7: queue targets (redis-stream, nats) -----------------------------------
+# queue_reset KIND: an empty stream (and no resend markers) for the next run
+queue_reset() {
+  if [[ $1 == redis ]]; then
+    redis-cli -u "$REDIS" --scan --pattern "$RS_STREAM*" 2>/dev/null |
+      xargs -r -n 1000 redis-cli -u "$REDIS" unlink >/dev/null 2>&1 || true
+  else # a new stream: its duplicate window must not remember the last run's ids
+    "$bin/queue" delete --url "$NATS" --stream "$JS_STREAM" >/dev/null 2>&1 || true
+    JS_MADE=1
+    "$bin/queue" create --url "$NATS" --stream "$JS_STREAM" --subject "$JS_SUBJECT.>" ||
+      die "cannot create JetStream stream $JS_STREAM"
+  fi
+}
+# queue_figure KIND(redis|nats) KEY
+queue_figure() {
+  local kind=$1 key=$2 url stream n r rep
+  if [[ $kind == redis ]]; then url=$REDIS stream=$RS_STREAM; else url=$NATS stream=$JS_STREAM; fi
+  log "figure 7 $kind: ingesting $QUEUE_N events with delivery off"
+  truncate_all
+  queue_reset "$kind"
+  start_gateway pg "$work/q-$kind.toml" false
+  load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$QUEUE_N" --duration 0 \
+    --id-prefix "$key" --acked-ids "$work/acked7"
+  stop "$GW"
+  n=$(jq -r .acked_unique "$work/l.json")
+  for r in $(seq 1 "$RUNS"); do
+    log "figure 7 $kind run $r/$RUNS: draining $n into the stream"
+    if ((r > 1)); then reset_deliveries; queue_reset "$kind"; fi
+    snap "$work/b" ""
+    start_gateway pg "$work/q-$kind.toml" true
+    sed -i "s/^srv  *\$/srv $GW 0/" "$work/b"
+    "$bin/queue" wait --kind "$kind" --url "$url" --stream "$stream" --n "$n" --timeout "$DRAIN_WAIT" \
+      >/dev/null || log "figure 7 $kind: drain wait over before $n messages"
+    snap "$work/a" "$GW"
+    rec "$key.rss" "$(rss_mb "$GW")"
+    cpu "$key" "$work/b" "$work/a" "$n"
+    sleep 1 # let a late second copy show up
+    rep=$("$bin/queue" check --kind "$kind" --url "$url" --stream "$stream" --acked "$work/acked7") ||
+      die "figure 7 $kind: reading the stream failed"
+    rec "$key.rps" "$(jq -r 'if .span_ms > 0 then .distinct * 1000 / .span_ms else 0 end' <<<"$rep")"
+    echo "figure 7 $kind run $r: $(jq -r '"acked \(.acked), in stream \(.messages) messages, \(.distinct) distinct event ids, missing \(.missing), twice \(.duplicates), unknown \(.unexpected)"' <<<"$rep")" \
+      >>"$work/exactly_once"
+    jq -e --argjson n "$n" '.messages == $n and .distinct == $n and .missing == 0 and .unexpected == 0' \
+      <<<"$rep" >/dev/null || EXACT_FAIL=1
+    stop "$GW"
+  done
+}
+F7_NATS_SKIP=
+if want 7; then
+  t0=$SECONDS
+  queue_figure redis f7r
+  if ! out=$("$bin/queue" create --url "$NATS" --stream "$JS_STREAM" --subject "$JS_SUBJECT.>" 2>&1); then
+    F7_NATS_SKIP="skipped: NATS/JetStream not usable at $NATS ($(tail -n 1 <<<"$out"))"
+    log "figure 7 nats $F7_NATS_SKIP"
+  else
+    JS_MADE=1
+    queue_figure nats f7n
+    "$bin/queue" delete --url "$NATS" --stream "$JS_STREAM" >/dev/null 2>&1 || true
+    JS_MADE=0
+  fi
+  redis-cli -u "$REDIS" --scan --pattern "$RS_STREAM*" 2>/dev/null |
+    xargs -r -n 1000 redis-cli -u "$REDIS" unlink >/dev/null 2>&1 || true
+  WALL[7]=$((SECONDS - t0))
+fi
+
 # ---- table -----------------------------------------------------------------
 med() { # KEY [printf format] -> median of the recorded values, or "-"
   local v
@@ -476,28 +595,52 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
   echo "hookgate bench $(date -u +%Y-%m-%d), $(nproc) cores, runs=$RUNS duration=${DURATION}s conns=$CONNS body=${BODY_SIZE}B (medians)"
   row "figure" "hookgate" "reference" "ratio" "hg cpu µs/ev" "ref cpu µs/ev" "RSS MB hg/ref"
   row "" "" "" "" "gw/pg/redis" "srv/pg/redis" ""
-  row "1 unique, no targets: events/s" "$(med f1hg.rps)" "$(med f1ref.rps)" "$(med f1.ratio %.2f)" \
-    "$(cpus f1hg)" "$(cpus f1ref)" "$(med f1hg.rss)/$(med f1ref.rss)"
-  row "  p50 / p99 ms" "$(med f1hg.p50 %.1f) / $(med f1hg.p99 %.1f)" "$(med f1ref.p50 %.1f) / $(med f1ref.p99 %.1f)"
-  row "2 99% retries: events/s" "$(med f2hg.rps)" "$(med f2ref.rps)" "$(med f2.ratio %.2f)" \
-    "$(cpus f2hg)" "$(cpus f2ref)" "$(med f2hg.rss)/$(med f2ref.rss)"
-  row "  p99 ms" "$(med f2hg.p99 %.1f)" "$(med f2ref.p99 %.1f)"
-  row "3 unique + 1 target: ingest events/s" "$(med f3.rps)" "-" "-" "$(cpus f3)" "-" "$(med f3.rss)/-"
-  row "  ingest p99 ms" "$(med f3.p99 %.1f)"
-  row "  delivered events/s (ratio: /acked)" "$(med f3.delivered_rps)" "-" "$(med f3.deliv_ratio %.2f)"
-  row "  backlog at end of load / drain s" "$(med f3.pending_end) / $(med f3.drain_tail_s)"
-  row "4 drain $DRAIN_N backlog: deliveries/s" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
-  row "5 embedded unique: events/s" "$(med f5u.rps)" "-" "-" "$(cpus f5u)" "-" "$(med f5u.rss)/-"
-  row "  p50 / p99 ms" "$(med f5u.p50 %.1f) / $(med f5u.p99 %.1f)"
-  row "  embedded 99% retries: events/s" "$(med f5d.rps)" "-" "-" "$(cpus f5d)" "-" "$(med f5d.rss)/-"
-  row "  p99 ms" "$(med f5d.p99 %.1f)"
-  row "  embedded drain $EMBED_DRAIN_N: deliveries/s" "$(med f5dr.rps)"
-  if [[ $SCALE == 1 ]]; then
+  if want 1; then
+    row "1 unique, no targets: events/s" "$(med f1hg.rps)" "$(med f1ref.rps)" "$(med f1.ratio %.2f)" \
+      "$(cpus f1hg)" "$(cpus f1ref)" "$(med f1hg.rss)/$(med f1ref.rss)"
+    row "  p50 / p99 ms" "$(med f1hg.p50 %.1f) / $(med f1hg.p99 %.1f)" "$(med f1ref.p50 %.1f) / $(med f1ref.p99 %.1f)"
+  fi
+  if want 2; then
+    row "2 99% retries: events/s" "$(med f2hg.rps)" "$(med f2ref.rps)" "$(med f2.ratio %.2f)" \
+      "$(cpus f2hg)" "$(cpus f2ref)" "$(med f2hg.rss)/$(med f2ref.rss)"
+    row "  p99 ms" "$(med f2hg.p99 %.1f)" "$(med f2ref.p99 %.1f)"
+  fi
+  if want 3; then
+    row "3 unique + 1 target: ingest events/s" "$(med f3.rps)" "-" "-" "$(cpus f3)" "-" "$(med f3.rss)/-"
+    row "  ingest p99 ms" "$(med f3.p99 %.1f)"
+    row "  delivered events/s (ratio: /acked)" "$(med f3.delivered_rps)" "-" "$(med f3.deliv_ratio %.2f)"
+    row "  backlog at end of load / drain s" "$(med f3.pending_end) / $(med f3.drain_tail_s)"
+  fi
+  want 4 && row "4 drain $DRAIN_N backlog: deliveries/s" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
+  if want 5; then
+    row "5 embedded unique: events/s" "$(med f5u.rps)" "-" "-" "$(cpus f5u)" "-" "$(med f5u.rss)/-"
+    row "  p50 / p99 ms" "$(med f5u.p50 %.1f) / $(med f5u.p99 %.1f)"
+    row "  embedded 99% retries: events/s" "$(med f5d.rps)" "-" "-" "$(cpus f5d)" "-" "$(med f5d.rss)/-"
+    row "  p99 ms" "$(med f5d.p99 %.1f)"
+    row "  embedded drain $EMBED_DRAIN_N: deliveries/s" "$(med f5dr.rps)"
+  fi
+  if ! want 6; then
+    :
+  elif [[ $SCALE == 1 ]]; then
     row "6 unique, $SCALE_ROWS ids vs empty" "$(med f6big.rps)" "$(med f6empty.rps)" "$(med f6.ratio %.2f)" \
       "$(cpus f6big)" "$(cpus f6empty)" "$(med f6big.rss)/$(med f6empty.rss)"
     row "  p99 ms (reference column: empty)" "$(med f6big.p99 %.1f)" "$(med f6empty.p99 %.1f)"
   else
     row "6 ledger scale" "(SCALE=1)"
+  fi
+  if want 7; then
+    row "7 queue targets, drain: events/s" "" "" "" "gw/pg/redis"
+    if want 4; then
+      row "  http (figure 4, $DRAIN_N)" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
+    else
+      row "  http (figure 4)" "(not in FIGURES)"
+    fi
+    row "  redis-stream ($QUEUE_N)" "$(med f7r.rps)" "-" "-" "$(cpus f7r)" "-" "$(med f7r.rss)/-"
+    if [[ -n $F7_NATS_SKIP ]]; then
+      row "  nats JetStream" "$F7_NATS_SKIP"
+    else
+      row "  nats JetStream ($QUEUE_N)" "$(med f7n.rps)" "-" "-" "$(cpus f7n)" "-" "$(med f7n.rss)/-"
+    fi
   fi
   fails=0
   for k in f1hg f1ref f2hg f2ref f3 f5u f5d f6big f6empty; do
@@ -507,7 +650,7 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
   echo "exactly-once ($([[ $EXACT_FAIL == 0 ]] && echo PASS || echo FAIL)):"
   sed 's/^/  /' "$work/exactly_once"
   walls="wall s:"
-  for k in 1 2 3 4 5 6; do [[ -n ${WALL[$k]:-} ]] && walls+=" f$k=${WALL[$k]}"; done
+  for k in 1 2 3 4 5 6 7; do [[ -n ${WALL[$k]:-} ]] && walls+=" f$k=${WALL[$k]}"; done
   echo "$walls total=$SECONDS"
 } | tee "$work/table"
 cp "$work/table" "$root/bench/last-run.txt" 2>/dev/null || true
