@@ -567,8 +567,9 @@ F7_NATS_SKIP=
 if want 7; then
   t0=$SECONDS
   queue_figure redis f7r
-  if ! out=$("$bin/queue" create --url "$NATS" --stream "$JS_STREAM" --subject "$JS_SUBJECT.>" 2>&1); then
-    F7_NATS_SKIP="skipped: NATS/JetStream not usable at $NATS ($(tail -n 1 <<<"$out"))"
+  if ! out=$(RUST_BACKTRACE=0 RUST_LIB_BACKTRACE=0 "$bin/queue" create --url "$NATS" --stream "$JS_STREAM" \
+    --subject "$JS_SUBJECT.>" 2>&1); then
+    F7_NATS_SKIP="skipped: NATS/JetStream not usable at $NATS ($(head -n 1 <<<"$out" | sed 's/^Error: //'))"
     log "figure 7 nats $F7_NATS_SKIP"
   else
     JS_MADE=1
@@ -629,7 +630,7 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
     row "6 ledger scale" "(SCALE=1)"
   fi
   if want 7; then
-    row "7 queue targets, drain: events/s" "" "" "" "gw/pg/redis"
+    row "7 queue targets, drain: events/s"
     if want 4; then
       row "  http (figure 4, $DRAIN_N)" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
     else
