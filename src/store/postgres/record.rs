@@ -27,13 +27,21 @@ pub(super) async fn record(
     let repeats = first_occurrence(batch);
     // Arrival order (the queue's), for the sequence numbers of ordered
     // targets: the batch is written in key order, not in this one.
-    let arrival: HashMap<Key, i64> = batch
+    // Only built for a batch with ordering keys.
+    let ordered = batch
         .iter()
-        .zip(&repeats)
-        .enumerate()
-        .filter(|(_, (_, r))| r.is_none())
-        .map(|(i, (e, _))| (key(e), i as i64))
-        .collect();
+        .any(|e| e.order_keys.iter().any(Option::is_some));
+    let arrival: HashMap<Key, i64> = if ordered {
+        batch
+            .iter()
+            .zip(&repeats)
+            .enumerate()
+            .filter(|(_, (_, r))| r.is_none())
+            .map(|(i, (e, _))| (key(e), i as i64))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     let unique = unique_in_lock_order(batch, &repeats);
     // Rows come back in no particular order: match them to `unique` by key,
     // borrowing the batch's strings (no copies per lookup).
@@ -158,6 +166,9 @@ async fn insert_all(
     let (mut t_source, mut t_event, mut t_target) = (vec![], vec![], vec![]);
     let (mut t_lease_until, mut t_token) = (vec![], vec![]);
     let (mut t_order_key, mut t_arrival) = (vec![], vec![]);
+    let ordered = unique
+        .iter()
+        .any(|e| e.order_keys.iter().any(Option::is_some));
     for e in unique {
         for (i, t) in e.targets.iter().enumerate() {
             let lease = e.lease(i);
@@ -166,11 +177,12 @@ async fn insert_all(
             t_target.push(t.as_str());
             t_lease_until.push(lease.map(|l| l.1.0));
             t_token.push(lease.map(|l| l.0));
-            t_order_key.push(e.order_key(i));
-            t_arrival.push(arrival.get(&key(e)).copied().unwrap_or_default());
+            if ordered {
+                t_order_key.push(e.order_key(i));
+                t_arrival.push(arrival.get(&key(e)).copied().unwrap_or_default());
+            }
         }
     }
-    let ordered = t_order_key.iter().any(Option::is_some);
     let query = sqlx::query(if ordered {
         ORDERED_INSERT_SQL
     } else {
