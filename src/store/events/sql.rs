@@ -94,7 +94,9 @@ pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Di
         let p = sql.arg(Arg::Int(cur.pk));
         c.push(format!("(e.received_at, e.id) < ({r}, {p})"));
     }
-    let lim = sql.arg(Arg::Int(limit.clamp(1, MAX_LIMIT)));
+    // The caller asks for one row past its page (`MAX_LIMIT + 1` at most) to
+    // know whether a next page exists.
+    let lim = sql.arg(Arg::Int(limit.clamp(1, MAX_LIMIT + 1)));
     sql.text = format!(
         "SELECT {SUMMARY_COLUMNS} FROM hookgate_events e {} ORDER BY e.received_at DESC, e.id DESC LIMIT {lim}",
         where_clause(&c)
