@@ -223,9 +223,11 @@ function deliveriesCell(e) {
   const cell = el('td');
   for (const d of e.deliveries) {
     const tag = stateTag(d.state);
-    tag.textContent = `${d.target} ${d.state}` + (d.attempts ? ` ×${d.attempts}` : '');
+    tag.textContent = `${d.target} ${d.state}` + (d.attempts ? ` ×${d.attempts}` : '') +
+      (d.overtaken_by ? ` · overtaken by ${d.overtaken_by}` : '');
     tag.title = [d.last_status && `last status ${d.last_status}`, d.last_error,
-      d.next_attempt_at && `next ${when(d.next_attempt_at)}`].filter(Boolean).join(' · ');
+      d.next_attempt_at && `next ${when(d.next_attempt_at)}`,
+      d.order_key != null && `order key ${d.order_key} #${d.order_seq}`].filter(Boolean).join(' · ');
     cell.append(tag);
   }
   return cell;
@@ -293,6 +295,8 @@ async function loadEvent(source, id) {
   fill($('#event-deliveries tbody'), e.deliveries.map((d) => el('tr', {},
     td(d.target), el('td', {}, stateTag(d.state)), td(d.attempts, 'num'), td(d.last_status ?? '—', 'num'),
     td(d.next_attempt_at ? when(d.next_attempt_at) : '—'),
+    td(d.order_key == null ? '—' : `${d.order_key} #${d.order_seq}` +
+      (d.overtaken_by == null ? '' : ` · overtaken by ${d.overtaken_by}`), 'wrap'),
     el('td', {}, el('button', { type: 'button', class: 'secondary redeliver', dataset: { target: d.target },
       onclick: () => redeliver(d.target) }, 'Redeliver')))));
   const attempts = $('#event-attempts'); attempts.replaceChildren();
@@ -353,7 +357,7 @@ async function loadDead(append) {
       if (d.state !== 'dead' || (wanted && d.target !== wanted)) continue;
       rows.push(el('tr', {}, td(when(e.received_at)), td(e.source),
         el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id) }, e.event_id)),
-        td(e.type || '—'), td(d.target), td(d.attempts, 'num'), td(d.last_error || d.last_status, 'wrap'),
+        td(e.type || '—'), td(d.target), td(d.attempts, 'num'), td([d.last_error || d.last_status, d.overtaken_by != null && `overtaken by ${d.overtaken_by} (key ${d.order_key})`].filter(Boolean).join(' · '), 'wrap'),
         el('td', {}, el('button', { type: 'button', class: 'secondary replay-one', dataset: { event: e.event_id, target: d.target },
           onclick: () => replay({ source: e.source, event_id: e.event_id, target: d.target }, $('#dead-message')).catch((x) => report($('#dead-message'), x)) },
         'Replay this'))));

@@ -249,6 +249,9 @@ pub fn summary_json(e: &EventSummary) -> Value {
                 "last_error": d.last_error,
                 "next_attempt_at": waiting.then(|| format_time(d.next_attempt_at)),
                 "updated_at": format_time(d.updated_at),
+                "order_key": d.order_key,
+                "order_seq": d.order_seq,
+                "overtaken_by": d.overtaken_by,
             })
         })
         .collect();

@@ -20,7 +20,13 @@ pub async fn snapshot(
 ) -> Result<Value, StoreError> {
     let totals = counters.totals(async || ledger.counters().await).await?;
     let mut states: HashMap<(String, String, String), i64> = HashMap::new();
-    for c in ledger.delivery_counts().await? {
+    // `overtaken` rides along as one more state (store::rows::OVERTAKEN_SQL).
+    for c in ledger
+        .delivery_counts()
+        .await?
+        .into_iter()
+        .chain(ledger.overtaken().await?)
+    {
         states.insert((c.source, c.target, c.state), c.count);
     }
     let get = |s: &str, n: &str| {
@@ -134,6 +140,9 @@ fn targets_doc(
                 "dead": x,
                 "dead_total": count(DeliveryOutcome::Dead),
                 "failed_attempts": count(DeliveryOutcome::Failed),
+                // Ordered targets: deliveries that went ahead of a dead one
+                // of their key (docs/design.md "Ordering").
+                "overtaken_by": state(t, "overtaken"),
             }),
         );
     }

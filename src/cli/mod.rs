@@ -1,6 +1,6 @@
 //! Command line: serve, check-config, sign, migrate, replay, events, reconcile.
 
-mod describe;
+pub(crate) mod describe;
 mod events;
 mod reconcile;
 mod sign;

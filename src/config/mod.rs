@@ -162,6 +162,8 @@ pub struct Target {
     pub kind: TargetKind,
     /// `rate`: most deliveries per second from this process; `None` = no cap.
     pub rate: Option<f64>,
+    /// `order_by`: where each event's ordering key is; `None` = unordered.
+    pub order_by: Option<crate::verify::locator::Lookup>,
 }
 
 /// A target's kind with the settings only that kind has.

@@ -322,6 +322,14 @@ pub struct RawTarget {
     /// as text). Default: no filter.
     #[serde(default)]
     pub filter: BTreeMap<String, FilterValue>,
+    /// Per-object ordering: a locator (as in `filter`, e.g.
+    /// `"json:/data/object/id"`) whose value is the event's ordering key.
+    /// Deliveries with the same key go one at a time, in received order;
+    /// different keys stay parallel. An event where the locator finds
+    /// nothing (or an empty value) is delivered unordered. Such a target
+    /// gets no hand-off lane (its rows are always claimed). See
+    /// docs/design.md "Ordering". Default: unordered.
+    pub order_by: Option<String>,
 }
 
 /// Where a target's deliveries go.

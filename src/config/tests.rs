@@ -91,6 +91,51 @@ fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
 }
 
 #[test]
+fn order_by_takes_any_routing_locator_and_a_bad_one_is_named() {
+    let with = |o: &str| {
+        GOOD.replace(
+            "signing_secret = \"whsec_aGVsbG8=\"",
+            &format!("order_by = {o:?}"),
+        )
+    };
+    let c = Config::from_toml_str(&with("json:/data/object/id"), Path::new(".")).unwrap();
+    let order_by = c.targets["billing"]
+        .order_by
+        .clone()
+        .expect("order_by parsed");
+    assert_eq!(
+        order_by.alternatives,
+        [crate::verify::locator::Locator::Json(
+            "/data/object/id".into()
+        )]
+    );
+    assert_eq!(c.sources["stripe"].routes[0].order_by, Some(order_by));
+    assert!(
+        crate::cli::describe::describe(&c).contains("order_by=json:/data/object/id"),
+        "check-config prints it"
+    );
+    let c = Config::from_toml_str(&with("header:X-Object|query:obj"), Path::new(".")).unwrap();
+    assert_eq!(
+        c.targets["billing"]
+            .order_by
+            .as_ref()
+            .unwrap()
+            .alternatives
+            .len(),
+        2
+    );
+    assert!(
+        Config::from_toml_str(GOOD, Path::new(".")).unwrap().targets["billing"]
+            .order_by
+            .is_none()
+    );
+    for bad in ["data.object.id", "signature:t", "json:"] {
+        let p = problems(&with(bad));
+        assert_eq!(p[0].0, "targets.billing.order_by", "{bad}: {p:?}");
+    }
+}
+
+#[test]
 fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
     let stream = |keys: &str| {
         GOOD.replace(

@@ -212,6 +212,7 @@ impl Dedup {
                 // Routed at verification (verify/route.rs): only the
                 // targets that want this event get a delivery row.
                 targets: targets.to_vec(),
+                order_keys: v.order_keys().to_vec(),
                 facts: crate::store::EventFacts {
                     event_type: v.event_type().map(str::to_owned),
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),

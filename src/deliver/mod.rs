@@ -209,6 +209,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     let mut backlog = false;
     // `rate`: only as many rows are claimed as may be sent now.
     let mut bucket = t.target.rate.map(rate::Bucket::new);
+    // `order_by`: the last key leased; the next claim visits the keys
+    // after it first (round-robin over keys).
+    let mut order_cursor = String::new();
     while !stop.is_cancelled() {
         let mut free = local
             .available_permits()
@@ -225,11 +228,25 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
         if wants && free > 0 {
             let now = Millis::now();
             let lease_until = now + ctx.settings.lease;
-            match ctx
-                .ledger
-                .claim_due(&t.target.name, now, lease_until, &ctx.token, free as i64)
-                .await
-            {
+            let (name, limit) = (&t.target.name, free as i64);
+            // An ordered target has its own claim (one row per key at a
+            // time); every other target keeps the plain one.
+            let claimed = if t.target.order_by.is_some() {
+                ctx.ledger
+                    .claim_due_ordered(name, now, lease_until, &ctx.token, limit, &order_cursor)
+                    .await
+                    .map(|(rows, last)| {
+                        if let Some(k) = last {
+                            order_cursor = k;
+                        }
+                        rows
+                    })
+            } else {
+                ctx.ledger
+                    .claim_due(name, now, lease_until, &ctx.token, limit)
+                    .await
+            };
+            match claimed {
                 Ok(rows) => {
                     if failing {
                         failing = false;
@@ -243,10 +260,19 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
                         let global = ctx.global.clone().acquire_owned().await;
-                        let (ctx, t) = (ctx.clone(), t.clone());
+                        let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
                         inflight.spawn(async move {
                             let _permits = (local, global);
-                            attempt(&ctx, &t, row).await;
+                            let mut next = Some(row);
+                            while let Some(row) = next.take() {
+                                let freed = attempt(&ctx, &t, row).await;
+                                // Ordered: the key's next row, in this slot.
+                                if let Some(key) = freed
+                                    && !stop.is_cancelled()
+                                {
+                                    next = successor(&ctx, &t, &key).await;
+                                }
+                            }
                         });
                     }
                     if more {
@@ -327,7 +353,9 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
 /// attempts). Recording is retried briefly: if it still fails, the lease
 /// expires and the event is sent again (at least once).
 #[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
-async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
+/// Returns the row's ordering key when the row left `pending` (delivered
+/// or dead) on an ordered target: its key's next row may go now.
+async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) -> Option<String> {
     let target = &*t.target;
     let number = row.attempts + 1;
     let started_at = Millis::now();
@@ -419,20 +447,47 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) {
                 } else {
                     tracing::debug!(attempt = number, outcome, latency_ms, "delivery attempt");
                 }
-                return;
+                // Ordered target: a delivered or dead row frees its key.
+                return match next {
+                    NextState::RetryAt(_) => None,
+                    _ => row.order_key.filter(|_| target.order_by.is_some()),
+                };
             }
             Ok(false) => {
                 tracing::warn!(
                     attempt = number,
                     "lease lost before the attempt was recorded"
                 );
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "recording a delivery attempt failed; retrying");
                 tokio::time::sleep(wait).await;
                 wait *= 2;
             }
+        }
+    }
+    None
+}
+
+/// The next row of ordering key `key` (whose row was just delivered or went
+/// dead), leased now if it is due and free: a key's backlog flows at the
+/// speed of its target, one row after the other, without a claim walk over
+/// every key. `None`: nothing due (a retry's backoff, or another replica
+/// took it); the loop's claims find it later.
+async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
+    let now = Millis::now();
+    let lease_until = now + ctx.settings.lease;
+    match ctx
+        .ledger
+        .claim_successor(&t.target.name, key, now, lease_until, &ctx.token)
+        .await
+    {
+        Ok(row) => row,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not claim the key's next row; the loop will");
+            t.wake.notify_one();
+            None
         }
     }
 }

@@ -66,12 +66,17 @@ impl Drop for Slot {
 impl Handoff {
     /// Lanes for every target of `config`, with a new lease token. A lane
     /// holds the target's `concurrency`; a rate-capped target gets none (its
-    /// loop claims only what the cap allows). `enabled`: whether this
-    /// process runs delivery loops.
+    /// loop claims only what the cap allows), nor does an ordered one (only
+    /// the claim query knows whether a row's key is free). `enabled`:
+    /// whether this process runs delivery loops.
     pub fn from_config(config: &crate::config::Config, enabled: bool) -> Self {
         Self::new(
             config.targets.values().map(|t| {
-                let lane = if t.rate.is_some() { 0 } else { t.concurrency };
+                let lane = if t.rate.is_some() || t.order_by.is_some() {
+                    0
+                } else {
+                    t.concurrency
+                };
                 (t.name.as_str(), lane)
             }),
             &uuid::Uuid::new_v4().simple().to_string(),

@@ -35,6 +35,11 @@ pub struct NewEvent {
     pub expires_at: Millis,
     /// One delivery row per target is written with the event.
     pub targets: Vec<String>,
+    /// Parallel to `targets`: the delivery's ordering key. `None`: the
+    /// target has no `order_by`; `Some("")`: it has, but the event holds no
+    /// key (delivered unordered); otherwise the key, and the row gets the
+    /// next sequence number of its (target, key) in the event's transaction.
+    pub order_keys: Vec<Option<String>>,
     /// Verification facts shown by the admin console (see `store::events`).
     pub facts: EventFacts,
     /// Slots on this process's delivery lanes: reserved targets' rows are
@@ -43,6 +48,11 @@ pub struct NewEvent {
 }
 
 impl NewEvent {
+    /// Target `i`'s ordering key, if it has one.
+    pub fn order_key(&self, i: usize) -> Option<&str> {
+        self.order_keys.get(i).and_then(Option::as_deref)
+    }
+
     /// The lease to write on target `i`'s delivery row, if it was reserved.
     pub fn lease(&self, i: usize) -> Option<(&str, Millis)> {
         self.handoff.as_ref().and_then(|h| h.lease(i))
@@ -62,6 +72,8 @@ impl NewEvent {
                 received_at: self.received_at,
                 attempts: 0,
                 event_type: self.facts.event_type.clone(),
+                // Ordered targets have no hand-off lane.
+                order_key: None,
             });
         }
     }
@@ -173,6 +185,9 @@ pub struct DueDelivery {
     pub attempts: i32,
     /// The provider's event type, where it gives one (broker names, metadata).
     pub event_type: Option<String>,
+    /// The ordering key, on rows leased by [`Ledger::claim_due_ordered`]
+    /// (its loop then asks for the key's next row: [`Ledger::claim_successor`]).
+    pub order_key: Option<String>,
 }
 
 /// Where a delivery goes after an attempt.
@@ -253,6 +268,35 @@ pub trait Ledger: Send + Sync + 'static {
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError>;
+    /// [`Ledger::claim_due`] for a target with `order_by`: a row with an
+    /// ordering key is leased only when no pending row (leased or not,
+    /// retrying or not) of the same (target, key) has a lower sequence
+    /// number, so at most one row per key is out at a time, in sequence
+    /// order, across every replica. Rows whose event had no key are claimed
+    /// as usual. Keys are visited round-robin from the one after `after`
+    /// (`""` at first); returns the rows and the last key leased, the
+    /// caller's next `after`.
+    async fn claim_due_ordered(
+        &self,
+        target: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+        limit: i64,
+        after: &str,
+    ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError>;
+    /// The first pending row of (`target`, `key`), leased to the caller if
+    /// it is due and not leased: a target loop asks this after a row of the
+    /// key was delivered or went dead, so a key's backlog flows without a
+    /// walk over every key. One index probe.
+    async fn claim_successor(
+        &self,
+        target: &str,
+        key: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+    ) -> Result<Option<DueDelivery>, StoreError>;
     /// Records attempts and moves their deliveries on, all in ONE
     /// transaction (group commit of outcomes). One result per input, in
     /// order: `false` when the lease was lost (another worker owns the row).
@@ -284,6 +328,9 @@ pub trait Ledger: Send + Sync + 'static {
     /// them.
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError>;
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError>;
+    /// Per source and target (state `overtaken`): how many deliveries went
+    /// ahead of their key's dead deliveries (see [`rows::OVERTAKEN_SQL`]).
+    async fn overtaken(&self) -> Result<Vec<DeliveryCount>, StoreError>;
     /// Attempts of one event's delivery to one target, oldest first.
     async fn attempts(
         &self,

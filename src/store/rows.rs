@@ -18,6 +18,103 @@ pub(crate) const COUNTS_SQL: &str = "SELECT source, target,
         COUNT(*) AS n
      FROM hookgate_deliveries GROUP BY source, target, st";
 
+/// `$1` = target, `$2` = ordering key. The key's next sequence number; the
+/// counter row stays locked until the transaction ends (docs/design.md
+/// "Ordering"). SQLite's ingest and both backends' replays use it;
+/// PostgreSQL's ingest bumps every key of a batch in its one statement.
+pub(crate) const NEXT_SEQ_SQL: &str =
+    "INSERT INTO hookgate_order_keys (target, order_key, last_seq)
+     VALUES ($1, $2, 1)
+     ON CONFLICT (target, order_key) DO UPDATE SET last_seq = hookgate_order_keys.last_seq + 1
+     RETURNING last_seq";
+
+/// The rows an ordered target may lease now (docs/design.md "Ordering"):
+/// `(pass, k, id)`, to be ordered by `pass, k` and limited. A row with a key
+/// is eligible only when it is its key's first pending row (lowest
+/// sequence number, leased or not, retrying or not); `heads` finds each
+/// key's first pending row on `hookgate_deliveries_order_pending` without
+/// reading the rows queued behind it, so a hot key's backlog costs nothing
+/// here. The walk over keys starts after `$6` (the loop's cursor: the last
+/// key it leased) and wraps around (`pass` 2), so every key gets its turn,
+/// and stops once `$5` eligible heads are found. Rows of an ordered target
+/// whose event had no key (`order_key` NULL, `order_seq` 0) are `pass` 3.
+/// `$1` = target, `$2` = now, `$5` = limit, `$6` = cursor ('' at first).
+/// Shared text: PostgreSQL uses it as is, SQLite with `?N` placeholders.
+pub(crate) const ORDERED_CANDIDATES_SQL: &str = "WITH RECURSIVE
+     walk1(k, found) AS (
+         SELECT (SELECT MIN(order_key) FROM hookgate_deliveries
+                 WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                   AND order_key > $6), CAST(0 AS BIGINT)
+         UNION ALL
+         SELECT (SELECT MIN(order_key) FROM hookgate_deliveries
+                 WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                   AND order_key > w.k),
+                w.found + (SELECT COUNT(*) FROM hookgate_deliveries h
+                           WHERE h.id = (SELECT id FROM hookgate_deliveries
+                                         WHERE target = $1 AND state = 'pending'
+                                           AND order_seq IS NOT NULL AND order_key = w.k
+                                         ORDER BY order_seq LIMIT 1)
+                             AND h.next_attempt_at <= $2
+                             AND (h.lease_until IS NULL OR h.lease_until < $2))
+         FROM walk1 w WHERE w.k IS NOT NULL AND w.found < $5
+     ),
+     walk2(k, found) AS (
+         SELECT (SELECT MIN(order_key) FROM hookgate_deliveries
+                 WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                   AND order_key IS NOT NULL AND order_key <= $6), CAST(0 AS BIGINT)
+         UNION ALL
+         SELECT (SELECT MIN(order_key) FROM hookgate_deliveries
+                 WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                   AND order_key > w.k AND order_key <= $6),
+                w.found + (SELECT COUNT(*) FROM hookgate_deliveries h
+                           WHERE h.id = (SELECT id FROM hookgate_deliveries
+                                         WHERE target = $1 AND state = 'pending'
+                                           AND order_seq IS NOT NULL AND order_key = w.k
+                                         ORDER BY order_seq LIMIT 1)
+                             AND h.next_attempt_at <= $2
+                             AND (h.lease_until IS NULL OR h.lease_until < $2))
+         FROM walk2 w WHERE w.k IS NOT NULL AND w.found < $5
+     ),
+     heads_k(pass, k) AS (
+         SELECT 1, k FROM walk1 WHERE k IS NOT NULL
+         UNION ALL
+         SELECT 2, k FROM walk2 WHERE k IS NOT NULL
+     ),
+     candidates(pass, k, id) AS (
+         SELECT pass, k, (SELECT id FROM hookgate_deliveries
+                          WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                            AND order_key = heads_k.k
+                          ORDER BY order_seq LIMIT 1)
+         FROM heads_k
+         UNION ALL
+         SELECT * FROM (SELECT 3, NULL, id FROM hookgate_deliveries
+                        WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                          AND order_key IS NULL AND next_attempt_at <= $2
+                          AND (lease_until IS NULL OR lease_until < $2)
+                        ORDER BY order_seq LIMIT $5) AS keyless
+     )";
+
+/// `$1` = target, `$2` = now, `$5` = key: the key's first pending row if it
+/// is due and unleased (see `Ledger::claim_successor`).
+pub(crate) const SUCCESSOR_SQL: &str = "SELECT id FROM hookgate_deliveries
+     WHERE id = (SELECT id FROM hookgate_deliveries
+                 WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
+                   AND order_key = $5
+                 ORDER BY order_seq LIMIT 1)
+       AND next_attempt_at <= $2 AND (lease_until IS NULL OR lease_until < $2)";
+
+/// Overtaken deliveries per source and target, as a [`DeliveryCount`] with
+/// state `overtaken`: for each dead delivery with an ordering key, the
+/// delivered rows of its key with a later sequence number (they went
+/// ahead of it once it was dead).
+pub(crate) const OVERTAKEN_SQL: &str =
+    "SELECT d.source, d.target, 'overtaken' AS st, COUNT(o.id) AS n
+     FROM hookgate_deliveries d
+     JOIN hookgate_deliveries o ON o.target = d.target AND o.order_key = d.order_key
+          AND o.order_seq > d.order_seq AND o.state = 'delivered'
+     WHERE d.state = 'dead' AND d.order_key IS NOT NULL
+     GROUP BY d.source, d.target";
+
 /// Every cluster-wide counter, as `(source, name, value)`.
 pub(crate) const COUNTERS_SQL: &str = "SELECT source, name, value FROM hookgate_counters";
 
@@ -111,6 +208,8 @@ where
         received_at: r.try_get(6usize)?,
         attempts: r.try_get(7usize)?,
         event_type: r.try_get(8usize)?,
+        // Only the ordered claims read a tenth column (the key).
+        order_key: r.try_get(9usize).ok().flatten(),
     })
 }
 

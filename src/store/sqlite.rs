@@ -11,8 +11,8 @@ mod idempotency;
 
 use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, FINISH_ATTEMPT_SQL,
-    INSERT_ATTEMPT_SQL, RELEASE_LEASES_SQL, attempt_from_row, count_from_row, due_from_row,
-    first_occurrence, next_columns,
+    INSERT_ATTEMPT_SQL, NEXT_SEQ_SQL, ORDERED_CANDIDATES_SQL, OVERTAKEN_SQL, RELEASE_LEASES_SQL,
+    SUCCESSOR_SQL, attempt_from_row, count_from_row, due_from_row, first_occurrence, next_columns,
 };
 use super::*;
 use sqlx::Executor;
@@ -20,6 +20,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
 use std::str::FromStr;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 #[path = "sqlite_events.rs"]
@@ -98,11 +99,26 @@ impl Ledger for SqliteLedger {
                     let mut handed = vec![];
                     for (i, t) in e.targets.iter().enumerate() {
                         let lease = e.lease(i);
+                        // Ordered target: the key's next number, in batch
+                        // (arrival) order; one writer, so also commit order.
+                        // No key found: unordered, sequence 0 (see NewEvent).
+                        let key = e.order_key(i).filter(|k| !k.is_empty());
+                        let seq: Option<i64> = match (e.order_key(i), key) {
+                            (_, Some(k)) => Some(
+                                sqlx::query_scalar(NEXT_SEQ_SQL)
+                                    .bind(t)
+                                    .bind(k)
+                                    .fetch_one(&mut *tx)
+                                    .await?,
+                            ),
+                            (Some(_), None) => Some(0),
+                            (None, None) => None,
+                        };
                         let id: i64 = sqlx::query_scalar(
                             "INSERT INTO hookgate_deliveries
                                  (event_pk, source, target, next_attempt_at, updated_at,
-                                  lease_until, lease_token)
-                             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                                  lease_until, lease_token, order_key, order_seq)
+                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                         )
                         .bind(pk)
                         .bind(&e.source)
@@ -111,6 +127,8 @@ impl Ledger for SqliteLedger {
                         .bind(e.received_at)
                         .bind(lease.map(|l| l.1))
                         .bind(lease.map(|l| l.0))
+                        .bind(key)
+                        .bind(seq)
                         .fetch_one(&mut *tx)
                         .await?;
                         if lease.is_some() {
@@ -205,45 +223,63 @@ impl Ledger for SqliteLedger {
         token: &str,
         limit: i64,
     ) -> Result<Vec<DueDelivery>, StoreError> {
-        // One writer at a time in SQLite makes this UPDATE the whole claim.
+        self.claim(CLAIM_SQL, target, now, lease_until, token, limit)
+            .await
+    }
+
+    async fn claim_due_ordered(
+        &self,
+        target: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+        limit: i64,
+        after: &str,
+    ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
+        // One writer: the claim and the cursor's read are one transaction.
         let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> = sqlx::query_scalar(
-            "UPDATE hookgate_deliveries SET lease_until = ?, lease_token = ?
-             WHERE id IN (
-                 SELECT id FROM hookgate_deliveries
-                 WHERE target = ? AND state = 'pending' AND next_attempt_at <= ?
-                   AND (lease_until IS NULL OR lease_until < ?)
-                 ORDER BY next_attempt_at LIMIT ?)
-             RETURNING id",
-        )
-        .bind(lease_until)
-        .bind(token)
-        .bind(target)
-        .bind(now)
-        .bind(now)
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
-        if ids.is_empty() {
-            tx.commit().await?;
-            return Ok(vec![]);
-        }
-        // One read for the whole claim: the ids go in as a JSON array.
-        let list = format!(
-            "[{}]",
-            ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
-        );
-        let rows = sqlx::query(
-            "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
-                    d.attempts, e.event_type
-             FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
-             WHERE d.id IN (SELECT value FROM json_each(?))",
-        )
-        .bind(list)
-        .fetch_all(&mut *tx)
-        .await?;
+        let ids: Vec<i64> = sqlx::query_scalar(CLAIM_ORDERED_SQL.as_str())
+            .bind(target)
+            .bind(now)
+            .bind(lease_until)
+            .bind(token)
+            .bind(limit)
+            .bind(after)
+            .fetch_all(&mut *tx)
+            .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
         tx.commit().await?;
-        rows.iter().map(due_from_row).collect()
+        let keys = rows.iter().filter_map(|r| r.order_key.clone()).collect();
+        Ok((rows, last_key(keys, after)))
+    }
+
+    async fn claim_successor(
+        &self,
+        target: &str,
+        key: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+    ) -> Result<Option<DueDelivery>, StoreError> {
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            format!(
+                "UPDATE hookgate_deliveries SET lease_until = ?3, lease_token = ?4
+                 WHERE id IN ({SUCCESSOR_SQL}) RETURNING id"
+            )
+            .replace('$', "?")
+        });
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(SQL.as_str())
+            .bind(target)
+            .bind(now)
+            .bind(lease_until)
+            .bind(token)
+            .bind(key)
+            .fetch_all(&mut *tx)
+            .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().next())
     }
 
     async fn finish_attempts(
@@ -312,6 +348,11 @@ impl Ledger for SqliteLedger {
         rows.iter().map(count_from_row).collect()
     }
 
+    async fn overtaken(&self) -> Result<Vec<DeliveryCount>, StoreError> {
+        let rows = sqlx::query(OVERTAKEN_SQL).fetch_all(&self.pool).await?;
+        rows.iter().map(count_from_row).collect()
+    }
+
     async fn attempts(
         &self,
         source: &str,
@@ -345,6 +386,98 @@ impl Ledger for SqliteLedger {
 }
 crate::store::reconcile::impl_reconcile_store!(SqliteLedger);
 
+/// `?` = lease until, token, target, now, now, limit. One writer at a time
+/// in SQLite makes this UPDATE the whole claim.
+const CLAIM_SQL: &str = "UPDATE hookgate_deliveries SET lease_until = ?, lease_token = ?
+     WHERE id IN (
+         SELECT id FROM hookgate_deliveries
+         WHERE target = ? AND state = 'pending' AND next_attempt_at <= ?
+           AND (lease_until IS NULL OR lease_until < ?)
+         ORDER BY next_attempt_at LIMIT ?)
+     RETURNING id";
+
+/// [`CLAIM_SQL`] for a target with `order_by`: the candidates of
+/// [`ORDERED_CANDIDATES_SQL`] (each key's first pending row, round-robin
+/// from the cursor), with `?N` placeholders.
+static CLAIM_ORDERED_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{ORDERED_CANDIDATES_SQL}
+         UPDATE hookgate_deliveries SET lease_until = ?3, lease_token = ?4
+         WHERE id IN (
+             SELECT d.id FROM hookgate_deliveries d JOIN candidates c ON c.id = d.id
+             WHERE d.target = ?1 AND d.state = 'pending' AND d.next_attempt_at <= ?2
+               AND (d.lease_until IS NULL OR d.lease_until < ?2)
+             ORDER BY c.pass, c.k
+             LIMIT ?5)
+         RETURNING id"
+    )
+    .replace('$', "?")
+});
+
+impl SqliteLedger {
+    async fn claim(
+        &self,
+        sql: &'static str,
+        target: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+        limit: i64,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(sql)
+            .bind(lease_until)
+            .bind(token)
+            .bind(target)
+            .bind(now)
+            .bind(now)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+}
+
+/// The ids as a JSON array, for `json_each`.
+fn json_ids(ids: &[i64]) -> String {
+    format!(
+        "[{}]",
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    )
+}
+
+/// The claimed rows with their events, in one read (the ids go in as a
+/// JSON array).
+async fn read_claimed(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    ids: &[i64],
+) -> Result<Vec<DueDelivery>, StoreError> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let rows = sqlx::query(
+        "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
+                d.attempts, e.event_type, d.order_key
+         FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+         WHERE d.id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(json_ids(ids))
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter().map(due_from_row).collect()
+}
+
+/// The ordered claim's next cursor: the last key in walk order, which
+/// visits the keys after `after` first and then wraps around, so it is the
+/// largest key not after `after` if the walk wrapped, else the largest.
+/// (SQLite compares text by bytes, like `str`.)
+fn last_key(keys: Vec<String>, after: &str) -> Option<String> {
+    let wrapped = keys.iter().filter(|k| k.as_str() <= after).max().cloned();
+    wrapped.or_else(|| keys.into_iter().max())
+}
+
 /// Inserts one event row unless its key exists; its new primary key.
 async fn insert_event(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
@@ -372,4 +505,140 @@ async fn insert_event(
     .bind(e.facts.recovered)
     .fetch_optional(&mut **tx)
     .await?)
+}
+
+#[cfg(test)]
+mod ordering_tests {
+    use super::*;
+
+    fn event(id: &str, keys: &[Option<&str>]) -> NewEvent {
+        NewEvent {
+            source: "s".into(),
+            event_id: id.into(),
+            body: Bytes::from_static(b"{}"),
+            body_sha256: [0; 32],
+            headers: "[]".into(),
+            received_at: Millis(1),
+            expires_at: Millis(1_000_000),
+            targets: (0..keys.len()).map(|i| format!("t{i}")).collect(),
+            order_keys: keys.iter().map(|k| k.map(str::to_owned)).collect(),
+            facts: EventFacts::default(),
+            handoff: None,
+        }
+    }
+
+    async fn claim(l: &SqliteLedger, after: &str, limit: i64) -> (Vec<String>, Option<String>) {
+        let (rows, last) = l
+            .claim_due_ordered("t0", Millis(10), Millis(1_000), "tok", limit, after)
+            .await
+            .unwrap();
+        (rows.into_iter().map(|r| r.event_id).collect(), last)
+    }
+
+    async fn finish(l: &SqliteLedger, id: &str, next: NextState) {
+        let pk: i64 = sqlx::query_scalar(
+            "SELECT d.id FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+             WHERE e.event_id = ? AND d.target = 't0'",
+        )
+        .bind(id)
+        .fetch_one(&l.pool)
+        .await
+        .unwrap();
+        let rec = AttemptRecord {
+            started_at: Millis(10),
+            latency_ms: 1,
+            status: Some(200),
+            error: None,
+            next,
+        };
+        assert!(l.finish_attempt(pk, "tok", &rec).await.unwrap());
+    }
+
+    /// Sequence per (target, key) in batch order; one row per key out at a
+    /// time; retrying blocks, delivered and dead free the key; keys are
+    /// visited round-robin from the cursor; a keyless row is unordered.
+    #[tokio::test]
+    async fn the_first_pending_row_of_each_key_is_the_only_one_claimed() {
+        let l = SqliteLedger::connect("sqlite::memory:", Some(1))
+            .await
+            .unwrap();
+        l.migrate().await.unwrap();
+        let batch = [
+            event("a1", &[Some("a"), None]),
+            event("b1", &[Some("b")]),
+            event("a2", &[Some("a")]),
+            event("x1", &[Some("")]),
+            event("a3", &[Some("a")]),
+        ];
+        l.record(&batch).await.unwrap();
+        let seqs: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(
+            "SELECT e.event_id, d.order_key, d.order_seq FROM hookgate_deliveries d
+             JOIN hookgate_events e ON e.id = d.event_pk ORDER BY d.id",
+        )
+        .fetch_all(&l.pool)
+        .await
+        .unwrap();
+        let s =
+            |id: &str, k: Option<&str>, n: Option<i64>| (id.to_owned(), k.map(str::to_owned), n);
+        assert_eq!(
+            seqs,
+            [
+                s("a1", Some("a"), Some(1)),
+                s("a1", None, None),
+                s("b1", Some("b"), Some(1)),
+                s("a2", Some("a"), Some(2)),
+                s("x1", None, Some(0)),
+                s("a3", Some("a"), Some(3)),
+            ]
+        );
+
+        // Heads of a and b, and the keyless row; a2 waits for a1.
+        let (mut got, last) = claim(&l, "", 10).await;
+        got.sort();
+        assert_eq!(got, ["a1", "b1", "x1"]);
+        assert_eq!(last.as_deref(), Some("b"));
+        assert!(
+            claim(&l, "", 10).await.0.is_empty(),
+            "leased rows still block"
+        );
+        // A retry keeps the key blocked (a1 is due again, a2 is not).
+        finish(&l, "a1", NextState::RetryAt(Millis(5))).await;
+        assert_eq!(claim(&l, "", 10).await.0, ["a1"]);
+        // Dead frees the key: a2 next, through the successor claim.
+        finish(&l, "a1", NextState::Dead).await;
+        let next = l
+            .claim_successor("t0", "a", Millis(10), Millis(1_000), "tok")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (next.event_id.as_str(), next.order_key.as_deref()),
+            ("a2", Some("a"))
+        );
+        finish(&l, "a2", NextState::Delivered).await;
+        finish(&l, "b1", NextState::Delivered).await;
+        // Round-robin: with one slot, the walk starts after the cursor.
+        let more = [event("b2", &[Some("b")])];
+        l.record(&more).await.unwrap();
+        assert_eq!(
+            claim(&l, "a", 1).await,
+            (vec!["b2".to_owned()], Some("b".into()))
+        );
+        assert_eq!(
+            claim(&l, "b", 1).await,
+            (vec!["a3".to_owned()], Some("a".into()))
+        );
+        // a1 is dead, overtaken by a2 (delivered); a3 is still out.
+        let over = l.overtaken().await.unwrap();
+        assert_eq!(over.len(), 1);
+        assert_eq!((over[0].target.as_str(), over[0].count), ("t0", 1));
+    }
+
+    #[test]
+    fn the_cursor_is_the_last_key_in_walk_order() {
+        let keys = |k: &[&str]| k.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(last_key(keys(&["c", "d"]), "b"), Some("d".into()));
+        assert_eq!(last_key(keys(&["c", "d", "a"]), "b"), Some("a".into()));
+        assert_eq!(last_key(vec![], "b"), None);
+    }
 }

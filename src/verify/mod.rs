@@ -52,8 +52,9 @@ pub struct Verified {
     provider_timestamp: Option<i64>,
     /// Read from the provider's API by reconciliation, not received.
     recovered: bool,
-    /// The source's targets whose routes match (see [`route`]).
-    targets: Vec<String>,
+    /// The source's targets whose routes match (see [`route`]), with
+    /// their ordering keys.
+    routed: route::Selected,
 }
 
 /// The header a recovered event is stored and forwarded with (value `true`).
@@ -79,7 +80,7 @@ impl Verified {
     ) -> Self {
         // Routed like a received event: on its type and body fields.
         let no_headers = HeaderMap::new();
-        let targets = route::select(
+        let routed = route::select(
             &source.routes,
             event_type.as_deref(),
             &Fields::new(&no_headers, &body),
@@ -87,7 +88,7 @@ impl Verified {
         Self {
             source: source.clone(),
             event_id,
-            targets,
+            routed,
             body,
             headers: vec![
                 ("content-type".into(), "application/json".into()),
@@ -141,7 +142,12 @@ impl Verified {
     /// The targets that want this event (empty: stored, counted
     /// `unrouted`, delivered nowhere).
     pub fn targets(&self) -> &[String] {
-        &self.targets
+        &self.routed.targets
+    }
+    /// Parallel to [`Verified::targets`]: each delivery's ordering key
+    /// (`order_by`; `None` = unordered).
+    pub fn order_keys(&self) -> &[Option<String>] {
+        &self.routed.order_keys
     }
 }
 
@@ -287,7 +293,7 @@ pub(crate) fn check_with(
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
     let event_type = facts::event_type(provider, &fields);
-    let targets = route::select(&source.routes, event_type.as_deref(), &fields);
+    let routed = route::select(&source.routes, event_type.as_deref(), &fields);
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
@@ -298,7 +304,7 @@ pub(crate) fn check_with(
         key_index,
         provider_timestamp: facts::provider_timestamp(provider, &fields),
         recovered: false,
-        targets,
+        routed,
     }))
 }
 

@@ -25,6 +25,42 @@ pub struct Rule {
 pub struct Route {
     pub target: String,
     pub rule: Rule,
+    /// `order_by`: where the event's ordering key is (docs/design.md
+    /// "Ordering"); `None` = deliveries to this target are unordered.
+    pub order_by: Option<Lookup>,
+}
+
+/// Longest ordering key stored as is; a longer one is stored as
+/// `sha256:<hex>` of itself (the same key still maps to the same text, and
+/// an index entry stays small).
+pub const MAX_ORDER_KEY: usize = 200;
+
+/// Parses a target's `order_by`: any locator routing accepts (header, json,
+/// form, query; alternatives with `|`), never a signature part.
+pub fn parse_order_by(text: &str) -> Result<Lookup, String> {
+    let lookup = Lookup::parse(text)?;
+    if lookup
+        .alternatives
+        .iter()
+        .any(|l| matches!(l, Locator::Signature(_)))
+    {
+        return Err(format!(
+            "`{text}`: use a header, json, form or query locator"
+        ));
+    }
+    Ok(lookup)
+}
+
+/// The ordering key `order_by` finds in the event; `None` (unordered) when
+/// the locator finds nothing or an empty value.
+pub fn order_key(order_by: &Lookup, fields: &Fields<'_>) -> Option<String> {
+    let key = fields.lookup(order_by, &[]).filter(|k| !k.is_empty())?;
+    if key.len() <= MAX_ORDER_KEY {
+        return Some(key);
+    }
+    use sha2::Digest;
+    let digest: [u8; 32] = sha2::Sha256::digest(key.as_bytes()).into();
+    Some(format!("sha256:{}", hex::encode(digest)))
 }
 
 impl Rule {
@@ -91,7 +127,8 @@ impl Rule {
     }
 }
 
-fn show_lookup(l: &Lookup) -> String {
+/// A locator as written in the config (`check-config`).
+pub fn show_lookup(l: &Lookup) -> String {
     l.alternatives
         .iter()
         .map(|a| match a {
@@ -105,13 +142,28 @@ fn show_lookup(l: &Lookup) -> String {
         .join("|")
 }
 
-/// The names of the routes that want this event, in config order.
-pub fn select(routes: &[Route], event_type: Option<&str>, fields: &Fields<'_>) -> Vec<String> {
-    routes
-        .iter()
-        .filter(|r| r.rule.matches(event_type, fields))
-        .map(|r| r.target.clone())
-        .collect()
+/// The targets whose routes want this event, in config order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selected {
+    pub targets: Vec<String>,
+    /// Parallel to `targets`: `None` for a target without `order_by`;
+    /// for one with it, the event's ordering key, or `""` when the event
+    /// holds none (delivered unordered; see `store::NewEvent`).
+    pub order_keys: Vec<Option<String>>,
+}
+
+/// The routes that want this event, with their ordering keys.
+pub fn select(routes: &[Route], event_type: Option<&str>, fields: &Fields<'_>) -> Selected {
+    let mut out = Selected::default();
+    for r in routes.iter().filter(|r| r.rule.matches(event_type, fields)) {
+        out.targets.push(r.target.clone());
+        out.order_keys.push(
+            r.order_by
+                .as_ref()
+                .map(|l| order_key(l, fields).unwrap_or_default()),
+        );
+    }
+    out
 }
 
 /// Shell-style match of the whole text: `*` any run (dots included), `?`
@@ -176,6 +228,60 @@ mod tests {
         assert!(!rule.matches(Some("charge.succeeded"), &Fields::new(&h, eur)));
         assert!(!rule.matches(None, &Fields::new(&h, eur)));
         assert!(Rule::default().matches(None, &Fields::new(&h, b"not json")));
+    }
+
+    #[test]
+    fn order_keys_come_from_any_locator_and_missing_means_unordered() {
+        let by_json = parse_order_by("json:/data/object/id").unwrap();
+        let by_header = parse_order_by("header:X-Object|json:/id").unwrap();
+        assert!(parse_order_by("signature:t").is_err());
+        assert!(parse_order_by("nope:x").is_err());
+        let route = |order_by| Route {
+            target: "t".into(),
+            rule: Rule::default(),
+            order_by,
+        };
+        let mut h = HeaderMap::new();
+        let body = br#"{"id":"evt_1","data":{"object":{"id":"cus_9"}}}"#;
+        let picked = select(
+            &[route(Some(by_json.clone()))],
+            None,
+            &Fields::new(&h, body),
+        );
+        assert_eq!(picked.order_keys, [Some("cus_9".to_owned())]);
+        // An ordered target, no key in this event: "" (delivered unordered).
+        let keyless = select(
+            &[route(Some(by_json.clone()))],
+            None,
+            &Fields::new(&h, b"{}"),
+        );
+        assert_eq!(keyless.order_keys, [Some(String::new())]);
+        // Missing or empty: unordered.
+        let none = br#"{"data":{"object":{"id":""}}}"#;
+        assert_eq!(order_key(&by_json, &Fields::new(&h, none)), None);
+        assert_eq!(order_key(&by_json, &Fields::new(&h, b"{}")), None);
+        // Alternatives: the header first, then the body.
+        assert_eq!(
+            order_key(&by_header, &Fields::new(&h, body)),
+            Some("evt_1".into())
+        );
+        h.insert("x-object", "obj_7".parse().unwrap());
+        assert_eq!(
+            order_key(&by_header, &Fields::new(&h, body)),
+            Some("obj_7".into())
+        );
+        // No order_by: no key.
+        let plain = select(&[route(None)], None, &Fields::new(&h, body));
+        assert_eq!(plain.targets, ["t"]);
+        assert_eq!(plain.order_keys, [None]);
+        // A long key is stored by its hash, the same for the same key.
+        let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(500));
+        let k = order_key(
+            &parse_order_by("json:/id").unwrap(),
+            &Fields::new(&h, long.as_bytes()),
+        );
+        let k = k.unwrap();
+        assert!(k.starts_with("sha256:") && k.len() == 7 + 64, "{k}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ both_backends!(
     pagination_is_stable_under_concurrent_inserts,
     the_events_api_refuses_what_it_should,
     the_series_counts_per_minute_from_the_ledger,
+    a_page_of_the_largest_size_still_links_the_next,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -173,10 +174,18 @@ async fn events_are_listed_filtered_and_shown_with_credentials_redacted(b: Backe
     );
 
     // Duplicates: one identical copy, one with another body (a conflict).
-    app.post_stripe_body(&typed_body("evt_a1", "charge.succeeded"))
-        .await;
-    app.post_stripe_body(&typed_body("evt_a1", "charge.refunded"))
-        .await;
+    for ty in ["charge.succeeded", "charge.refunded"] {
+        let r = app.post_stripe_body(&typed_body("evt_a1", ty)).await;
+        let dedup = r.headers().get("hookgate-dedup").cloned();
+        assert_eq!(
+            (
+                r.status().as_u16(),
+                dedup.as_ref().and_then(|v| v.to_str().ok())
+            ),
+            (200, Some("duplicate")),
+            "{ty}"
+        );
+    }
     let recorded = eventually(WAIT, || async {
         get(&app, "/admin/events/stripe/evt_a1").await.1["duplicates"] == 2
     })
@@ -192,8 +201,10 @@ async fn events_are_listed_filtered_and_shown_with_credentials_redacted(b: Backe
     // A burst of identical copies: folded per flush (store::arrivals), the
     // counts still add up to every copy.
     for _ in 0..3 {
-        app.post_stripe_body(&typed_body("evt_a1", "charge.succeeded"))
+        let r = app
+            .post_stripe_body(&typed_body("evt_a1", "charge.succeeded"))
             .await;
+        assert_eq!(r.status().as_u16(), 200);
     }
     let recorded = eventually(WAIT, || async {
         get(&app, "/admin/events/stripe/evt_a1").await.1["duplicates"] == 5
@@ -431,4 +442,25 @@ async fn the_series_counts_per_minute_from_the_ledger(b: Backend) {
             .len(),
         10
     );
+}
+
+/// `limit=500` (the most a page holds) with 501 events: the page is full
+/// and links the next one, which holds the last event.
+async fn a_page_of_the_largest_size_still_links_the_next(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    let ids: Vec<String> = (0..501).map(|i| format!("evt_page_{i:04}")).collect();
+    for id in &ids {
+        app.post_stripe_body(&typed_body(id, "charge.succeeded"))
+            .await;
+    }
+    let (status, page) = get(&app, "/admin/events?limit=500").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["items"].as_array().unwrap().len(), 500);
+    let cursor = page["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let (_, next) = get(&app, &format!("/admin/events?limit=500&cursor={cursor}")).await;
+    assert_eq!(next["items"].as_array().unwrap().len(), 1);
+    assert!(next["next_cursor"].is_null(), "{next}");
 }

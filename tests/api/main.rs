@@ -14,6 +14,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod ordering;
 mod providers;
 mod queues;
 mod queues_nats;

@@ -327,6 +327,11 @@ fn targets(
             v.problem(&format!("{key}.{field}"), e);
             Rule::default()
         });
+        let order_by = t.order_by.as_deref().and_then(|o| {
+            crate::verify::route::parse_order_by(o)
+                .map_err(|e| v.problem(&format!("{key}.order_by"), e))
+                .ok()
+        });
         let signing_key = t.signing_secret.as_deref().and_then(|r| {
             let s = v.secret(&format!("{key}.signing_secret"), r)?;
             Some(SigningKey::standard_webhooks(&s))
@@ -346,6 +351,7 @@ fn targets(
                 rule,
                 kind,
                 rate,
+                order_by,
             },
         );
     }

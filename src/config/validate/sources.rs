@@ -122,6 +122,7 @@ fn source(
             .map(|t| Route {
                 target: t.name.clone(),
                 rule: t.rule.clone(),
+                order_by: t.order_by.clone(),
             })
             .collect(),
         dedup_by_body: s.dedup_by_body,

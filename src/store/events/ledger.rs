@@ -45,6 +45,9 @@ macro_rules! console_ledger {
                         last_error: r.try_get(5)?,
                         next_attempt_at: Millis(r.try_get(6)?),
                         updated_at: Millis(r.try_get(7)?),
+                        order_key: r.try_get(8)?,
+                        order_seq: r.try_get(9)?,
+                        overtaken_by: r.try_get(10)?,
                     };
                     if let Some(e) = items.iter_mut().find(|e| e.pk == pk) {
                         e.deliveries.push(info);
@@ -52,6 +55,29 @@ macro_rules! console_ledger {
                 }
                 Ok(())
             }
+        }
+
+        /// Gives `rows` (`id, target, order_key`, in key and sequence
+        /// order) the next sequence numbers of their keys: the back of each
+        /// key, in the transaction `tx` that makes them pending again.
+        /// Keys are taken in sorted order, like ingest's.
+        async fn resequence<'c>(
+            tx: &mut sqlx::Transaction<'c, <$row as sqlx::Row>::Database>,
+            rows: &[(i64, String, String)],
+        ) -> Result<(), StoreError> {
+            for (id, target, key) in rows {
+                let seq: i64 = sqlx::query_scalar(NEXT_SEQ_SQL)
+                    .bind(target)
+                    .bind(key)
+                    .fetch_one(&mut **tx)
+                    .await?;
+                sqlx::query(SET_SEQ_SQL)
+                    .bind(seq)
+                    .bind(id)
+                    .execute(&mut **tx)
+                    .await?;
+            }
+            Ok(())
         }
 
         #[async_trait]
@@ -146,12 +172,20 @@ macro_rules! console_ledger {
                 target: Option<&str>,
                 now: Millis,
             ) -> Result<u64, StoreError> {
+                let mut tx = self.pool.begin_with(begin_write($dialect)).await?;
+                let lock = format!("{REDELIVER_ORDERED_SQL}{}", lock_rows($dialect));
+                let ordered: Vec<(i64, String, String)> = sqlx::query_as(sqlx::AssertSqlSafe(lock))
+                    .bind(event_pk)
+                    .bind(target)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                resequence(&mut tx, &ordered).await?;
                 let r = match target {
                     None => {
                         sqlx::query(REDELIVER_ALL_SQL)
                             .bind(now.0)
                             .bind(event_pk)
-                            .execute(&self.pool)
+                            .execute(&mut *tx)
                             .await?
                     }
                     Some(t) => {
@@ -160,10 +194,11 @@ macro_rules! console_ledger {
                             .bind(event_pk)
                             .bind(source)
                             .bind(t)
-                            .execute(&self.pool)
+                            .execute(&mut *tx)
                             .await?
                     }
                 };
+                tx.commit().await?;
                 Ok(r.rows_affected())
             }
 
@@ -172,10 +207,18 @@ macro_rules! console_ledger {
                 filter: &EventFilter,
                 now: Millis,
             ) -> Result<u64, StoreError> {
+                let mut tx = self.pool.begin_with(begin_write($dialect)).await?;
+                let sql = replay_ordered_sql(filter, $dialect);
+                let ordered: Vec<(i64, String, String)> =
+                    bind_args!(sqlx::query_as(sqlx::AssertSqlSafe(sql.text)), &sql.args)
+                        .fetch_all(&mut *tx)
+                        .await?;
+                resequence(&mut tx, &ordered).await?;
                 let sql = replay_sql(filter, now, $dialect);
                 let r = bind_args!(sqlx::query(sqlx::AssertSqlSafe(sql.text)), &sql.args)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 Ok(r.rows_affected())
             }
 

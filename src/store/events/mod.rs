@@ -129,6 +129,12 @@ pub struct DeliveryInfo {
     pub last_error: Option<String>,
     pub next_attempt_at: Millis,
     pub updated_at: Millis,
+    /// The ordering key (`order_by`) and place in it; `None` = unordered.
+    pub order_key: Option<String>,
+    pub order_seq: Option<i64>,
+    /// A dead delivery with an ordering key: how many later deliveries of
+    /// its key were delivered (went ahead of it). `None` otherwise.
+    pub overtaken_by: Option<i64>,
 }
 
 /// One event in a list.
@@ -246,7 +252,9 @@ pub trait Console: Send + Sync {
     /// `None`) pending and due now, whatever its state; creates the
     /// delivery row if the event has none for `target`. Returns the rows
     /// queued. The attempt count goes on, so the next attempt is recorded
-    /// as a new one.
+    /// as a new one. A delivered or dead row with an ordering key goes to
+    /// the back of its key (a new, last sequence number); a created row is
+    /// unordered.
     async fn redeliver(
         &self,
         event_pk: i64,
@@ -255,7 +263,8 @@ pub trait Console: Send + Sync {
         now: Millis,
     ) -> Result<u64, StoreError>;
     /// Dead deliveries of matching events (and `filter.target`) become
-    /// pending again, due now. Returns how many.
+    /// pending again, due now; those with an ordering key go to the back of
+    /// their keys. Returns how many.
     async fn replay_matching(&self, filter: &EventFilter, now: Millis) -> Result<u64, StoreError>;
     /// Records duplicate arrivals and adds them to their events' counts.
     /// Arrivals of events no longer stored are dropped.

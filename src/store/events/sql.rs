@@ -1,6 +1,7 @@
 //! The console's SQL, built once for both backends with `$N` placeholders.
 
 use super::*;
+pub(crate) use crate::store::rows::NEXT_SEQ_SQL;
 
 /// A bind value of generated SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -93,7 +94,9 @@ pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Di
         let p = sql.arg(Arg::Int(cur.pk));
         c.push(format!("(e.received_at, e.id) < ({r}, {p})"));
     }
-    let lim = sql.arg(Arg::Int(limit.clamp(1, MAX_LIMIT)));
+    // The caller asks for one row past its page (`MAX_LIMIT + 1` at most) to
+    // know whether a next page exists.
+    let lim = sql.arg(Arg::Int(limit.clamp(1, MAX_LIMIT + 1)));
     sql.text = format!(
         "SELECT {SUMMARY_COLUMNS} FROM hookgate_events e {} ORDER BY e.received_at DESC, e.id DESC LIMIT {lim}",
         where_clause(&c)
@@ -129,14 +132,79 @@ pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
     sql
 }
 
+/// The dead deliveries with an ordering key that [`replay_sql`] with the
+/// same filter makes pending again: `id, target, order_key`, in key and
+/// sequence order (they go to the back of their keys in that order).
+pub(crate) fn replay_ordered_sql(f: &EventFilter, d: Dialect) -> Sql {
+    let mut sql = Sql::default();
+    let mut c = vec![
+        "state = 'dead'".to_owned(),
+        "order_key IS NOT NULL".to_owned(),
+    ];
+    if let Some(t) = &f.target {
+        c.push(format!("target = {}", sql.arg(Arg::Text(t.clone()))));
+    }
+    if let Some(s) = &f.source {
+        c.push(format!("source = {}", sql.arg(Arg::Text(s.clone()))));
+    }
+    let ev = conditions(f, d, &mut sql, false);
+    if !ev.is_empty() {
+        c.push(format!(
+            "event_pk IN (SELECT e.id FROM hookgate_events e {})",
+            where_clause(&ev)
+        ));
+    }
+    sql.text = format!(
+        "SELECT id, target, order_key FROM hookgate_deliveries {}
+         ORDER BY target, order_key, order_seq{}",
+        where_clause(&c),
+        lock_rows(d)
+    );
+    sql
+}
+
+/// The start of a transaction that reads, then writes: SQLite takes the
+/// write lock at once (`IMMEDIATE`), or a deferred reader could not become
+/// the writer once another one committed (`SQLITE_BUSY`).
+pub(crate) fn begin_write(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Postgres => "BEGIN",
+        Dialect::Sqlite => "BEGIN IMMEDIATE",
+    }
+}
+
+/// `FOR UPDATE` where the dialect has it (SQLite has one writer).
+pub(crate) fn lock_rows(d: Dialect) -> &'static str {
+    match d {
+        Dialect::Postgres => " FOR UPDATE",
+        Dialect::Sqlite => "",
+    }
+}
+
+/// `$1` = event pk, `$2` = target (NULL: every target). The event's
+/// delivered or dead rows with an ordering key: a redelivery makes them
+/// pending again at the back of their keys. Pending rows keep their place.
+pub(crate) const REDELIVER_ORDERED_SQL: &str = "SELECT id, target, order_key
+    FROM hookgate_deliveries
+    WHERE event_pk = $1 AND ($2 IS NULL OR target = $2)
+      AND state <> 'pending' AND order_key IS NOT NULL
+    ORDER BY target, order_key, order_seq";
+
+/// `$1` = sequence number, `$2` = delivery id.
+pub(crate) const SET_SEQ_SQL: &str = "UPDATE hookgate_deliveries SET order_seq = $1 WHERE id = $2";
+
 /// The deliveries of the events `pks`, by event then target.
 pub(crate) fn deliveries_sql(pks: &[i64]) -> Sql {
     let mut sql = Sql::default();
     let list: Vec<String> = pks.iter().map(|p| sql.arg(Arg::Int(*p))).collect();
     sql.text = format!(
-        "SELECT event_pk, target, state, attempts, last_status, last_error, next_attempt_at,
-                updated_at
-         FROM hookgate_deliveries WHERE event_pk IN ({}) ORDER BY event_pk, target",
+        "SELECT d.event_pk, d.target, d.state, d.attempts, d.last_status, d.last_error,
+                d.next_attempt_at, d.updated_at, d.order_key, d.order_seq,
+                CASE WHEN d.state = 'dead' AND d.order_key IS NOT NULL THEN (
+                    SELECT COUNT(*) FROM hookgate_deliveries o
+                    WHERE o.target = d.target AND o.order_key = d.order_key
+                      AND o.order_seq > d.order_seq AND o.state = 'delivered') END
+         FROM hookgate_deliveries d WHERE d.event_pk IN ({}) ORDER BY d.event_pk, d.target",
         list.join(", ")
     );
     sql

@@ -34,7 +34,7 @@ impl PgLedger {
         )
         .bind(batch.iter().map(|a| a.arrived_at.0).collect::<Vec<_>>())
         .bind(batch.iter().map(|a| a.conflict).collect::<Vec<_>>())
-        .bind(batch.iter().map(|a| copies(a)).collect::<Vec<_>>())
+        .bind(batch.iter().map(copies).collect::<Vec<_>>())
         .bind(batch.iter().map(|a| a.last_at.0).collect::<Vec<_>>())
         .execute(&self.pool)
         .await?;

@@ -13,7 +13,8 @@ mod outbox;
 mod record;
 
 use super::rows::{
-    ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, attempt_from_row, count_from_row,
+    ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, OVERTAKEN_SQL, attempt_from_row,
+    count_from_row,
 };
 use super::*;
 use crate::primitives::secret::Secret;
@@ -216,6 +217,44 @@ impl Ledger for PgLedger {
         ))
     }
 
+    async fn claim_due_ordered(
+        &self,
+        target: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+        limit: i64,
+        after: &str,
+    ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
+        bounded!(self, |c| outbox::claim_due_ordered(
+            c,
+            target,
+            now,
+            lease_until,
+            token,
+            limit,
+            after
+        ))
+    }
+
+    async fn claim_successor(
+        &self,
+        target: &str,
+        key: &str,
+        now: Millis,
+        lease_until: Millis,
+        token: &str,
+    ) -> Result<Option<DueDelivery>, StoreError> {
+        bounded!(self, |c| outbox::claim_successor(
+            c,
+            target,
+            key,
+            now,
+            lease_until,
+            token
+        ))
+    }
+
     async fn finish_attempts(
         &self,
         token: &str,
@@ -235,6 +274,13 @@ impl Ledger for PgLedger {
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {
         bounded!(self, |c| async {
             let rows = sqlx::query(COUNTS_SQL).fetch_all(&mut *c).await?;
+            rows.iter().map(count_from_row).collect()
+        })
+    }
+
+    async fn overtaken(&self) -> Result<Vec<DeliveryCount>, StoreError> {
+        bounded!(self, |c| async {
+            let rows = sqlx::query(OVERTAKEN_SQL).fetch_all(&mut *c).await?;
             rows.iter().map(count_from_row).collect()
         })
     }

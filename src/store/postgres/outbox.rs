@@ -5,11 +5,15 @@
 //! Rule: a delivery row changes only under its lease token, so two workers
 //! never both own one row.
 
-use super::super::rows::{RELEASE_LEASES_SQL, due_from_row, next_columns};
+use super::super::rows::{
+    ORDERED_CANDIDATES_SQL, RELEASE_LEASES_SQL, SUCCESSOR_SQL, due_from_row, next_columns,
+};
 use super::super::{AttemptRecord, DueDelivery, StoreError};
 use crate::primitives::time::Millis;
 use sqlx::PgConnection;
+use sqlx::Row;
 use std::collections::HashSet;
+use std::sync::LazyLock;
 
 pub(super) async fn claim_due(
     conn: &mut PgConnection,
@@ -44,6 +48,98 @@ pub(super) async fn claim_due(
     .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(due_from_row).collect()
+}
+
+/// [`claim_due`] for a target with `order_by` (its own statement, so the
+/// unordered claim keeps its plan): only each key's first pending row is a
+/// candidate ([`ORDERED_CANDIDATES_SQL`]). Pending includes leased and
+/// retrying rows, so at most one row per key is ever leased. Eligibility is
+/// stable under concurrent claims: a pending row leaves `pending` only
+/// forward (delivered, dead), and a row made pending again by replay gets a
+/// new, last sequence number in its key (`store::events`), so no snapshot
+/// can see a row as first in its key while an earlier one is pending.
+/// Returns the rows and the last key leased (the loop's next cursor).
+pub(super) async fn claim_due_ordered(
+    conn: &mut PgConnection,
+    target: &str,
+    now: Millis,
+    lease_until: Millis,
+    token: &str,
+    limit: i64,
+    after: &str,
+) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "{ORDERED_CANDIDATES_SQL}, due AS (
+                 SELECT d.id, c.pass, c.k FROM hookgate_deliveries d JOIN candidates c ON c.id = d.id
+                 WHERE d.target = $1 AND d.state = 'pending' AND d.next_attempt_at <= $2
+                   AND (d.lease_until IS NULL OR d.lease_until < $2)
+                 ORDER BY c.pass, c.k
+                 LIMIT $5
+                 FOR UPDATE OF d SKIP LOCKED
+             ), leased AS (
+                 UPDATE hookgate_deliveries d SET lease_until = $3, lease_token = $4
+                 FROM due WHERE d.id = due.id
+                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
+             )
+             SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
+                    l.attempts, e.event_type, due.k
+             FROM leased l JOIN due ON due.id = l.id JOIN hookgate_events e ON e.id = l.event_pk
+             ORDER BY due.pass, due.k"
+        )
+    });
+    let rows = sqlx::query(SQL.as_str())
+        .bind(target)
+        .bind(now)
+        .bind(lease_until)
+        .bind(token)
+        .bind(limit)
+        .bind(after)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut last = None;
+    for r in &rows {
+        if let Some(k) = r.try_get::<Option<String>, _>(9)? {
+            last = Some(k);
+        }
+    }
+    Ok((
+        rows.iter().map(due_from_row).collect::<Result<_, _>>()?,
+        last,
+    ))
+}
+
+/// The key's next row, leased if due and free (see `Ledger::claim_successor`).
+pub(super) async fn claim_successor(
+    conn: &mut PgConnection,
+    target: &str,
+    key: &str,
+    now: Millis,
+    lease_until: Millis,
+    token: &str,
+) -> Result<Option<DueDelivery>, StoreError> {
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "WITH due AS ({SUCCESSOR_SQL} FOR UPDATE SKIP LOCKED
+             ), leased AS (
+                 UPDATE hookgate_deliveries d SET lease_until = $3, lease_token = $4
+                 FROM due WHERE d.id = due.id
+                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
+             )
+             SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
+                    l.attempts, e.event_type, $5::text
+             FROM leased l JOIN hookgate_events e ON e.id = l.event_pk"
+        )
+    });
+    let row = sqlx::query(SQL.as_str())
+        .bind(target)
+        .bind(now)
+        .bind(lease_until)
+        .bind(token)
+        .bind(key)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.as_ref().map(due_from_row).transpose()
 }
 
 /// Records a batch of attempts in ONE statement (so one round trip and one

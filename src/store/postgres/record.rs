@@ -25,6 +25,23 @@ pub(super) async fn record(
     batch: &[NewEvent],
 ) -> Result<Vec<Recorded>, StoreError> {
     let repeats = first_occurrence(batch);
+    // Arrival order (the queue's), for the sequence numbers of ordered
+    // targets: the batch is written in key order, not in this one.
+    // Only built for a batch with ordering keys.
+    let ordered = batch
+        .iter()
+        .any(|e| e.order_keys.iter().any(Option::is_some));
+    let arrival: HashMap<Key, i64> = if ordered {
+        batch
+            .iter()
+            .zip(&repeats)
+            .enumerate()
+            .filter(|(_, (_, r))| r.is_none())
+            .map(|(i, (e, _))| (key(e), i as i64))
+            .collect()
+    } else {
+        HashMap::new()
+    };
     let unique = unique_in_lock_order(batch, &repeats);
     // Rows come back in no particular order: match them to `unique` by key,
     // borrowing the batch's strings (no copies per lookup).
@@ -34,7 +51,7 @@ pub(super) async fn record(
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let (mut pk, leased) = insert_all(conn, &unique, &position).await?;
+    let (mut pk, leased) = insert_all(conn, &unique, &position, &arrival).await?;
     // Committed: hand the leased rows to this process's loops.
     for (at, e) in unique.iter().enumerate() {
         if pk[at].is_some() {
@@ -44,7 +61,7 @@ pub(super) async fn record(
     // Only when something conflicted: the conflicting rows are committed
     // (ON CONFLICT waited for them), so a plain read sees their hashes.
     let mut stored = stored_hashes(conn, &unique, &pk, &position).await?;
-    readmit_expired(conn, &unique, &position, &mut pk, &mut stored).await?;
+    readmit_expired(conn, &unique, &position, &arrival, &mut pk, &mut stored).await?;
 
     Ok(results(batch, &repeats, &position, &pk, stored))
 }
@@ -60,6 +77,7 @@ async fn readmit_expired(
     conn: &mut PgConnection,
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
+    arrival: &HashMap<Key<'_>, i64>,
     pk: &mut [Option<i64>],
     stored: &mut [Option<(Vec<u8>, Millis)>],
 ) -> Result<(), StoreError> {
@@ -90,7 +108,7 @@ async fn readmit_expired(
         .enumerate()
         .map(|(i, e)| (key(e), i))
         .collect();
-    let (pk2, leased2) = insert_all(conn, &expired, &again).await?;
+    let (pk2, leased2) = insert_all(conn, &expired, &again, arrival).await?;
     for (i, e) in expired.iter().enumerate() {
         if pk2[i].is_some() {
             e.committed(&leased2[i]);
@@ -136,13 +154,21 @@ fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) ->
 /// COMMIT, waking the workers of every replica), in ONE statement. Returns
 /// the new primary key of each event inserted (`None` where the key already
 /// existed), and per event its leased rows as `(target index, delivery id)`.
+///
+/// A batch with ordering keys uses [`ORDERED_INSERT_SQL`] instead: the same
+/// statement, which also takes each ordered row's sequence number.
 async fn insert_all(
     conn: &mut PgConnection,
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
+    arrival: &HashMap<Key<'_>, i64>,
 ) -> Result<(Vec<Option<i64>>, Vec<Vec<(usize, i64)>>), StoreError> {
     let (mut t_source, mut t_event, mut t_target) = (vec![], vec![], vec![]);
     let (mut t_lease_until, mut t_token) = (vec![], vec![]);
+    let (mut t_order_key, mut t_arrival) = (vec![], vec![]);
+    let ordered = unique
+        .iter()
+        .any(|e| e.order_keys.iter().any(Option::is_some));
     for e in unique {
         for (i, t) in e.targets.iter().enumerate() {
             let lease = e.lease(i);
@@ -151,40 +177,17 @@ async fn insert_all(
             t_target.push(t.as_str());
             t_lease_until.push(lease.map(|l| l.1.0));
             t_token.push(lease.map(|l| l.0));
+            if ordered {
+                t_order_key.push(e.order_key(i));
+                t_arrival.push(arrival.get(&key(e)).copied().unwrap_or_default());
+            }
         }
     }
-    // The scalar subquery makes `woke` run (once), after `dl`. Rows of kind 0
-    // are the inserted events, kind 1 their leased delivery rows.
-    let inserted = sqlx::query(
-        "WITH ins AS (
-             INSERT INTO hookgate_events
-                 (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                  event_type, key_index, provider_ts, recovered)
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                                  $5::text[], $6::int8[], $7::int8[],
-                                  $8::text[], $9::int4[], $10::int8[], $17::bool[])
-             ON CONFLICT (source, event_id) DO NOTHING
-             RETURNING id, source, event_id, received_at
-         ), dl AS (
-             INSERT INTO hookgate_deliveries
-                 (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
-             SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
-                    t.lease_until, t.token
-             FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
-                 AS t(source, event_id, target, lease_until, token)
-               ON t.source = ins.source AND t.event_id = ins.event_id
-             RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
-         ), woke AS (
-             SELECT pg_notify($14, target)
-             FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
-         )
-         SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
-                (SELECT count(*) FROM woke) AS woke
-         FROM ins
-         UNION ALL
-         SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
-         FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased",
-    )
+    let query = sqlx::query(if ordered {
+        ORDERED_INSERT_SQL
+    } else {
+        INSERT_SQL
+    })
     .bind(column(unique, |e| e.source.as_str()))
     .bind(column(unique, |e| e.event_id.as_str()))
     .bind(column(unique, |e| e.body.as_ref()))
@@ -202,9 +205,13 @@ async fn insert_all(
     .bind(NOTIFY_CHANNEL)
     .bind(&t_lease_until)
     .bind(&t_token)
-    .bind(column(unique, |e| e.facts.recovered))
-    .fetch_all(&mut *conn)
-    .await?;
+    .bind(column(unique, |e| e.facts.recovered));
+    let query = if ordered {
+        query.bind(&t_order_key).bind(&t_arrival)
+    } else {
+        query
+    };
+    let inserted = query.fetch_all(&mut *conn).await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
     let mut leased: Vec<Vec<(usize, i64)>> = vec![vec![]; unique.len()];
     for row in &inserted {
@@ -294,3 +301,93 @@ fn results(
         })
         .collect()
 }
+
+/// Events, their delivery rows and the NOTIFY, in one statement. The scalar
+/// subquery makes `woke` run (once), after `dl`. Rows of kind 0 are the
+/// inserted events, kind 1 their leased delivery rows.
+const INSERT_SQL: &str = "WITH ins AS (
+         INSERT INTO hookgate_events
+             (source, event_id, body, body_sha256, headers, received_at, expires_at,
+              event_type, key_index, provider_ts, recovered)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
+                              $5::text[], $6::int8[], $7::int8[],
+                              $8::text[], $9::int4[], $10::int8[], $17::bool[])
+         ON CONFLICT (source, event_id) DO NOTHING
+         RETURNING id, source, event_id, received_at
+     ), dl AS (
+         INSERT INTO hookgate_deliveries
+             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
+         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
+                t.lease_until, t.token
+         FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
+             AS t(source, event_id, target, lease_until, token)
+           ON t.source = ins.source AND t.event_id = ins.event_id
+         RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
+     ), woke AS (
+         SELECT pg_notify($14, target)
+         FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
+     )
+     SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
+            (SELECT count(*) FROM woke) AS woke
+     FROM ins
+     UNION ALL
+     SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
+     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased";
+
+/// [`INSERT_SQL`] for a batch with ordering keys (`$18`, parallel to the
+/// delivery arrays: NULL for an unordered target, `''` for an ordered one
+/// whose event has no key, stored as key NULL and sequence 0; `$19` = each
+/// row's place in the batch's arrival order).
+/// Per (target, key) of the inserted events, `bump` adds the number of new
+/// rows to `hookgate_order_keys.last_seq` and each row takes its number in
+/// arrival order. The counter's row lock is held until COMMIT, so a second
+/// batch with the same key waits for this one: sequence order is commit
+/// order (docs/design.md "Ordering"). `bump` runs after `ins` has finished
+/// (its window sort reads all of it) and takes keys sorted, so two batches
+/// lock counters in one order and never deadlock.
+const ORDERED_INSERT_SQL: &str = "WITH ins AS (
+         INSERT INTO hookgate_events
+             (source, event_id, body, body_sha256, headers, received_at, expires_at,
+              event_type, key_index, provider_ts, recovered)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
+                              $5::text[], $6::int8[], $7::int8[],
+                              $8::text[], $9::int4[], $10::int8[], $17::bool[])
+         ON CONFLICT (source, event_id) DO NOTHING
+         RETURNING id, source, event_id, received_at
+     ), t AS (
+         SELECT * FROM UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[],
+                              $18::text[], $19::int8[])
+             AS t(source, event_id, target, lease_until, token, order_key, arrival)
+     ), ord AS (
+         SELECT t.target, t.order_key, t.arrival,
+                row_number() OVER (PARTITION BY t.target, t.order_key ORDER BY t.arrival) AS r,
+                count(*) OVER (PARTITION BY t.target, t.order_key) AS c
+         FROM ins JOIN t ON t.source = ins.source AND t.event_id = ins.event_id
+         WHERE t.order_key <> ''
+     ), bump AS (
+         INSERT INTO hookgate_order_keys AS k (target, order_key, last_seq)
+         SELECT target, order_key, count(*) FROM ord
+         GROUP BY target, order_key ORDER BY target, order_key
+         ON CONFLICT (target, order_key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
+         RETURNING k.target, k.order_key, k.last_seq
+     ), dl AS (
+         INSERT INTO hookgate_deliveries
+             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token,
+              order_key, order_seq)
+         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
+                t.lease_until, t.token, NULLIF(t.order_key, ''),
+                CASE WHEN t.order_key = '' THEN 0 ELSE b.last_seq - o.c + o.r END
+         FROM ins JOIN t ON t.source = ins.source AND t.event_id = ins.event_id
+         LEFT JOIN ord o ON o.target = t.target AND o.arrival = t.arrival
+         LEFT JOIN bump b ON b.target = t.target AND b.order_key = t.order_key
+         RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
+     ), woke AS (
+         SELECT pg_notify($14, target)
+         FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
+     )
+     SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
+            (SELECT count(*) FROM woke) AS woke
+     FROM ins
+     UNION ALL
+     SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
+     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased";

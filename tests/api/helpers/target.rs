@@ -14,6 +14,8 @@ use std::time::Duration;
 pub struct Received {
     pub headers: HeaderMap,
     pub body: Bytes,
+    /// The status this request was answered with.
+    pub status: u16,
 }
 
 #[derive(Default)]
@@ -28,6 +30,14 @@ struct Inner {
     retry_after: Mutex<Option<u64>>,
     /// When each request arrived.
     times: Mutex<Vec<std::time::Instant>>,
+    /// Answer this share of requests (0.0–1.0, at random) with 503, after
+    /// the plan and before `always`.
+    fail_ratio: Mutex<f64>,
+    /// Event ids answered 503 every time (a poison event).
+    poison: Mutex<Vec<String>>,
+    /// Requests being answered right now, and the most at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
 }
 
 #[derive(Clone)]
@@ -74,6 +84,26 @@ impl TestTarget {
         self.inner.times.lock().unwrap().clone()
     }
 
+    /// Fail this share of requests (503) at random.
+    pub fn fail_ratio(&self, ratio: f64) {
+        *self.inner.fail_ratio.lock().unwrap() = ratio;
+    }
+
+    /// Answer 503 to every request for event `id` (`Hookgate-Event-Id`).
+    pub fn poison(&self, id: &str) {
+        self.inner.poison.lock().unwrap().push(id.to_owned());
+    }
+
+    /// Forget every poisoned id.
+    pub fn cure(&self) {
+        self.inner.poison.lock().unwrap().clear();
+    }
+
+    /// The most requests this target was answering at once.
+    pub fn peak_in_flight(&self) -> usize {
+        self.inner.peak.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Every request waits this long before answering.
     pub fn hang(&self, d: Option<Duration>) {
         *self.inner.hang.lock().unwrap() = d;
@@ -85,24 +115,35 @@ async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> (StatusCode, HeaderMap) {
+    use std::sync::atomic::Ordering::SeqCst;
     inner.times.lock().unwrap().push(std::time::Instant::now());
+    let now = inner.in_flight.fetch_add(1, SeqCst) + 1;
+    inner.peak.fetch_max(now, SeqCst);
     let hang = *inner.hang.lock().unwrap();
     if let Some(d) = hang {
         tokio::time::sleep(d).await;
     }
+    let id = headers
+        .get("hookgate-event-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    let poisoned = inner.poison.lock().unwrap().iter().any(|p| p == id);
+    let ratio = *inner.fail_ratio.lock().unwrap();
     let status = inner
         .plan
         .lock()
         .unwrap()
         .pop_front()
+        .or_else(|| (poisoned || (ratio > 0.0 && rand::random::<f64>() < ratio)).then_some(503))
         .or(*inner.always.lock().unwrap())
         .unwrap_or(200);
     // Every request is recorded, whatever it is answered.
-    inner
-        .received
-        .lock()
-        .unwrap()
-        .push(Received { headers, body });
+    inner.received.lock().unwrap().push(Received {
+        headers,
+        body,
+        status,
+    });
+    inner.in_flight.fetch_sub(1, SeqCst);
     let mut out = HeaderMap::new();
     if status >= 300
         && let Some(secs) = *inner.retry_after.lock().unwrap()
