@@ -4,7 +4,7 @@
 //! deletes it at the end; the shared server itself is never stopped (an
 //! outage is a `ChaosProxy` cut in front of it).
 
-use crate::helpers::process::{ChaosProxy, Gateway};
+use crate::helpers::process::{ChaosProxy, kill_and_resend, send_while_recording_is_blocked};
 use crate::helpers::*;
 use async_nats::jetstream::{self, stream::StorageType};
 use std::collections::HashMap;
@@ -273,7 +273,6 @@ async fn a_subject_no_stream_captures_is_retried_naming_it_until_a_stream_exists
 /// each resend by its `Nats-Msg-Id`: every id is stored exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acked_event_is_in_the_stream_exactly_once_across_a_kill_9() {
-    use sqlx::Connection;
     const N: usize = 24;
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
@@ -286,46 +285,11 @@ async fn every_acked_event_is_in_the_stream_exactly_once_across_a_kill_9() {
         &keys,
     );
     opts.lease = "6s";
-    let mut first = Gateway::start(&opts, &db, &prefix).await;
-
-    // Nothing can be recorded while this transaction holds the lock.
-    let mut blocker = db.lock_table("hookgate_attempts").await;
-    let client = reqwest::Client::new();
     let ids: Vec<String> = (0..N).map(|i| format!("evt_nonce_{i}")).collect();
-    for id in &ids {
-        let body = stripe_body(id);
-        let mut req = client
-            .post(first.url("/webhooks/stripe"))
-            .body(body.clone());
-        for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        assert_eq!(req.send().await.unwrap().status(), 200);
-    }
+    let (first, blocker) = send_while_recording_is_blocked(&opts, &db, &prefix, &ids).await;
     let sent = eventually(WAIT, || async { stream.count().await == N as u64 }).await;
     assert!(sent, "every event was published before the kill");
-    first.kill9();
-    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending' AND attempts = 0",
-    )
-    .fetch_one(&mut blocker)
-    .await
-    .unwrap();
-    assert_eq!(pending, N as i64, "nothing was recorded before the kill");
-
-    let _second = Gateway::start(&opts, &db, &prefix).await;
-    let recorded = eventually(WAIT, || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM hookgate_deliveries WHERE state = 'delivered'",
-        )
-        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.unwrap())
-        .await
-        .unwrap();
-        n == N as i64
-    })
-    .await;
-    assert!(recorded, "the resends were made and recorded");
+    let _second = kill_and_resend(first, blocker, &opts, &db, &prefix, N).await;
     let n = per_id(&stream.messages().await);
     assert_eq!(n.len(), N, "{n:?}");
     assert!(n.values().all(|&c| c == 1), "an id was stored twice: {n:?}");

@@ -4,7 +4,7 @@
 //! shared broker itself is never stopped (an outage is a `ChaosProxy` cut
 //! in front of it).
 
-use crate::helpers::process::{ChaosProxy, Gateway};
+use crate::helpers::process::{ChaosProxy, kill_and_resend, send_while_recording_is_blocked};
 use crate::helpers::*;
 use lapin::message::Delivery;
 use lapin::options::{
@@ -328,7 +328,6 @@ async fn a_wrong_rabbitmq_password_is_retried_and_no_error_shows_it() {
 /// that the copies are identical, so deduping by `message_id` is safe.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acked_event_reaches_the_queue_at_least_once_across_a_kill_9() {
-    use sqlx::Connection;
     const N: usize = 24;
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
@@ -336,48 +335,13 @@ async fn every_acked_event_reaches_the_queue_at_least_once_across_a_kill_9() {
     let keys = format!("concurrency = {N}\ntimeout = \"1s\"");
     let mut opts = rabbit_opts(Backend::Production, &amqp_url(), &prefix, "hooks", &keys);
     opts.lease = "6s";
-    let mut first = Gateway::start(&opts, &db, &prefix).await;
-
-    // Nothing can be recorded while this transaction holds the lock.
-    let mut blocker = db.lock_table("hookgate_attempts").await;
-    let client = reqwest::Client::new();
     let ids: Vec<String> = (0..N).map(|i| format!("evt_ronce_{i}")).collect();
-    for id in &ids {
-        let body = stripe_body(id);
-        let mut req = client
-            .post(first.url("/webhooks/stripe"))
-            .body(body.clone());
-        for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        assert_eq!(req.send().await.unwrap().status(), 200);
-    }
+    let (first, blocker) = send_while_recording_is_blocked(&opts, &db, &prefix, &ids).await;
     assert!(
         queue.wait_for(N).await,
         "every event was confirmed before the kill"
     );
-    first.kill9();
-    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
-    let pending: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending' AND attempts = 0",
-    )
-    .fetch_one(&mut blocker)
-    .await
-    .unwrap();
-    assert_eq!(pending, N as i64, "nothing was recorded before the kill");
-
-    let _second = Gateway::start(&opts, &db, &prefix).await;
-    let recorded = eventually(WAIT, || async {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM hookgate_deliveries WHERE state = 'delivered'",
-        )
-        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.unwrap())
-        .await
-        .unwrap();
-        n == N as i64
-    })
-    .await;
-    assert!(recorded, "the resends were made and recorded");
+    let _second = kill_and_resend(first, blocker, &opts, &db, &prefix, N).await;
     // The resends were confirmed before they were recorded: all are queued.
     tokio::time::sleep(Duration::from_millis(300)).await;
     queue.drain().await;

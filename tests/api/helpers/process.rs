@@ -286,3 +286,68 @@ async fn one_way(
     }
     let _ = to.shutdown().await;
 }
+
+/// The first half of a "killed between sent and recorded" test (the form
+/// of faults.rs' `a_kill_between_sent_and_recorded_resends_the_whole_batch`
+/// for queue targets): starts a gateway, holds a lock on
+/// `hookgate_attempts` so no attempt can be recorded, and sends `ids` as
+/// signed Stripe events (each answered 200). The caller then waits until
+/// the target has them all and calls [`kill_and_resend`].
+pub async fn send_while_recording_is_blocked(
+    opts: &Opts,
+    db: &TestDb,
+    prefix: &str,
+    ids: &[String],
+) -> (Gateway, sqlx::PgConnection) {
+    let first = Gateway::start(opts, db, prefix).await;
+    let blocker = db.lock_table("hookgate_attempts").await;
+    let client = reqwest::Client::new();
+    for id in ids {
+        let body = super::stripe_body(id);
+        let mut req = client
+            .post(first.url("/webhooks/stripe"))
+            .body(body.clone());
+        for (k, v) in &super::signers::stripe(super::STRIPE_SECRET, super::now(), &body) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        assert_eq!(req.send().await.unwrap().status(), 200, "{id}");
+    }
+    (first, blocker)
+}
+
+/// The second half: kills the first gateway with SIGKILL, checks that none
+/// of the `n` deliveries was recorded, starts a second gateway and waits
+/// until its resends are all recorded delivered. Keep the returned gateway
+/// alive while reading the target.
+pub async fn kill_and_resend(
+    mut first: Gateway,
+    mut blocker: sqlx::PgConnection,
+    opts: &Opts,
+    db: &TestDb,
+    prefix: &str,
+    n: usize,
+) -> Gateway {
+    use sqlx::Connection;
+    first.kill9();
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let pending: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM hookgate_deliveries WHERE state = 'pending' AND attempts = 0",
+    )
+    .fetch_one(&mut blocker)
+    .await
+    .unwrap();
+    assert_eq!(pending, n as i64, "nothing was recorded before the kill");
+    let second = Gateway::start(opts, db, prefix).await;
+    let recorded = super::eventually(Duration::from_secs(30), || async {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM hookgate_deliveries WHERE state = 'delivered'",
+        )
+        .fetch_one(&mut sqlx::PgConnection::connect(&db.url).await.unwrap())
+        .await
+        .unwrap();
+        done == n as i64
+    })
+    .await;
+    assert!(recorded, "the resends were made and recorded");
+    second
+}
