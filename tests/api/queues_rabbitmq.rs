@@ -383,25 +383,7 @@ async fn a_rabbitmq_outage_keeps_events_pending_and_they_arrive_after_it_returns
 
     proxy.cut();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let ids: Vec<String> = (0..20).map(|i| format!("evt_rout_{i}")).collect();
-    for id in &ids {
-        let r = app.post_stripe(id).await;
-        assert_eq!(r.status(), 200, "ingest does not depend on the broker");
-    }
-    let waiting = eventually(WAIT, || async {
-        let s = &app.stats().await["sources"]["stripe"];
-        s["pending"].as_i64().unwrap_or(0) + s["retrying"].as_i64().unwrap_or(0) == 20
-    })
-    .await;
-    assert!(waiting, "{}", app.stats().await);
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let s = app.stats().await;
-    assert_eq!(s["sources"]["stripe"]["delivered"], 1, "{s}");
-    assert_eq!(s["sources"]["stripe"]["dead"], 0, "{s}");
-    let failed = s["sources"]["stripe"]["targets"]["q"]["failed_attempts"]
-        .as_i64()
-        .unwrap_or(0);
-    assert!(failed > 0, "attempts failed while RabbitMQ was away: {s}");
+    let ids = app.ingest_while_target_is_away("evt_rout", 20, 1).await;
     let d = delivery(&app, "evt_rout_0").await;
     let error = d["last_error"].as_str().unwrap_or_default();
     assert!(error.contains("rabbitmq"), "{d}");

@@ -302,10 +302,11 @@ fn results(
         .collect()
 }
 
-/// Events, their delivery rows and the NOTIFY, in one statement. The scalar
-/// subquery makes `woke` run (once), after `dl`. Rows of kind 0 are the
-/// inserted events, kind 1 their leased delivery rows.
-const INSERT_SQL: &str = "WITH ins AS (
+/// The statement's head, shared by both forms: insert the events, skipping
+/// ids already stored (`ins`), then the form's own CTEs follow.
+macro_rules! events_cte {
+    () => {
+        "WITH ins AS (
          INSERT INTO hookgate_events
              (source, event_id, body, body_sha256, headers, received_at, expires_at,
               event_type, key_index, provider_ts, recovered)
@@ -314,14 +315,16 @@ const INSERT_SQL: &str = "WITH ins AS (
                               $8::text[], $9::int4[], $10::int8[], $17::bool[])
          ON CONFLICT (source, event_id) DO NOTHING
          RETURNING id, source, event_id, received_at
-     ), dl AS (
-         INSERT INTO hookgate_deliveries
-             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
-         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
-                t.lease_until, t.token
-         FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
-             AS t(source, event_id, target, lease_until, token)
-           ON t.source = ins.source AND t.event_id = ins.event_id
+     ), "
+    };
+}
+
+/// The statement's tail, shared by both forms: after `dl` (the delivery
+/// rows) ends `INSERT … SELECT …`, one NOTIFY per target with unleased
+/// rows, then the inserted events (kind 0) and their leased rows (kind 1).
+macro_rules! result_tail {
+    () => {
+        "
          RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
      ), woke AS (
          SELECT pg_notify($14, target)
@@ -332,7 +335,25 @@ const INSERT_SQL: &str = "WITH ins AS (
      FROM ins
      UNION ALL
      SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
-     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased";
+     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased"
+    };
+}
+
+/// Events, their delivery rows and the NOTIFY, in one statement. The scalar
+/// subquery makes `woke` run (once), after `dl`. Rows of kind 0 are the
+/// inserted events, kind 1 their leased delivery rows.
+const INSERT_SQL: &str = concat!(
+    events_cte!(),
+    "dl AS (
+         INSERT INTO hookgate_deliveries
+             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
+         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
+                t.lease_until, t.token
+         FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
+             AS t(source, event_id, target, lease_until, token)
+           ON t.source = ins.source AND t.event_id = ins.event_id",
+    result_tail!()
+);
 
 /// [`INSERT_SQL`] for a batch with ordering keys (`$18`, parallel to the
 /// delivery arrays: NULL for an unordered target, `''` for an ordered one
@@ -345,16 +366,9 @@ const INSERT_SQL: &str = "WITH ins AS (
 /// order (docs/design.md "Ordering"). `bump` runs after `ins` has finished
 /// (its window sort reads all of it) and takes keys sorted, so two batches
 /// lock counters in one order and never deadlock.
-const ORDERED_INSERT_SQL: &str = "WITH ins AS (
-         INSERT INTO hookgate_events
-             (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts, recovered)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                              $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[], $17::bool[])
-         ON CONFLICT (source, event_id) DO NOTHING
-         RETURNING id, source, event_id, received_at
-     ), t AS (
+const ORDERED_INSERT_SQL: &str = concat!(
+    events_cte!(),
+    "t AS (
          SELECT * FROM UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[],
                               $18::text[], $19::int8[])
              AS t(source, event_id, target, lease_until, token, order_key, arrival)
@@ -379,15 +393,6 @@ const ORDERED_INSERT_SQL: &str = "WITH ins AS (
                 CASE WHEN t.order_key = '' THEN 0 ELSE b.last_seq - o.c + o.r END
          FROM ins JOIN t ON t.source = ins.source AND t.event_id = ins.event_id
          LEFT JOIN ord o ON o.target = t.target AND o.arrival = t.arrival
-         LEFT JOIN bump b ON b.target = t.target AND b.order_key = t.order_key
-         RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
-     ), woke AS (
-         SELECT pg_notify($14, target)
-         FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
-     )
-     SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
-            (SELECT count(*) FROM woke) AS woke
-     FROM ins
-     UNION ALL
-     SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
-     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased";
+         LEFT JOIN bump b ON b.target = t.target AND b.order_key = t.order_key",
+    result_tail!()
+);

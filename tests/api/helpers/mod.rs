@@ -269,6 +269,40 @@ impl TestApp {
     }
 
     /// `body` to the `stripe` source, signed now with the right secret.
+    /// A queue target `q` is unreachable: sends `n` events named
+    /// `<prefix>_<i>` (each answered 200: ingest does not depend on the
+    /// broker), then checks they all wait (pending or retrying, none dead,
+    /// still `delivered_before` delivered) after `q`'s attempts failed.
+    /// Returns the ids.
+    pub async fn ingest_while_target_is_away(
+        &self,
+        prefix: &str,
+        n: usize,
+        delivered_before: i64,
+    ) -> Vec<String> {
+        let ids: Vec<String> = (0..n).map(|i| format!("{prefix}_{i}")).collect();
+        for id in &ids {
+            let r = self.post_stripe(id).await;
+            assert_eq!(r.status(), 200, "ingest does not depend on the broker");
+        }
+        let waiting = eventually(Duration::from_secs(30), || async {
+            let s = &self.stats().await["sources"]["stripe"];
+            s["pending"].as_i64().unwrap_or(0) + s["retrying"].as_i64().unwrap_or(0) == n as i64
+        })
+        .await;
+        assert!(waiting, "{}", self.stats().await);
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let s = self.stats().await;
+        let stripe = &s["sources"]["stripe"];
+        assert_eq!(stripe["delivered"], delivered_before, "{s}");
+        assert_eq!(stripe["dead"], 0, "{s}");
+        let failed = stripe["targets"]["q"]["failed_attempts"]
+            .as_i64()
+            .unwrap_or(0);
+        assert!(failed > 0, "attempts failed while the broker was away: {s}");
+        ids
+    }
+
     pub async fn post_stripe_body(&self, body: &[u8]) -> reqwest::Response {
         let h = signers::stripe(STRIPE_SECRET, now(), body);
         self.post("stripe", &h, body).await
