@@ -7,6 +7,7 @@ use crate::config::Config;
 use crate::dedup::Dedup;
 use crate::deliver::Wake;
 use crate::stats::Counters;
+use crate::stats::requests::RequestMetrics;
 use crate::store::Ledger;
 use crate::store::arrivals::Arrivals;
 use crate::store::idempotency::IdempotencyStore;
@@ -27,6 +28,8 @@ pub struct Shared {
     /// Duplicate arrivals, recorded in the background (best effort).
     pub arrivals: Arrivals,
     pub metrics: PrometheusHandle,
+    /// The webhook path's metric handles, one set per source.
+    pub request_metrics: RequestMetrics,
     /// The Idempotency-Key proxy's rows (the ledger's own pool).
     pub idempotency: Arc<dyn IdempotencyStore>,
     /// Client for `[apis.*]` upstreams (no redirects followed).

@@ -19,6 +19,14 @@ pub enum Claim {
     InFlight,
 }
 
+/// One `finish` waiting to be sent with others (see [`ClaimCache::finish_many`]).
+#[derive(Debug, Clone)]
+pub struct Mark {
+    pub key: String,
+    pub body_sha256: String,
+    pub ttl: Duration,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CacheError {
     #[error("redis: {0}")]
@@ -33,6 +41,18 @@ pub trait ClaimCache: Send + Sync + 'static {
     async fn claim(&self, key: &str, token: &str, ttl: Duration) -> Result<Claim, CacheError>;
     /// `SET key done:<hash> PX ttl` after the ledger committed (or found the id).
     async fn finish(&self, key: &str, body_sha256: &str, ttl: Duration) -> Result<(), CacheError>;
+    /// Several `finish`es; a backend that can sends them in one round trip.
+    /// Every mark is tried; the first error is returned.
+    async fn finish_many(&self, marks: &[Mark]) -> Result<(), CacheError> {
+        let mut first = Ok(());
+        for m in marks {
+            let r = self.finish(&m.key, &m.body_sha256, m.ttl).await;
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
     /// Deletes the key only if it still holds our claim (compare-and-delete).
     async fn release(&self, key: &str, token: &str) -> Result<(), CacheError>;
     /// One round trip proving the cache answers.

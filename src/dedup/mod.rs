@@ -29,10 +29,10 @@ use crate::store::body_hashes::BodyClaim;
 use crate::store::handoff::Handoff;
 use crate::store::{Ledger, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
-use cache::{Claim, ClaimCache};
+use cache::{Claim, ClaimCache, Mark};
 use sha2::{Digest, Sha256};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Where a duplicate was caught.
@@ -76,6 +76,11 @@ struct Claimant {
     hash: String,
 }
 
+/// Most `done` marks sent to the cache in one round trip.
+const MARK_BATCH: usize = 256;
+/// Marks waiting for their round trip, at most (the senders wait beyond).
+const MARK_QUEUE: usize = 4096;
+
 /// How often a waiting copy looks at the key again.
 const INFLIGHT_POLL: Duration = Duration::from_millis(20);
 /// While the cache is failing, one request per this interval tries it; the
@@ -97,6 +102,9 @@ pub struct Dedup {
     /// Milliseconds since `epoch` of the last cache probe during an outage.
     last_probe_ms: AtomicU64,
     epoch: Instant,
+    /// `done` marks for a remote cache, sent in batches by one task
+    /// (started on first use; see [`Dedup::mark_done`]).
+    marks: OnceLock<tokio::sync::mpsc::Sender<Mark>>,
 }
 
 impl Dedup {
@@ -118,6 +126,7 @@ impl Dedup {
             cache_down: AtomicBool::new(false),
             last_probe_ms: AtomicU64::new(0),
             epoch: Instant::now(),
+            marks: OnceLock::new(),
         }
     }
 
@@ -198,7 +207,8 @@ impl Dedup {
         have_claim: bool,
     ) -> Result<Outcome, DedupError> {
         let this = self.clone();
-        let task = tokio::spawn(async move {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
             let source = v.source();
             let targets = v.targets();
             let event = NewEvent {
@@ -237,40 +247,50 @@ impl Dedup {
                         // body decides the next copy too.
                         this.release(&c, have_claim).await;
                         log_body_duplicate(&v, &holder, &c.hash);
-                        return Ok(Outcome::Duplicate {
+                        let _ = answer.send(Ok(Outcome::Duplicate {
                             layer: Layer::Body,
                             conflict: false,
-                        });
+                        }));
+                        return;
                     }
-                    Err(e) => return Err(this.unavailable(&c, have_claim, e).await),
+                    Err(e) => {
+                        let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
+                        return;
+                    }
                 }
             }
             match this.ledger.record(event).await {
                 Ok(Recorded::New) => {
+                    // Committed: the request is answered now; the cache
+                    // learns `done` right after (a copy arriving in between
+                    // sees our claim and waits for it).
+                    let _ = answer.send(Ok(Outcome::New));
                     let ttl = within(cache_ttl, expires_at);
                     this.mark_done(&c, &c.hash, ttl, have_claim).await;
-                    Ok(Outcome::New)
                 }
                 Ok(Recorded::Duplicate {
                     stored_sha256,
                     expires_at,
                 }) => {
                     let stored = hex::encode(&stored_sha256);
-                    let ttl = within(cache_ttl, expires_at);
-                    this.mark_done(&c, &stored, ttl, have_claim).await;
                     let conflict = stored != c.hash;
                     if conflict {
                         log_conflict(&v, &stored, &c.hash);
                     }
-                    Ok(Outcome::Duplicate {
+                    let _ = answer.send(Ok(Outcome::Duplicate {
                         layer: Layer::Ledger,
                         conflict,
-                    })
+                    }));
+                    let ttl = within(cache_ttl, expires_at);
+                    this.mark_done(&c, &stored, ttl, have_claim).await;
                 }
-                Err(e) => Err(this.unavailable(&c, have_claim, e).await),
+                Err(e) => {
+                    let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
+                }
             }
         });
-        task.await
+        answered
+            .await
             .unwrap_or_else(|_| Err(DedupError::Unavailable(StoreError::Closed)))
     }
 
@@ -298,7 +318,18 @@ impl Dedup {
     ///
     /// A zero `ttl` (the row's window is over) sets nothing: our claim, if
     /// any, is released so the next copy is decided by the ledger at once.
-    async fn mark_done(&self, c: &Claimant, hash: &str, ttl: Duration, have_claim: bool) {
+    ///
+    /// On Redis the mark joins a batch: one task sends the marks of events
+    /// committed together in one pipeline (one round trip, not one each).
+    /// The request was answered at COMMIT; a copy that arrives before its
+    /// mark is sent finds our claim and waits for it, as for any claim.
+    async fn mark_done(
+        self: &Arc<Self>,
+        c: &Claimant,
+        hash: &str,
+        ttl: Duration,
+        have_claim: bool,
+    ) {
         if !have_claim && self.cache_down.load(Ordering::Relaxed) {
             return;
         }
@@ -307,6 +338,16 @@ impl Dedup {
                 return;
             }
             self.cache.release(&c.key, &c.token).await
+        } else if self.cache.kind() == "redis" {
+            let mark = Mark {
+                key: c.key.clone(),
+                body_sha256: hash.to_owned(),
+                ttl,
+            };
+            // Fails only when the task is gone (the process is stopping):
+            // the claim then expires after claim_ttl, as after a crash.
+            let _ = self.mark_queue().send(mark).await;
+            Ok(())
         } else {
             self.cache.finish(&c.key, hash, ttl).await
         };
@@ -315,6 +356,16 @@ impl Dedup {
             // ledger lookup instead of a cache hit.
             self.cache_failed(&e);
         }
+    }
+
+    /// The queue of [`Dedup::mark_done`], and its task on first use. The
+    /// task holds the dedup weakly and ends when it is dropped.
+    fn mark_queue(self: &Arc<Self>) -> &tokio::sync::mpsc::Sender<Mark> {
+        self.marks.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::channel(MARK_QUEUE);
+            tokio::spawn(send_marks(Arc::downgrade(self), rx));
+            tx
+        })
     }
 
     /// False while the cache is failing, except for one probe per
@@ -343,6 +394,19 @@ impl Dedup {
         if self.cache_down.swap(false, Ordering::Relaxed) {
             tracing::info!("dedup cache reachable again");
         }
+    }
+}
+
+/// Sends queued `done` marks, as many as are waiting (≤ [`MARK_BATCH`]) in
+/// one `finish_many`; a failed batch flags the cache down like any call.
+async fn send_marks(dedup: Weak<Dedup>, mut rx: tokio::sync::mpsc::Receiver<Mark>) {
+    let mut batch = Vec::with_capacity(MARK_BATCH);
+    while rx.recv_many(&mut batch, MARK_BATCH).await > 0 {
+        let Some(d) = dedup.upgrade() else { return };
+        if let Err(e) = d.cache.finish_many(&batch).await {
+            d.cache_failed(&e);
+        }
+        batch.clear();
     }
 }
 

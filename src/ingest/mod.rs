@@ -9,6 +9,7 @@ use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
+use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::Extension;
@@ -54,12 +55,12 @@ pub async fn receive(
         Err(e) => (e.outcome(), e.into_response()),
     };
     state.counters.record(&source, outcome);
-    let outcome = outcome.label();
     let latency = started.elapsed();
-    metrics::counter!("hookgate_requests_total", "source" => label_source.to_owned(), "outcome" => outcome)
-        .increment(1);
-    metrics::histogram!("hookgate_request_duration_seconds", "source" => label_source.to_owned())
-        .record(latency.as_secs_f64());
+    match state.request_metrics.source(&source) {
+        Some(m) => m.request(outcome, latency),
+        None => RequestMetrics::unknown_source(outcome, latency),
+    }
+    let outcome = outcome.label();
     tracing::info!(
         source = label_source,
         event.id = event_id.as_deref().unwrap_or(""),
@@ -119,8 +120,9 @@ async fn handle(
         client_ip: request.client,
     };
     let checked = verify::check(source, incoming, now.as_secs()).await;
-    metrics::histogram!("hookgate_verify_duration_seconds", "source" => source_name.to_owned())
-        .record(verify_started.elapsed().as_secs_f64());
+    if let Some(m) = state.request_metrics.source(source_name) {
+        m.verified(verify_started.elapsed());
+    }
     let reject_status = source.provider.response.reject_status;
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
     let verified = match checked {

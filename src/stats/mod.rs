@@ -10,6 +10,7 @@
 
 pub mod apis;
 mod names;
+pub mod requests;
 
 pub use names::{DeliveryOutcome, Layer, Outcome, RejectReason};
 

@@ -19,13 +19,16 @@ use redis::aio::{
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisResult, ScriptInvocation};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisResult, ScriptInvocation};
 use std::time::Duration;
 
 /// What one call sends: a plain command or a script (EVALSHA, loaded on NOSCRIPT).
 pub(super) enum Op<'a> {
     Cmd(Cmd),
     Script(ScriptInvocation<'a>),
+    /// Several commands in one round trip (not on Cluster: its keys may
+    /// live on several nodes).
+    Pipe(Pipeline),
 }
 
 pub(super) enum Conn {
@@ -143,6 +146,11 @@ impl Conn {
         result
     }
 
+    /// Redis Cluster: a pipeline cannot span the nodes its keys live on.
+    pub(super) fn is_cluster(&self) -> bool {
+        matches!(self, Self::Cluster(_))
+    }
+
     /// Forgets the connection (after an error or a timeout); the next call reconnects.
     pub(super) fn reset(&self) {
         match self {
@@ -167,6 +175,7 @@ async fn exec<T: FromRedisValue>(op: &Op<'_>, conn: &mut impl ConnectionLike) ->
     match op {
         Op::Cmd(cmd) => cmd.query_async(conn).await,
         Op::Script(inv) => inv.invoke_async(conn).await,
+        Op::Pipe(p) => p.query_async(conn).await,
     }
 }
 

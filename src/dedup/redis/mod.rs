@@ -8,7 +8,7 @@
 
 mod conn;
 
-use super::cache::{CacheError, Claim, ClaimCache, parse_value};
+use super::cache::{CacheError, Claim, ClaimCache, Mark, parse_value};
 use crate::config::redis_url::RedisTopology;
 use crate::primitives::secret::Secret;
 use async_trait::async_trait;
@@ -137,6 +137,32 @@ impl ClaimCache for RedisCache {
         self.bounded::<()>(Op::Cmd(cmd)).await
     }
 
+    /// One pipeline of `SET key done:<hash> PX ttl`: one write and one read
+    /// for the whole batch instead of a round trip each. On Cluster the keys
+    /// may live on several nodes, so each is sent on its own.
+    async fn finish_many(&self, marks: &[Mark]) -> Result<(), CacheError> {
+        if self.conn.is_cluster() {
+            let mut first = Ok(());
+            for m in marks {
+                let r = self.finish(&m.key, &m.body_sha256, m.ttl).await;
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            return first;
+        }
+        let mut pipe = redis::pipe();
+        for m in marks {
+            pipe.cmd("SET")
+                .arg(&m.key)
+                .arg(format!("done:{}", m.body_sha256))
+                .arg("PX")
+                .arg(m.ttl.as_millis() as u64)
+                .ignore();
+        }
+        self.bounded::<()>(Op::Pipe(pipe)).await
+    }
+
     async fn release(&self, key: &str, token: &str) -> Result<(), CacheError> {
         let value = format!("pending:{token}");
         let mut inv = self.release.key(key);
@@ -190,6 +216,45 @@ mod tests {
                 cache.claim(&key, "d", ttl).await.unwrap(),
                 Claim::Done { .. }
             ));
+        }
+    }
+
+    /// `finish_many` marks every key of a batch `done` with its own hash
+    /// and TTL (one pipeline on standalone Redis), on the Redis the tests use.
+    #[tokio::test]
+    async fn finish_many_marks_every_key_of_the_batch() {
+        let url = std::env::var("HOOKGATE_TEST_REDIS")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        let cache = RedisCache::connect(&Secret::new(url), Duration::from_secs(2)).unwrap();
+        let ttl = Duration::from_secs(30);
+        let run = uuid::Uuid::new_v4().simple().to_string();
+        let marks: Vec<Mark> = (0..5)
+            .map(|i| Mark {
+                key: format!("hg_unit_{run}:{i}"),
+                body_sha256: format!("hash{i}"),
+                ttl: ttl + Duration::from_secs(i),
+            })
+            .collect();
+        for m in &marks {
+            assert!(matches!(
+                cache.claim(&m.key, "a", ttl).await.unwrap(),
+                Claim::Owned
+            ));
+        }
+        cache.finish_many(&marks).await.unwrap();
+        for m in &marks {
+            match cache.claim(&m.key, "b", ttl).await.unwrap() {
+                Claim::Done { body_sha256 } => assert_eq!(body_sha256, m.body_sha256),
+                other => panic!("{}: expected done, got {other:?}", m.key),
+            }
+            let pttl: i64 = cache
+                .bounded(Op::Cmd(redis::cmd("PTTL").arg(&m.key).to_owned()))
+                .await
+                .unwrap();
+            assert!(
+                pttl > (m.ttl - Duration::from_secs(5)).as_millis() as i64,
+                "{pttl}"
+            );
         }
     }
 }

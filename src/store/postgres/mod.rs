@@ -168,8 +168,9 @@ impl Ledger for PgLedger {
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
         // Background work that may take long on a big table: no deadline,
         // and no server-side statement timeout for this transaction.
-        // Arrival and attempt rows have no foreign key (migration 0008):
-        // they go in the same statement as their event and deliveries.
+        // Arrival, attempt and delivery rows have no foreign key
+        // (migrations 0008, 0011): they go in the same statement as their
+        // event.
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET LOCAL statement_timeout = 0")
             .execute(&mut *tx)
@@ -185,6 +186,8 @@ impl Ledger for PgLedger {
              ), attempts AS (
                  DELETE FROM hookgate_attempts t USING hookgate_deliveries d, gone
                  WHERE t.delivery_id = d.id AND d.event_pk = gone.id
+             ), deliveries AS (
+                 DELETE FROM hookgate_deliveries d USING gone WHERE d.event_pk = gone.id
              )
              SELECT COUNT(*) FROM gone",
         )
