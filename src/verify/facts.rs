@@ -7,7 +7,7 @@
 
 use super::provider::Provider;
 use super::request::Fields;
-use super::schemes::hmac::signature_values;
+use super::schemes::hmac::signature_values_of;
 use super::spec::TimeUnit;
 
 /// Longest event type kept, in characters.
@@ -30,10 +30,10 @@ pub fn event_type(provider: &Provider, fields: &Fields<'_>) -> Option<String> {
 /// declares one (`[timestamp]`).
 pub fn provider_timestamp(provider: &Provider, fields: &Fields<'_>) -> Option<i64> {
     let spec = provider.timestamp.as_ref()?;
-    let pairs = signature_values(&provider.signature, fields.headers())
-        .map(|(_, pairs)| pairs)
+    let pairs = signature_values_of(&provider.signature, fields)
+        .map(|(_, pairs)| pairs.as_slice())
         .unwrap_or_default();
-    let ts: i64 = fields.lookup(&spec.from, &pairs)?.trim().parse().ok()?;
+    let ts: i64 = fields.lookup(&spec.from, pairs)?.trim().parse().ok()?;
     Some(match spec.unit {
         TimeUnit::Seconds => ts,
         TimeUnit::Millis => ts.div_euclid(1000),

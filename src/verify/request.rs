@@ -77,7 +77,13 @@ pub struct Fields<'a> {
     json_shape: OnceCell<Option<bool>>,
     form: OnceCell<Vec<(String, String)>>,
     query_pairs: OnceCell<Vec<(String, String)>>,
+    /// The provider's signature header(s), parsed once (`hmac::signature_values_of`):
+    /// verification and the console's provider timestamp both read it.
+    pub(super) signature: OnceCell<SignatureValues<'a>>,
 }
+
+/// The raw signature header values, and `k=v` pairs for the `pairs` format.
+pub type SignatureValues<'h> = (Vec<&'h str>, Vec<(&'h str, &'h str)>);
 
 impl<'a> Fields<'a> {
     pub fn new(headers: &'a HeaderMap, body: &'a [u8]) -> Self {
@@ -95,6 +101,7 @@ impl<'a> Fields<'a> {
             json_shape: OnceCell::new(),
             form: OnceCell::new(),
             query_pairs: OnceCell::new(),
+            signature: OnceCell::new(),
         }
     }
 
@@ -105,7 +112,7 @@ impl<'a> Fields<'a> {
         self
     }
 
-    pub fn headers(&self) -> &HeaderMap {
+    pub fn headers(&self) -> &'a HeaderMap {
         self.headers
     }
 

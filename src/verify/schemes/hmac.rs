@@ -41,13 +41,13 @@ impl SchemeDef for Hmac {
 fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let provider = &ctx.source.provider;
-    let (values, pairs) = signature_values(sig, ctx.fields.headers())?;
-    let candidates = parse_candidates(sig, &values, &pairs)?;
+    let (values, pairs) = signature_values_of(sig, ctx.fields)?;
+    let candidates = parse_candidates(sig, values, pairs)?;
 
     let timestamp = match &provider.timestamp {
         Some(t) => Some(
             ctx.fields
-                .lookup(&t.from, &pairs)
+                .lookup(&t.from, pairs)
                 .ok_or(VerifyError::MissingTimestamp)?,
         ),
         None => None,
@@ -60,7 +60,7 @@ fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
     };
     let missing = VerifyError::MalformedSignature("a signed value is missing");
     let parts = assemble(&sig.content, &fixed, &mut |l| {
-        ctx.fields.lookup(l, &pairs).map(String::into_bytes)
+        ctx.fields.lookup(l, pairs).map(String::into_bytes)
     })
     .ok_or(missing)?;
     let mut key = matching_key(ctx, &as_slices(&parts), &candidates);
@@ -74,7 +74,7 @@ fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
                 lowercase: false,
                 ..l.clone()
             };
-            ctx.fields.lookup(&as_received, &pairs).map(String::into_bytes)
+            ctx.fields.lookup(&as_received, pairs).map(String::into_bytes)
         })
         .ok_or(missing)?;
         key = matching_key(ctx, &as_slices(&parts), &candidates);
@@ -142,7 +142,21 @@ fn has_lowercase(content: &[Segment]) -> bool {
 }
 
 /// Header values, and the `k=v` pairs parsed from them.
-type Values<'h> = (Vec<&'h str>, Vec<(&'h str, &'h str)>);
+use crate::verify::request::SignatureValues as Values;
+
+/// [`signature_values`] of the request `fields` reads, parsed on the first
+/// call and kept with the fields (a request has one provider, so one
+/// `sig`); an error is not kept, the next call parses again.
+pub fn signature_values_of<'f, 'a>(
+    sig: &Signature,
+    fields: &'f Fields<'a>,
+) -> Result<&'f Values<'a>, VerifyError> {
+    if let Some(v) = fields.signature.get() {
+        return Ok(v);
+    }
+    let v = signature_values(sig, fields.headers())?;
+    Ok(fields.signature.get_or_init(|| v))
+}
 
 /// The raw signature header values, and `k=v` pairs for the `pairs` format.
 pub fn signature_values<'h>(
