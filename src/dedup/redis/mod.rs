@@ -185,14 +185,20 @@ impl ClaimCache for RedisCache {
 mod tests {
     use super::*;
 
+    /// A cache on the Redis the tests use (`HOOKGATE_TEST_REDIS`, default
+    /// 127.0.0.1:6379).
+    fn test_cache() -> RedisCache {
+        let url = std::env::var("HOOKGATE_TEST_REDIS")
+            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
+        RedisCache::connect(&Secret::new(url), Duration::from_secs(2)).unwrap()
+    }
+
     /// Both claim forms (the plain command and the script kept for Redis
     /// before 7.0) against the Redis the tests use (`HOOKGATE_TEST_REDIS`, default
     /// 127.0.0.1:6379), under keys of their own that expire in 30 s.
     #[tokio::test]
     async fn set_nx_get_and_the_script_claim_alike() {
-        let url = std::env::var("HOOKGATE_TEST_REDIS")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let cache = RedisCache::connect(&Secret::new(url), Duration::from_secs(2)).unwrap();
+        let cache = test_cache();
         let ttl = Duration::from_secs(30);
         for by_script in [false, true] {
             cache.claim_by_script.store(by_script, Ordering::Relaxed);
@@ -223,9 +229,7 @@ mod tests {
     /// and TTL (one pipeline on standalone Redis), on the Redis the tests use.
     #[tokio::test]
     async fn finish_many_marks_every_key_of_the_batch() {
-        let url = std::env::var("HOOKGATE_TEST_REDIS")
-            .unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-        let cache = RedisCache::connect(&Secret::new(url), Duration::from_secs(2)).unwrap();
+        let cache = test_cache();
         let ttl = Duration::from_secs(30);
         let run = uuid::Uuid::new_v4().simple().to_string();
         let marks: Vec<Mark> = (0..5)
