@@ -5,6 +5,8 @@
 # Redis. Loopback only, bounded by DUR seconds per run; own database and Redis
 # prefix per run, dropped after it.
 #   bench/ingest-ab.sh dup|unique ROUNDS DIR_A DIR_B    env: DUR=8 LOADGEN=<loadgen binary>
+#   EMBEDDED=1: the embedded default instead (SQLite file in the run's temporary
+#   directory, in-process cache); the pg and redis columns then count only other clients.
 set -euo pipefail
 MODE=$1; ROUNDS=$2; A=$3; B=$4; DUR=${DUR:-8}
 PG=postgres://postgres@127.0.0.1:5432
@@ -28,7 +30,9 @@ secrets = ["whsec_bench_secret"]
 tolerance = "5m"
 T
   psql $PG/postgres -XAtqc "CREATE DATABASE $db" >/dev/null
-  env -u DATABASE_URL -u REDIS_URL -u RUST_LOG HOOKGATE_STORAGE__DATABASE_URL=$PG/$db HOOKGATE_STORAGE__REDIS_URL=redis://127.0.0.1:6379 HOOKGATE_STORAGE__KEY_PREFIX=$pre HOOKGATE_DELIVERY__ENABLED=false $dir/hookgate -c $w/c.toml serve >$w/g.log 2>&1 & g=$!
+  local backend=(HOOKGATE_STORAGE__DATABASE_URL=$PG/$db HOOKGATE_STORAGE__REDIS_URL=redis://127.0.0.1:6379)
+  [[ ${EMBEDDED:-0} == 1 ]] && backend=(HOOKGATE_STORAGE__DATABASE_URL=sqlite://$w/hg.db)
+  env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${backend[@]}" HOOKGATE_STORAGE__KEY_PREFIX=$pre HOOKGATE_DELIVERY__ENABLED=false $dir/hookgate -c $w/c.toml serve >$w/g.log 2>&1 & g=$!
   for i in $(seq 300); do curl -sf http://127.0.0.1:$GW/healthz >/dev/null && break; sleep 0.1; done
   local ds=0; [[ $MODE == dup ]] && ds=0.99
   local g0 p0 r0 g1 p1 r1

@@ -19,6 +19,7 @@ use sqlx::Executor;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
+use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -67,6 +68,14 @@ impl Ledger for SqliteLedger {
         let mut out = Vec::with_capacity(batch.len());
         // Per new event: its rows leased to this process (hand-off).
         let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
+        // Every first occurrence in one statement, in batch order.
+        let firsts: Vec<&NewEvent> = batch
+            .iter()
+            .zip(&repeats)
+            .filter(|(_, rep)| rep.is_none())
+            .map(|(e, _)| e)
+            .collect();
+        let mut inserted = insert_events(&mut tx, &firsts).await?.into_iter();
         for (e, rep) in batch.iter().zip(&repeats) {
             leased.push(None);
             if let Some(first) = rep {
@@ -76,7 +85,7 @@ impl Ledger for SqliteLedger {
                 });
                 continue;
             }
-            let mut pk = insert_event(&mut tx, e).await?;
+            let mut pk = inserted.next().flatten();
             if pk.is_none() {
                 // Past its window, the id is new again; the kept row is
                 // renamed (see postgres::record::readmit_expired).
@@ -479,6 +488,55 @@ fn last_key(keys: Vec<String>, after: &str) -> Option<String> {
 }
 
 /// Inserts one event row unless its key exists; its new primary key.
+/// Rows of one multi-row event insert: 11 bound values each, far below
+/// SQLite's limit on variables in one statement.
+const EVENT_ROWS: usize = 128;
+
+/// Inserts `events` (distinct keys) with one statement per [`EVENT_ROWS`],
+/// skipping ids already stored: each event's new primary key, in input
+/// order, `None` where its id was already there. One statement instead of
+/// one per event: each statement is a round trip to sqlx's SQLite worker
+/// thread (docs/design.md, "Fifth pass").
+async fn insert_events(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    events: &[&NewEvent],
+) -> Result<Vec<Option<i64>>, StoreError> {
+    let mut pks = Vec::with_capacity(events.len());
+    for chunk in events.chunks(EVENT_ROWS) {
+        let mut q = sqlx::QueryBuilder::new(
+            "INSERT INTO hookgate_events
+                 (source, event_id, body, body_sha256, headers, received_at, expires_at,
+                  event_type, key_index, provider_ts, recovered) ",
+        );
+        q.push_values(chunk, |mut row, e| {
+            row.push_bind(e.source.as_str())
+                .push_bind(e.event_id.as_str())
+                .push_bind(e.body.as_ref())
+                .push_bind(&e.body_sha256[..])
+                .push_bind(e.headers.as_str())
+                .push_bind(e.received_at)
+                .push_bind(e.expires_at)
+                // Console facts (store::events).
+                .push_bind(e.facts.event_type.as_deref())
+                .push_bind(e.facts.key_index)
+                .push_bind(e.facts.provider_ts)
+                .push_bind(e.facts.recovered);
+        });
+        q.push(" ON CONFLICT (source, event_id) DO NOTHING RETURNING id, source, event_id");
+        let rows: Vec<(i64, String, String)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        let mut new: HashMap<(&str, &str), i64> = rows
+            .iter()
+            .map(|(id, s, e)| ((s.as_str(), e.as_str()), *id))
+            .collect();
+        pks.extend(
+            chunk
+                .iter()
+                .map(|e| new.remove(&(e.source.as_str(), e.event_id.as_str()))),
+        );
+    }
+    Ok(pks)
+}
+
 async fn insert_event(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     e: &NewEvent,
