@@ -44,14 +44,12 @@ pub trait ClaimCache: Send + Sync + 'static {
     /// Several `finish`es; a backend that can sends them in one round trip.
     /// Every mark is tried; the first error is returned.
     async fn finish_many(&self, marks: &[Mark]) -> Result<(), CacheError> {
-        let mut first = Ok(());
-        for m in marks {
-            let r = self.finish(&m.key, &m.body_sha256, m.ttl).await;
-            if first.is_ok() {
-                first = r;
-            }
-        }
-        first
+        finish_each(self, marks).await
+    }
+    /// Whether `finish` costs a round trip, so that dedup should gather
+    /// marks and send them with [`ClaimCache::finish_many`].
+    fn batches_finishes(&self) -> bool {
+        false
     }
     /// Deletes the key only if it still holds our claim (compare-and-delete).
     async fn release(&self, key: &str, token: &str) -> Result<(), CacheError>;
@@ -59,6 +57,22 @@ pub trait ClaimCache: Send + Sync + 'static {
     async fn ping(&self) -> Result<(), CacheError>;
     /// `redis` or `memory`, for readiness and logs.
     fn kind(&self) -> &'static str;
+}
+
+/// `finish` for each mark in turn: every mark is tried, the first error is
+/// returned.
+pub async fn finish_each<C: ClaimCache + ?Sized>(
+    cache: &C,
+    marks: &[Mark],
+) -> Result<(), CacheError> {
+    let mut first = Ok(());
+    for m in marks {
+        let r = cache.finish(&m.key, &m.body_sha256, m.ttl).await;
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
 }
 
 /// Parses a stored value into a [`Claim`] seen by someone else.

@@ -201,7 +201,7 @@ impl Dedup {
     async fn owned(
         self: &Arc<Self>,
         v: Verified,
-        c: Claimant,
+        mut c: Claimant,
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
@@ -266,7 +266,8 @@ impl Dedup {
                     // sees our claim and waits for it).
                     let _ = answer.send(Ok(Outcome::New));
                     let ttl = within(cache_ttl, expires_at);
-                    this.mark_done(&c, &c.hash, ttl, have_claim).await;
+                    let hash = std::mem::take(&mut c.hash);
+                    this.mark_done(c, hash, ttl, have_claim).await;
                 }
                 Ok(Recorded::Duplicate {
                     stored_sha256,
@@ -282,7 +283,7 @@ impl Dedup {
                         conflict,
                     }));
                     let ttl = within(cache_ttl, expires_at);
-                    this.mark_done(&c, &stored, ttl, have_claim).await;
+                    this.mark_done(c, stored, ttl, have_claim).await;
                 }
                 Err(e) => {
                     let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
@@ -325,8 +326,8 @@ impl Dedup {
     /// mark is sent finds our claim and waits for it, as for any claim.
     async fn mark_done(
         self: &Arc<Self>,
-        c: &Claimant,
-        hash: &str,
+        c: Claimant,
+        hash: String,
         ttl: Duration,
         have_claim: bool,
     ) {
@@ -338,10 +339,10 @@ impl Dedup {
                 return;
             }
             self.cache.release(&c.key, &c.token).await
-        } else if self.cache.kind() == "redis" {
+        } else if self.cache.batches_finishes() {
             let mark = Mark {
-                key: c.key.clone(),
-                body_sha256: hash.to_owned(),
+                key: c.key,
+                body_sha256: hash,
                 ttl,
             };
             // Fails only when the task is gone (the process is stopping):
@@ -349,7 +350,7 @@ impl Dedup {
             let _ = self.mark_queue().send(mark).await;
             Ok(())
         } else {
-            self.cache.finish(&c.key, hash, ttl).await
+            self.cache.finish(&c.key, &hash, ttl).await
         };
         if let Err(e) = done {
             // The ledger already holds the truth; the next copy pays one

@@ -8,7 +8,7 @@
 //! duration histograms. Rarer outcomes and unknown sources still go
 //! through the macro.
 
-use super::Outcome;
+use super::{Layer, Outcome};
 use metrics::{Counter, Histogram};
 use std::collections::HashMap;
 use std::time::Duration;
@@ -37,11 +37,14 @@ impl SourceMetrics {
     /// `hookgate_requests_total{source, outcome}` and
     /// `hookgate_request_duration_seconds{source}` for one answered request.
     pub fn request(&self, outcome: Outcome, took: Duration) {
-        match outcome.label() {
-            "new" => self.new.increment(1),
-            "duplicate_cache" => self.duplicate_cache.increment(1),
+        match outcome {
+            Outcome::New => self.new.increment(1),
+            Outcome::Duplicate {
+                layer: Layer::Cache,
+                conflict: false,
+            } => self.duplicate_cache.increment(1),
             other => {
-                metrics::counter!("hookgate_requests_total", "source" => self.source.clone(), "outcome" => other)
+                metrics::counter!("hookgate_requests_total", "source" => self.source.clone(), "outcome" => other.label())
                     .increment(1)
             }
         }

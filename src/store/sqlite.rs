@@ -100,7 +100,7 @@ impl Ledger for SqliteLedger {
                 .await?
                 .rows_affected();
                 if renamed > 0 {
-                    pk = insert_event(&mut tx, e).await?;
+                    pk = insert_events(&mut tx, &[e]).await?.pop().flatten();
                 }
             }
             match pk {
@@ -535,34 +535,6 @@ async fn insert_events(
         );
     }
     Ok(pks)
-}
-
-async fn insert_event(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
-    e: &NewEvent,
-) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "INSERT INTO hookgate_events
-                     (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                      event_type, key_index, provider_ts, recovered)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                 ON CONFLICT (source, event_id) DO NOTHING
-                 RETURNING id",
-    )
-    .bind(&e.source)
-    .bind(&e.event_id)
-    .bind(e.body.as_ref())
-    .bind(&e.body_sha256[..])
-    .bind(&e.headers)
-    .bind(e.received_at)
-    .bind(e.expires_at)
-    // Console facts (store::events).
-    .bind(e.facts.event_type.as_deref())
-    .bind(e.facts.key_index)
-    .bind(e.facts.provider_ts)
-    .bind(e.facts.recovered)
-    .fetch_optional(&mut **tx)
-    .await?)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 mod conn;
 
-use super::cache::{CacheError, Claim, ClaimCache, Mark, parse_value};
+use super::cache::{CacheError, Claim, ClaimCache, Mark, finish_each, parse_value};
 use crate::config::redis_url::RedisTopology;
 use crate::primitives::secret::Secret;
 use async_trait::async_trait;
@@ -142,14 +142,7 @@ impl ClaimCache for RedisCache {
     /// may live on several nodes, so each is sent on its own.
     async fn finish_many(&self, marks: &[Mark]) -> Result<(), CacheError> {
         if self.conn.is_cluster() {
-            let mut first = Ok(());
-            for m in marks {
-                let r = self.finish(&m.key, &m.body_sha256, m.ttl).await;
-                if first.is_ok() {
-                    first = r;
-                }
-            }
-            return first;
+            return finish_each(self, marks).await;
         }
         let mut pipe = redis::pipe();
         for m in marks {
@@ -178,6 +171,10 @@ impl ClaimCache for RedisCache {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn batches_finishes(&self) -> bool {
+        true
     }
 }
 
