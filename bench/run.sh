@@ -47,6 +47,8 @@
 #   PGURL=postgres://postgres@127.0.0.1:5432   server for the bench database
 #   REDIS=redis://127.0.0.1:6379
 #   NATS=nats://127.0.0.1:4222    NATS server with JetStream, for figure 7
+#   BIN=<dir>         use the binaries in <dir> (hookgate, loadgen, target,
+#                     reference, queue) instead of building: A/B of two builds
 #
 # Needs: cargo, psql, redis-cli, curl, jq, a running PostgreSQL and Redis
 # (and, for figure 7's NATS half, nats-server with JetStream).
@@ -95,9 +97,13 @@ psql "$PGURL/postgres" -XAtqc 'select 1' >/dev/null 2>&1 ||
   die "PostgreSQL is not reachable at $PGURL (user with CREATE DATABASE needed)"
 [[ $(redis-cli -u "$REDIS" ping 2>/dev/null) == PONG ]] || die "Redis is not reachable at $REDIS"
 
-log "building (cargo build --release --locked --workspace)"
-cargo build --release --locked --workspace -q || die "build failed"
-bin=$root/target/release
+if [[ -n ${BIN:-} ]]; then # A/B runs: binaries built elsewhere, no build here
+  bin=$(cd "$BIN" && pwd)
+else
+  log "building (cargo build --release --locked --workspace)"
+  cargo build --release --locked --workspace -q || die "build failed"
+  bin=$root/target/release
+fi
 for b in hookgate loadgen target reference queue; do [[ -x $bin/$b ]] || die "missing $bin/$b"; done
 
 work=$(mktemp -d)

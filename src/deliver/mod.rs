@@ -262,11 +262,17 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                         let global = ctx.global.clone().acquire_owned().await;
                         let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
                         inflight.spawn(async move {
-                            let _permits = (local, global);
+                            let _global = global;
+                            if t.target.order_by.is_none() {
+                                attempt(&ctx, &t, row, Sending::slot(local)).await;
+                                return;
+                            }
+                            // Ordered: the slot stays with the key, whose
+                            // next row goes in it once this one is recorded.
+                            let _local = local;
                             let mut next = Some(row);
                             while let Some(row) = next.take() {
-                                let freed = attempt(&ctx, &t, row).await;
-                                // Ordered: the key's next row, in this slot.
+                                let freed = attempt(&ctx, &t, row, Sending::default()).await;
                                 if let Some(key) = freed
                                     && !stop.is_cancelled()
                                 {
@@ -303,10 +309,13 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                         t.handed.increment(1);
                         let (ctx, t) = (ctx.clone(), t.clone());
                         inflight.spawn(async move {
-                            let _permits = (local, global);
+                            let _global = global;
                             let Handed { row, slot, .. } = handed;
-                            attempt(&ctx, &t, row).await;
-                            drop(slot);
+                            let sending = Sending {
+                                _lane: Some(slot),
+                                ..Sending::slot(local)
+                            };
+                            attempt(&ctx, &t, row, sending).await;
                         });
                     }
                 } else {
@@ -355,7 +364,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
 #[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
 /// Returns the row's ordering key when the row left `pending` (delivered
 /// or dead) on an ordered target: its key's next row may go now.
-async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) -> Option<String> {
+async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -> Option<String> {
     let target = &*t.target;
     let number = row.attempts + 1;
     let started_at = Millis::now();
@@ -365,6 +374,9 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) -> Option<String> {
         .send(target, &row, number, started_at.as_secs())
         .await;
     let latency_ms = t0.elapsed().as_millis() as i64;
+    // The target has answered: its slot may take the next row while this
+    // one waits for its group commit.
+    drop(sending);
 
     let (status, error, retry_after, permanent) = match sent {
         Sent::Delivered { status } => (status, None, None, false),
@@ -468,6 +480,29 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery) -> Option<String> {
         }
     }
     None
+}
+
+/// What an attempt holds only while it sends: the target's `concurrency`
+/// slot and, for a hand-off, the lane slot. Both bound what is in flight to
+/// the target, so they come back as soon as it answered; the wait for the
+/// attempt's record (a group commit shared with other attempts) holds only
+/// the process-wide `max_in_flight` permit, which bounds the attempts not yet
+/// recorded. The row stays leased under our token until its record commits,
+/// so no claim can take it meanwhile.
+#[derive(Default)]
+struct Sending {
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    _lane: Option<crate::store::handoff::Slot>,
+}
+
+impl Sending {
+    /// (The loop's semaphores are never closed: the permit is always there.)
+    fn slot(permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>) -> Self {
+        Self {
+            _slot: permit.ok(),
+            _lane: None,
+        }
+    }
 }
 
 /// The next row of ordering key `key` (whose row was just delivered or went

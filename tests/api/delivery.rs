@@ -13,6 +13,7 @@ both_backends!(
     a_targets_retry_after_is_honoured,
     a_recovered_target_gets_its_retrying_backlog_at_once,
     new_events_reach_an_idle_target_by_hand_off_without_a_claim,
+    a_target_never_has_more_than_its_concurrency_in_flight,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -320,4 +321,43 @@ async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend)
     })
     .await;
     assert!(recorded, "{}", app.stats().await);
+}
+
+/// A slot comes back when the target answers, before the attempt's record
+/// commits (deliver::Sending): hand-offs and claims together still never
+/// send more than `concurrency` requests to a target at once, and every
+/// event arrives once.
+async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
+    let t = TestTarget::start().await;
+    t.hang(Some(Duration::from_millis(60)));
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["narrow".into()];
+    opts.extra = targets_toml(&[("narrow", &t, "concurrency = 3")]);
+    let app = std::sync::Arc::new(spawn_app(opts).await);
+    // More events at once than the lane has slots: the first ones go by
+    // hand-off, the rest are claimed from the outbox.
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..24 {
+        let app = app.clone();
+        posts.spawn(async move { app.post_stripe(&format!("evt_narrow_{i}")).await.status() });
+    }
+    while let Some(status) = posts.join_next().await {
+        assert_eq!(status.unwrap(), 200);
+    }
+    assert!(eventually(WAIT, || async { t.count() >= 24 }).await);
+    let delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 24
+    })
+    .await;
+    assert!(delivered, "{}", app.stats().await);
+    assert_eq!(t.count(), 24, "each event once");
+    let peak = t.peak_in_flight();
+    assert!(
+        peak <= 3,
+        "{peak} requests in flight to a target of concurrency 3"
+    );
+    assert!(
+        peak >= 2,
+        "the target's slots were used in parallel ({peak})"
+    );
 }

@@ -15,6 +15,7 @@ mod idempotency;
 mod ingest;
 mod ledger_faults;
 mod ordering;
+mod pg_crash;
 mod providers;
 mod queues;
 mod queues_nats;

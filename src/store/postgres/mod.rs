@@ -25,9 +25,12 @@ use std::time::Duration;
 
 pub struct PgLedger {
     pool: PgPool,
-    /// The delivery loops' claims and records: a few connections of their
-    /// own with sequential scans priced out (see [`PgLedger::connect`]).
+    /// The delivery loops' claims, successor claims and `expedite`: a few
+    /// connections of their own with sequential scans priced out (see [`PgLedger::connect`]).
     outbox: PgPool,
+    /// Attempt records only: the outbox's settings plus asynchronous commit
+    /// (see [`PgLedger::connect`]).
+    records: PgPool,
     /// Bound of one ledger call once it holds a connection (see [`bounded`]).
     statement_timeout: Duration,
 }
@@ -35,9 +38,12 @@ pub struct PgLedger {
 /// The NOTIFY channel carrying target names with newly committed deliveries.
 const NOTIFY_CHANNEL: &str = "hookgate_deliveries";
 
-/// Connections of the outbox pool: the claims of the target loops and the
-/// attempt records of the two record writers.
+/// Connections of the outbox pool: the claims of the target loops.
 const OUTBOX_CONNECTIONS: u32 = 6;
+
+/// Connections of the attempt-record pool: one per record writer
+/// (`deliver::record`).
+const RECORD_CONNECTIONS: u32 = 2;
 
 /// Longest wait for a pooled connection (the pool is full, or opening a new
 /// connection gets no answer).
@@ -104,6 +110,24 @@ impl PgLedger {
             .max_connections(OUTBOX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(opts.clone().options([("enable_seqscan", "off")]));
+        // Attempt records commit asynchronously: COMMIT returns before its
+        // WAL is flushed (PostgreSQL, "Asynchronous Commit": a server crash
+        // may lose the last few hundred milliseconds of such commits, never
+        // corrupts). Losing one only undoes the record: the row is still
+        // leased under our token, the lease expires and the event is sent
+        // again, which is the at-least-once promise a crash between send and
+        // record already makes. Every commit that must not be lost (an
+        // event's, a claim's, a replay's) stays synchronous, and it flushes
+        // the WAL written before it, records included: a claim that saw a
+        // row delivered (an ordered key's successor) is never durable
+        // without that record.
+        let records = PgPoolOptions::new()
+            .max_connections(RECORD_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_lazy_with(
+                opts.clone()
+                    .options([("enable_seqscan", "off"), ("synchronous_commit", "off")]),
+            );
         let pool = PgPoolOptions::new()
             .max_connections(max_connections.unwrap_or(10))
             .acquire_timeout(ACQUIRE_TIMEOUT)
@@ -111,6 +135,7 @@ impl PgLedger {
         Ok(Self {
             pool,
             outbox,
+            records,
             statement_timeout,
         })
     }
@@ -284,7 +309,7 @@ impl Ledger for PgLedger {
         token: &str,
         batch: &[(i64, AttemptRecord)],
     ) -> Result<Vec<bool>, StoreError> {
-        bounded!(self, outbox, |c| outbox::finish_attempts(c, token, batch))
+        bounded!(self, records, |c| outbox::finish_attempts(c, token, batch))
     }
 
     async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {

@@ -5,6 +5,7 @@
 pub mod db;
 pub mod fake_resend;
 pub mod fake_stripe;
+pub mod pg_server;
 pub mod process;
 pub mod signers;
 pub mod target;
