@@ -177,7 +177,8 @@ impl Default for RawDedup {
 pub struct RawDelivery {
     /// Run delivery workers in this process. Default true.
     pub enabled: bool,
-    /// Most deliveries in flight at once in this process, all targets together. Default 256.
+    /// Most deliveries in flight at once in this process, all targets together,
+    /// counted from the send until the attempt's record committed. Default 256.
     pub max_in_flight: usize,
     /// Fallback poll interval (a local commit or NOTIFY wakes workers at once). Default 1s.
     pub poll_interval: Dur,
@@ -294,7 +295,8 @@ pub struct RawTarget {
     pub max_attempts: u32,
     /// Optional secret (Standard Webhooks `whsec_<base64>` or raw) to sign forwards.
     pub signing_secret: Option<String>,
-    /// Most deliveries in flight to this target at once. Default 32.
+    /// Most requests (or publishes) in flight to this target at once; a slot
+    /// is free again as soon as the target answered. Default 32.
     #[serde(default = "default_target_concurrency")]
     pub concurrency: usize,
     /// Forward the credential headers the source authenticates with
@@ -370,7 +372,7 @@ fn default_max_attempts() -> u32 {
     12
 }
 fn default_target_concurrency() -> usize {
-    // A slot is held until the attempt's (group-committed) record: 8 slots
-    // capped one target near 4,000/s on loopback; 32 keeps up with ingest.
+    // 8 slots capped one target near 4,000/s on loopback while a slot was
+    // held until the attempt's record; 32 keeps up with ingest.
     32
 }
