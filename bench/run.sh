@@ -28,19 +28,26 @@
 #     event, and exactly-once (messages == distinct event ids == acked). The
 #     table puts figure 4's HTTP drain next to it. The NATS half is skipped, with
 #     a message, when NATS or JetStream is not reachable at $NATS.
+#   8 a target outage under a steady load: OUTAGE_RATE unique events/s to a
+#     gateway with one target; after OUTAGE_LEAD s the target answers 503 for
+#     OUTAGE_S s, then 200 again: the backlog when it returns, the seconds until
+#     the pending deliveries are back to the load's own level (at most a tenth
+#     of a second of traffic) and exactly-once after the load
 #
 # Knobs (environment)
 #   DURATION=8        seconds of load per measured run        (QUICK: 3)
 #   CONNS=64          load generator connections
 #   RUNS=3            repetitions per figure; the table shows medians (QUICK: 1)
 #   QUICK=0           1 = smoke test
-#   FIGURES="1 2 3 4 5 6 7"  the figures to run, e.g. FIGURES=7 or FIGURES="4 7"
+#   FIGURES="1 2 3 4 5 6 7 8"  the figures to run, e.g. FIGURES=7 or FIGURES="4 7"
 #                     (6 still needs SCALE=1)
 #   SCALE=0           1 = run figure 6
 #   SCALE_ROWS=10000000  ledger rows seeded for figure 6
 #   DRAIN_N=100000    pending deliveries for figure 4          (QUICK: 5000)
 #   EMBED_DRAIN_N=20000  pending deliveries for figure 5's drain (QUICK: 2000)
 #   QUEUE_N=20000     events per queue target for figure 7       (QUICK: 3000)
+#   OUTAGE_RATE=500 OUTAGE_LEAD=5 OUTAGE_S=10  figure 8's load (events/s),
+#                     seconds before the outage, its length (QUICK: 3 s, 5 s)
 #   DRAIN_WAIT=120    most seconds to wait for the target (or stream) to receive everything
 #   TARGET_CONC=64    the bench target's `concurrency`
 #   BODY_SIZE=1536    bytes per event
@@ -67,6 +74,7 @@ if [[ $QUICK == 1 ]]; then
   DRAIN_N=${DRAIN_N:-5000}; EMBED_DRAIN_N=${EMBED_DRAIN_N:-2000}
   DRAIN_WAIT=${DRAIN_WAIT:-60}; SCALE_ROWS=${SCALE_ROWS:-200000}
   QUEUE_N=${QUEUE_N:-3000}
+  OUTAGE_LEAD=${OUTAGE_LEAD:-3}; OUTAGE_S=${OUTAGE_S:-5}
 fi
 DURATION=${DURATION:-8}
 CONNS=${CONNS:-64}
@@ -77,7 +85,10 @@ DRAIN_N=${DRAIN_N:-100000}
 EMBED_DRAIN_N=${EMBED_DRAIN_N:-20000}
 QUEUE_N=${QUEUE_N:-20000}
 DRAIN_WAIT=${DRAIN_WAIT:-120}
-FIGURES=${FIGURES:-1 2 3 4 5 6 7}
+FIGURES=${FIGURES:-1 2 3 4 5 6 7 8}
+OUTAGE_RATE=${OUTAGE_RATE:-500}
+OUTAGE_LEAD=${OUTAGE_LEAD:-5}
+OUTAGE_S=${OUTAGE_S:-10}
 TARGET_CONC=${TARGET_CONC:-64}
 BODY_SIZE=${BODY_SIZE:-1536}
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
@@ -588,6 +599,54 @@ if want 7; then
   WALL[7]=$((SECONDS - t0))
 fi
 
+# ---- 8: a target outage under a steady load ---------------------------------
+# deliveries of the stripe source not delivered yet (pending + retrying), from /stats
+pending_now() {
+  curl -sf -H "Authorization: Bearer bench" "http://127.0.0.1:$GW_PORT/stats" |
+    jq -r '.sources.stripe | if . then .pending + .retrying else empty end'
+}
+if want 8; then
+  t0=$SECONDS
+  calm=$(awk -v r="$OUTAGE_RATE" 'BEGIN {c = int(r / 10); print (c < 10 ? 10 : c)}')
+  for r in $(seq 1 "$RUNS"); do
+    log "figure 8 run $r/$RUNS: $OUTAGE_RATE events/s, target down ${OUTAGE_S}s"
+    truncate_all
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    start_gateway pg "$work/target.toml" true
+    total=$((OUTAGE_LEAD + OUTAGE_S + 20))
+    "$bin/loadgen" --url "http://127.0.0.1:$GW_PORT/webhooks/stripe" --secret "$SECRET" \
+      --conns 16 --rate "$OUTAGE_RATE" --duration "$total" --body-size "$BODY_SIZE" \
+      --id-prefix "f8_$r" --acked-ids "$work/acked8" >"$work/l8.json" &
+    LG=$!
+    PIDS+=("$LG")
+    sleep "$OUTAGE_LEAD"
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/down" >/dev/null
+    sleep "$OUTAGE_S"
+    backlog=$(pending_now)
+    t_up=$(date +%s.%N)
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/up" >/dev/null
+    caught=""
+    while kill -0 "$LG" 2>/dev/null; do
+      p=$(pending_now)
+      if [[ -n $p ]] && ((p <= calm)); then
+        caught=$(awk -v a="$t_up" -v b="$(date +%s.%N)" 'BEGIN {printf "%.1f", b - a}'); break
+      fi
+      sleep 0.1
+    done
+    wait "$LG" || die "loadgen failed: $(cat "$work/l8.json")"
+    keep=(); for p in "${PIDS[@]}"; do [[ $p == "$LG" ]] || keep+=("$p"); done; PIDS=("${keep[@]}")
+    rec f8.backlog "${backlog:-0}"
+    [[ -n $caught ]] && rec f8.catchup_s "$caught" || log "figure 8 run $r: not caught up before the load ended"
+    rec f8.rps "$(jq -r .rps "$work/l8.json")"
+    rec f8.non2xx "$(jq -r '([.non_2xx[]] | add // 0) + .errors' "$work/l8.json")"
+    wait_delivered "$(jq -r .acked_unique "$work/l8.json")" || true
+    sleep 1
+    exactly_once "figure 8 run $r" "$(report "$work/acked8")"
+    stop "$GW"
+  done
+  WALL[8]=$((SECONDS - t0))
+fi
+
 # ---- table -----------------------------------------------------------------
 med() { # KEY [printf format] -> median of the recorded values, or "-"
   local v
@@ -649,15 +708,19 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
       row "  nats JetStream ($QUEUE_N)" "$(med f7n.rps)" "-" "-" "$(cpus f7n)" "-" "$(med f7n.rss)/-"
     fi
   fi
+  if want 8; then
+    row "8 target down ${OUTAGE_S}s at $OUTAGE_RATE/s: backlog" "$(med f8.backlog)"
+    row "  caught up s after it returns" "$(med f8.catchup_s %.1f)"
+  fi
   fails=0
-  for k in f1hg f1ref f2hg f2ref f3 f5u f5d f6big f6empty; do
+  for k in f1hg f1ref f2hg f2ref f3 f5u f5d f6big f6empty f8; do
     n=$(awk -v k="$k.non2xx" '$1 == k {s += $2} END {print s + 0}' "$results"); fails=$((fails + n))
   done
   echo "non-2xx or failed requests over all loads: $fails"
   echo "exactly-once ($([[ $EXACT_FAIL == 0 ]] && echo PASS || echo FAIL)):"
   sed 's/^/  /' "$work/exactly_once"
   walls="wall s:"
-  for k in 1 2 3 4 5 6 7; do [[ -n ${WALL[$k]:-} ]] && walls+=" f$k=${WALL[$k]}"; done
+  for k in 1 2 3 4 5 6 7 8; do [[ -n ${WALL[$k]:-} ]] && walls+=" f$k=${WALL[$k]}"; done
   echo "$walls total=$SECONDS"
 } | tee "$work/table"
 cp "$work/table" "$root/bench/last-run.txt" 2>/dev/null || true

@@ -46,6 +46,10 @@ struct Args {
     /// Write the ids of acked unique events here, one per line.
     #[arg(long)]
     acked_ids: Option<std::path::PathBuf>,
+    /// Requests per second over all connections (0 = as fast as answers
+    /// come): each connection sends one request every `conns / rate` s.
+    #[arg(long, default_value_t = 0.0)]
+    rate: f64,
 }
 
 #[derive(Default)]
@@ -67,6 +71,8 @@ struct Shared {
     dup_share: f64,
     count: u64,
     deadline: Option<Instant>,
+    /// Pause between two requests of one connection (`--rate`).
+    gap: Option<Duration>,
     issued: AtomicU64,
     next_id: AtomicU64,
 }
@@ -114,7 +120,17 @@ async fn worker(s: Arc<Shared>, seed: u64) -> TaskResult {
     let mut r = TaskResult::default();
     let mut rng = Rng(seed | 1);
     let mut sender: Option<http1::SendRequest<Full<Bytes>>> = None;
+    let mut pace = s.gap.map(|gap| {
+        // Connections start spread over one gap, not all at once.
+        let offset = gap.mul_f64((seed % 1000) as f64 / 1000.0);
+        let mut i = tokio::time::interval_at(tokio::time::Instant::now() + offset, gap);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
     loop {
+        if let Some(p) = pace.as_mut() {
+            p.tick().await;
+        }
         if s.deadline.is_some_and(|d| Instant::now() >= d) {
             break;
         }
@@ -195,6 +211,9 @@ async fn main() -> anyhow::Result<()> {
     if !(0.0..=1.0).contains(&a.dup_share) {
         bail!("--dup-share must be within 0.0..=1.0");
     }
+    if a.rate < 0.0 || !a.rate.is_finite() {
+        bail!("--rate must be 0 (unpaced) or a positive number of requests per second");
+    }
     let (host, path) = parse_url(&a.url)?;
     // Fail early and clearly when nothing listens.
     connect(&host).await?;
@@ -208,6 +227,7 @@ async fn main() -> anyhow::Result<()> {
         dup_share: a.dup_share,
         count: a.count,
         deadline: (a.duration > 0.0).then(|| Instant::now() + Duration::from_secs_f64(a.duration)),
+        gap: (a.rate > 0.0).then(|| Duration::from_secs_f64(a.conns.max(1) as f64 / a.rate)),
         issued: AtomicU64::new(0),
         next_id: AtomicU64::new(0),
     });

@@ -1,6 +1,7 @@
 //! Counting delivery target: 200 to every POST, counts deliveries per
 //! `Hookgate-Event-Id`. `GET /report[?acked=FILE]` returns the counts (and the
-//! acked ids never delivered); `POST /reset` clears them.
+//! acked ids never delivered); `POST /reset` clears them. `POST /down` makes it
+//! answer 503 to every delivery (not counted) until `POST /up`: an outage.
 
 use axum::Router;
 use axum::extract::{Query, State};
@@ -27,6 +28,10 @@ struct Counts {
     no_id: u64,
     first_ms: u64,
     last_ms: u64,
+    /// An outage: deliveries are answered 503 and not counted.
+    down: bool,
+    /// Deliveries refused during outages.
+    refused: u64,
 }
 
 type Shared = Arc<Mutex<Counts>>;
@@ -34,6 +39,10 @@ type Shared = Arc<Mutex<Counts>>;
 async fn deliver(State(s): State<Shared>, headers: HeaderMap, _body: Bytes) -> StatusCode {
     let now = unix_millis();
     let mut c = s.lock().expect("counts lock");
+    if c.down {
+        c.refused += 1;
+        return StatusCode::SERVICE_UNAVAILABLE;
+    }
     c.total += 1;
     if c.first_ms == 0 {
         c.first_ms = now;
@@ -81,6 +90,7 @@ async fn report(
         "no_id": c.no_id,
         "first_ms": c.first_ms,
         "last_ms": c.last_ms,
+        "refused": c.refused,
     });
     if let Some(acked) = acked {
         let set: HashSet<&str> = acked.iter().map(String::as_str).collect();
@@ -105,6 +115,16 @@ async fn reset(State(s): State<Shared>) -> StatusCode {
     StatusCode::NO_CONTENT
 }
 
+async fn down(State(s): State<Shared>) -> StatusCode {
+    s.lock().expect("counts lock").down = true;
+    StatusCode::NO_CONTENT
+}
+
+async fn up(State(s): State<Shared>) -> StatusCode {
+    s.lock().expect("counts lock").down = false;
+    StatusCode::NO_CONTENT
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let a = Args::parse();
@@ -112,6 +132,8 @@ async fn main() -> anyhow::Result<()> {
     let app = Router::new()
         .route("/report", get(report))
         .route("/reset", post(reset))
+        .route("/down", post(down))
+        .route("/up", post(up))
         .route("/healthz", get(|| async { "ok" }))
         .fallback(deliver)
         .with_state(state);
