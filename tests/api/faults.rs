@@ -144,6 +144,92 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     assert_eq!(late.headers()["hookgate-dedup"], "new");
 }
 
+/// The answer goes out at COMMIT and the cache's `done` mark after it
+/// (docs/design.md, "Changes to the design", item 7). A SIGKILL in between
+/// leaves the claim `pending` in the cache: a provider retry then waits on
+/// it (409 while it stands) and, once it expired, the ledger answers
+/// `duplicate`. One `new` and one stored event, whatever the timing. The
+/// gateway reaches its throwaway Redis through a proxy that holds the mark
+/// back (frozen) and then drops it with the connection (cut).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_between_the_commit_and_the_done_mark_leaves_one_new_event() {
+    let redis = RedisServer::start().await;
+    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
+    // Long enough for the restart below to happen inside it.
+    opts.claim_ttl = "4s";
+    opts.inflight_wait = "200ms";
+    let mut first = Gateway::start(&opts, &db, &prefix).await;
+    // The cache itself, read directly (not through the proxy).
+    let cache = redis::Client::open(redis.url()).unwrap();
+    let claim = || {
+        let cache = cache.clone();
+        let pattern = format!("{prefix}:*");
+        async move {
+            let mut c = cache.get_multiplexed_async_connection().await.ok()?;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut c)
+                .await
+                .ok()?;
+            let key = keys.into_iter().next()?;
+            redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Option<String>>(&mut c)
+                .await
+                .ok()?
+        }
+    };
+
+    // The ledger waits on this lock: the request has claimed, not committed.
+    let mut blocker = db.lock_table("hookgate_events").await;
+    let client = reqwest::Client::new();
+    let url = first.url("/webhooks/stripe");
+    let c = client.clone();
+    let answered = tokio::spawn(async move { post_to(&c, &url, "evt_mark").await });
+    let claimed = eventually(Duration::from_secs(10), || async {
+        claim().await.is_some_and(|v| v.starts_with("pending:"))
+    })
+    .await;
+    assert!(claimed, "the request claimed the event id");
+    // Nothing more reaches the cache; then the commit goes through: the
+    // answer goes out, the `done` mark is held in the proxy.
+    proxy.freeze();
+    sqlx::query("ROLLBACK").execute(&mut blocker).await.unwrap();
+    let r = answered.await.unwrap().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["hookgate-dedup"], "new");
+    first.kill9();
+    // Drop the held mark with its connection, then let new ones through.
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    proxy.restore();
+    let left = claim().await.unwrap_or_default();
+    assert!(
+        left.starts_with("pending:"),
+        "the mark never came: {left:?}"
+    );
+
+    let second = Gateway::start(&opts, &db, &prefix).await;
+    let url = second.url("/webhooks/stripe");
+    let send = || post_to(&client, &url, "evt_mark");
+    let early = send().await.unwrap();
+    assert_eq!(early.status(), 409, "the dead process's claim still stands");
+    tokio::time::sleep(Duration::from_millis(4100)).await;
+    let late = send().await.unwrap();
+    assert_eq!(late.status(), 200);
+    assert_eq!(late.headers()["hookgate-dedup"], "duplicate");
+    let stored: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM hookgate_events WHERE event_id = 'evt_mark'")
+            .fetch_one(&mut blocker)
+            .await
+            .unwrap();
+    assert_eq!(stored, 1, "one stored event");
+}
+
 /// Options whose `stripe` source forwards to one target, `sink`, with the
 /// extra target keys `keys` (TOML lines).
 fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
