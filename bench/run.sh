@@ -637,7 +637,6 @@ if want 8; then
     keep=(); for p in "${PIDS[@]}"; do [[ $p == "$LG" ]] || keep+=("$p"); done; PIDS=("${keep[@]}")
     rec f8.backlog "${backlog:-0}"
     [[ -n $caught ]] && rec f8.catchup_s "$caught" || log "figure 8 run $r: not caught up before the load ended"
-    rec f8.rps "$(jq -r .rps "$work/l8.json")"
     rec f8.non2xx "$(jq -r '([.non_2xx[]] | add // 0) + .errors' "$work/l8.json")"
     wait_delivered "$(jq -r .acked_unique "$work/l8.json")" || true
     sleep 1

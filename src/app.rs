@@ -36,6 +36,9 @@ impl App {
     // Longer than most: the start-up order (ledger, cache, group commit,
     // dedup, loops) reads best in one place.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
+        // The recorder first: a metric handle made before it is installed
+        // (the delivery loops', the batchers') records nothing, ever.
+        let metrics = telemetry::metrics_handle();
         let config = Arc::new(config);
         let (ledger, idempotency) = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
@@ -130,7 +133,6 @@ impl App {
             JoinSet::new()
         };
 
-        let metrics = telemetry::metrics_handle();
         let request_metrics = RequestMetrics::new(config.sources.keys().map(String::as_str));
         let state = AppState::new(Shared {
             request_metrics,

@@ -147,8 +147,7 @@ pub fn start(
         .expect("HTTP client with default TLS");
     let token = handoff.token().to_owned();
     let writers = match config.storage.database {
-        // Two writers: one batch commits while the next one forms.
-        Database::Postgres(_) => 2,
+        Database::Postgres(_) => crate::store::postgres::RECORD_WRITERS,
         Database::Sqlite(_) => 1,
     };
     let ctx = Arc::new(Ctx {

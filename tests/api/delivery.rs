@@ -330,9 +330,14 @@ async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend)
 async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
     let t = TestTarget::start().await;
     t.hang(Some(Duration::from_millis(60)));
+    // Metrics are process-wide in this test binary: a name of its own.
+    let name = match b {
+        Backend::Production => "narrow_pg",
+        Backend::Embedded => "narrow_sqlite",
+    };
     let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["narrow".into()];
-    opts.extra = targets_toml(&[("narrow", &t, "concurrency = 3")]);
+    opts.stripe_targets = vec![name.into()];
+    opts.extra = targets_toml(&[(name, &t, "concurrency = 3")]);
     let app = std::sync::Arc::new(spawn_app(opts).await);
     // More events at once than the lane has slots: the first ones go by
     // hand-off, the rest are claimed from the outbox.
@@ -360,4 +365,50 @@ async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
         peak >= 2,
         "the target's slots were used in parallel ({peak})"
     );
+    // Both paths ran: some rows were handed off, the others claimed.
+    let metrics = app.admin_text("/metrics").await;
+    let prefix = format!("hookgate_delivery_handoffs_total{{target=\"{name}\"}} ");
+    let handed: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert!((1..24).contains(&handed), "{handed} of 24 handed off");
+}
+
+/// In a fresh process (the real binary, not this test binary's shared
+/// recorder), the delivery loops' metrics reach `/metrics`: their handles
+/// are made after the recorder is installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_gateway_process_exports_its_delivery_metrics() {
+    use crate::helpers::process::Gateway;
+    let t = TestTarget::start().await;
+    let db = TestDb::create(Backend::Production).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.stripe_targets = vec!["sink".into()];
+    opts.extra = targets_toml(&[("sink", &t, "")]);
+    let gw = Gateway::start(&opts, &db, &unique_prefix()).await;
+    let client = reqwest::Client::new();
+    let body = stripe_body("evt_metrics_1");
+    let mut req = client.post(gw.url("/webhooks/stripe")).body(body.clone());
+    for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    assert_eq!(req.send().await.unwrap().status(), 200);
+    assert!(eventually(WAIT, || async { t.count() == 1 }).await);
+    let line = "hookgate_delivery_attempts_total{target=\"sink\",outcome=\"delivered\"} 1";
+    let exported = eventually(WAIT, || async {
+        client
+            .get(gw.url("/metrics"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+            .contains(line)
+    })
+    .await;
+    assert!(exported, "/metrics has `{line}`");
 }

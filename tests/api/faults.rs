@@ -239,16 +239,6 @@ fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
     opts
 }
 
-/// How many times the target received each event id.
-fn sends_per_id(target: &TestTarget) -> std::collections::HashMap<String, usize> {
-    let mut n = std::collections::HashMap::new();
-    for r in target.received() {
-        let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
-        *n.entry(id).or_default() += 1;
-    }
-    n
-}
-
 /// Sends `body` signed for Stripe to `url`.
 async fn post_to(
     client: &reqwest::Client,
@@ -476,7 +466,7 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
         let r = post_to(&client, &url, id).await.unwrap();
         assert_eq!(r.status(), 200);
     }
-    let per_id = || sends_per_id(&target);
+    let per_id = || target.sends_per_id();
     let sent = eventually(Duration::from_secs(15), || async { per_id().len() == N }).await;
     assert!(sent, "every event was sent ({} of {N})", per_id().len());
     first.kill9();
@@ -563,7 +553,7 @@ async fn sigterm_with_two_targets_and_deliveries_in_flight_sends_nothing_twice()
     // Long enough for the slow answers to be recorded and for the second
     // replica to have polled many times.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let per_id = sends_per_id(&slow);
+    let per_id = slow.sends_per_id();
     assert_eq!(per_id.len(), N, "{per_id:?}");
     assert!(per_id.values().all(|n| *n == 1), "sent twice: {per_id:?}");
     assert_eq!(quick.count(), N);

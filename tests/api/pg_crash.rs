@@ -5,7 +5,6 @@
 use crate::helpers::pg_server::PgServer;
 use crate::helpers::*;
 use sqlx::Connection;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Attempt records commit asynchronously (`store::postgres`): a crash can
@@ -33,14 +32,7 @@ async fn a_database_crash_around_the_attempt_records_loses_no_event_and_no_deliv
     for id in &ids {
         assert_eq!(app.post_stripe(id).await.status(), 200, "{id}");
     }
-    let sends = || {
-        let mut n: HashMap<String, usize> = HashMap::new();
-        for r in target.received() {
-            let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
-            *n.entry(id).or_default() += 1;
-        }
-        n
-    };
+    let sends = || target.sends_per_id();
     let sent = eventually(Duration::from_secs(15), || async { sends().len() == N }).await;
     assert!(sent, "every event reached the target before the crash");
     // At once: the records are in flight, or committed and not yet flushed.

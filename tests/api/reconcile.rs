@@ -54,16 +54,6 @@ async fn post_all(app: &TestApp, bodies: Vec<String>) {
     }
 }
 
-/// Delivered requests per event id.
-fn per_id(target: &TestTarget) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for r in target.received() {
-        let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
-        *m.entry(id).or_default() += 1;
-    }
-    m
-}
-
 /// The CLI with `config_text` written to a temporary config file.
 fn cli(config_text: &str, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
@@ -142,7 +132,7 @@ async fn recovers_exactly_the_events_that_never_arrived(backend: Backend) {
     assert!(out.contains("recovered") && !out.contains("would"), "{out}");
     assert!(eventually(Duration::from_secs(30), || async { target.count() == 1000 }).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 1000);
     assert!(
         counts.values().all(|&n| n == 1),
@@ -228,7 +218,7 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
     assert_eq!(report.already + report.recovered, 40, "{report:?}");
     assert!(eventually(Duration::from_secs(20), || async { target.count() >= 40 }).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 40);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
 }
@@ -291,7 +281,7 @@ async fn a_429_in_the_middle_of_pagination_is_resumed_and_nothing_is_skipped() {
     assert_eq!(calls[1].starting_after, calls[2].starting_after);
     assert!(calls[2].at - calls[1].at >= Duration::from_millis(950));
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 250);
     assert!(counts.values().all(|&n| n == 1));
     for r in target.received() {
@@ -390,7 +380,7 @@ async fn a_restarted_gateway_resumes_reconciliation_from_the_checkpoint() {
     assert_ne!(first_after_restart.starting_after, cursor);
     assert_eq!(first_after_restart.created_gte, before[0].created_gte);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 300);
     assert!(counts.values().all(|&n| n == 1));
     drop(app);

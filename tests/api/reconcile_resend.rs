@@ -3,22 +3,12 @@
 
 use crate::helpers::fake_resend::*;
 use crate::helpers::*;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 const GH_TOKEN: &str = "ghp_reconcileTestToken0123456789";
 const PP_CLIENT: &str = "AVpp-client-id";
 const PP_SECRET: &str = "EPpp-client-secret-never-printed";
-
-/// Delivered requests per `Hookgate-Event-Id`.
-fn per_id(target: &TestTarget) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for r in target.received() {
-        let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
-        *m.entry(id).or_default() += 1;
-    }
-    m
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
@@ -88,7 +78,7 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
     let calls: Vec<u16> = fake.list_calls().iter().map(|c| c.1).collect();
     assert_eq!(calls, [200, 429, 200, 200], "{:?}", fake.list_calls());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 20);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
     assert!(
@@ -165,7 +155,7 @@ async fn paypal_events_we_never_received_are_resent_and_verified() {
     assert_eq!(fake.resent().len(), 3);
     assert_eq!(fake.list_calls(), [200, 429, 200, 200]);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let counts = per_id(&target);
+    let counts = target.sends_per_id();
     assert_eq!(counts.len(), 12);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
     assert!(

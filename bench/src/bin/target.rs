@@ -30,8 +30,6 @@ struct Counts {
     last_ms: u64,
     /// An outage: deliveries are answered 503 and not counted.
     down: bool,
-    /// Deliveries refused during outages.
-    refused: u64,
 }
 
 type Shared = Arc<Mutex<Counts>>;
@@ -40,7 +38,6 @@ async fn deliver(State(s): State<Shared>, headers: HeaderMap, _body: Bytes) -> S
     let now = unix_millis();
     let mut c = s.lock().expect("counts lock");
     if c.down {
-        c.refused += 1;
         return StatusCode::SERVICE_UNAVAILABLE;
     }
     c.total += 1;
@@ -90,7 +87,6 @@ async fn report(
         "no_id": c.no_id,
         "first_ms": c.first_ms,
         "last_ms": c.last_ms,
-        "refused": c.refused,
     });
     if let Some(acked) = acked {
         let set: HashSet<&str> = acked.iter().map(String::as_str).collect();

@@ -41,9 +41,9 @@ const NOTIFY_CHANNEL: &str = "hookgate_deliveries";
 /// Connections of the outbox pool: the claims of the target loops.
 const OUTBOX_CONNECTIONS: u32 = 6;
 
-/// Connections of the attempt-record pool: one per record writer
-/// (`deliver::record`).
-const RECORD_CONNECTIONS: u32 = 2;
+/// Attempt-record writers on PostgreSQL (`deliver::record`): one batch
+/// commits while the next one forms. The record pool has one connection each.
+pub const RECORD_WRITERS: usize = 2;
 
 /// Longest wait for a pooled connection (the pool is full, or opening a new
 /// connection gets no answer).
@@ -122,7 +122,7 @@ impl PgLedger {
         // row delivered (an ordered key's successor) is never durable
         // without that record.
         let records = PgPoolOptions::new()
-            .max_connections(RECORD_CONNECTIONS)
+            .max_connections(RECORD_WRITERS as u32)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(
                 opts.clone()

@@ -99,6 +99,16 @@ impl TestTarget {
         self.inner.poison.lock().unwrap().clear();
     }
 
+    /// How many requests (whatever their answer) each `Hookgate-Event-Id` got.
+    pub fn sends_per_id(&self) -> std::collections::HashMap<String, usize> {
+        let mut n = std::collections::HashMap::new();
+        for r in self.received() {
+            let id = r.headers["hookgate-event-id"].to_str().unwrap().to_owned();
+            *n.entry(id).or_default() += 1;
+        }
+        n
+    }
+
     /// The most requests this target was answering at once.
     pub fn peak_in_flight(&self) -> usize {
         self.inner.peak.load(std::sync::atomic::Ordering::SeqCst)
