@@ -381,33 +381,24 @@ async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
 /// are made after the recorder is installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_gateway_process_exports_its_delivery_metrics() {
-    use crate::helpers::process::Gateway;
+    use crate::helpers::process::{Gateway, post_to};
     let t = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
     let mut opts = Opts::new(Backend::Production);
     opts.stripe_targets = vec!["sink".into()];
     opts.extra = targets_toml(&[("sink", &t, "")]);
     let gw = Gateway::start(&opts, &db, &unique_prefix()).await;
-    let client = reqwest::Client::new();
-    let body = stripe_body("evt_metrics_1");
-    let mut req = client.post(gw.url("/webhooks/stripe")).body(body.clone());
-    for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    assert_eq!(req.send().await.unwrap().status(), 200);
+    let r = post_to(
+        &reqwest::Client::new(),
+        &gw.url("/webhooks/stripe"),
+        "evt_metrics_1",
+    )
+    .await;
+    assert_eq!(r.unwrap().status(), 200);
     assert!(eventually(WAIT, || async { t.count() == 1 }).await);
     let line = "hookgate_delivery_attempts_total{target=\"sink\",outcome=\"delivered\"} 1";
     let exported = eventually(WAIT, || async {
-        client
-            .get(gw.url("/metrics"))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-            .contains(line)
+        gw.admin_text("/metrics").await.contains(line)
     })
     .await;
     assert!(exported, "/metrics has `{line}`");

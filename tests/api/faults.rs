@@ -3,7 +3,7 @@
 //! The shared Postgres and Redis are never stopped.
 
 use crate::helpers::db::pg_addr;
-use crate::helpers::process::{ChaosProxy, Gateway, RedisServer};
+use crate::helpers::process::{ChaosProxy, Gateway, RedisServer, post_to};
 use crate::helpers::*;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -237,20 +237,6 @@ fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
     opts.stripe_targets = vec!["sink".into()];
     opts.extra = format!("[targets.sink]\nurl = \"{}\"\n{keys}\n", target.url);
     opts
-}
-
-/// Sends `body` signed for Stripe to `url`.
-async fn post_to(
-    client: &reqwest::Client,
-    url: &str,
-    id: &str,
-) -> reqwest::Result<reqwest::Response> {
-    let body = stripe_body(id);
-    let mut req = client.post(url).body(body.clone());
-    for (k, v) in &signers::stripe(STRIPE_SECRET, now(), &body) {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    req.send().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

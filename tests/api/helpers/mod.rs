@@ -324,15 +324,7 @@ impl TestApp {
 
     /// The body of `GET path` with the admin token (`/metrics`, `/admin/…`).
     pub async fn admin_text(&self, path: &str) -> String {
-        self.client
-            .get(self.url(path))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        admin_get(&self.client, &self.url(path)).await
     }
 
     /// Rows in the ledger for one event.
@@ -398,6 +390,19 @@ where
 }
 
 /// The keys under `prefix` in the shared Redis (this test's only).
+/// The body of `GET url` with the admin token.
+pub async fn admin_get(client: &reqwest::Client, url: &str) -> String {
+    client
+        .get(url)
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 pub async fn redis_keys(prefix: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();

@@ -66,6 +66,11 @@ impl Gateway {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The body of `GET path` with the admin token (`/metrics`, `/stats`).
+    pub async fn admin_text(&self, path: &str) -> String {
+        super::admin_get(&reqwest::Client::new(), &self.url(path)).await
+    }
+
     /// SIGKILL: no graceful anything.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -302,17 +307,27 @@ pub async fn send_while_recording_is_blocked(
     let first = Gateway::start(opts, db, prefix).await;
     let blocker = db.lock_table("hookgate_attempts").await;
     let client = reqwest::Client::new();
+    let url = first.url("/webhooks/stripe");
     for id in ids {
-        let body = super::stripe_body(id);
-        let mut req = client
-            .post(first.url("/webhooks/stripe"))
-            .body(body.clone());
-        for (k, v) in &super::signers::stripe(super::STRIPE_SECRET, super::now(), &body) {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        assert_eq!(req.send().await.unwrap().status(), 200, "{id}");
+        let r = post_to(&client, &url, id).await.unwrap();
+        assert_eq!(r.status(), 200, "{id}");
     }
     (first, blocker)
+}
+
+/// Sends the Stripe event `id`, signed now, to `url` (a gateway process's
+/// `/webhooks/stripe`).
+pub async fn post_to(
+    client: &reqwest::Client,
+    url: &str,
+    id: &str,
+) -> reqwest::Result<reqwest::Response> {
+    let body = super::stripe_body(id);
+    let mut req = client.post(url).body(body.clone());
+    for (k, v) in &super::signers::stripe(super::STRIPE_SECRET, super::now(), &body) {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req.send().await
 }
 
 /// The second half: kills the first gateway with SIGKILL, checks that none
