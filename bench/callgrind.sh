@@ -7,21 +7,13 @@
 # Build with line tables for readable reports:
 #   CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo build --release --workspace
 set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 MODE=${1:-dup}; N=${2:-3000}; BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}; OUT=${OUT:-callgrind.$MODE.out}
 PG=postgres://postgres@127.0.0.1:5432
 w=$(mktemp -d); db=hgcg_$$; pre=hgcg_$$
 GW=$((21000 + RANDOM % 5000))
-cat >$w/c.toml <<T
-[server]
-listen = "127.0.0.1:$GW"
-admin_token = "bench"
-log_level = "warn"
-shutdown_grace = "2s"
-[sources.stripe]
-provider = "stripe"
-secrets = ["whsec_bench_secret"]
-tolerance = "5m"
-T
+bench_config "$GW" >$w/c.toml
 psql $PG/postgres -XAtqc "CREATE DATABASE $db" >/dev/null
 cleanup(){ kill $g 2>/dev/null||true; sleep 1; psql $PG/postgres -XAtqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1||true; redis-cli --scan --pattern "$pre:*" | xargs -r -n 1000 redis-cli unlink >/dev/null 2>&1 || true; rm -rf $w; }
 trap cleanup EXIT

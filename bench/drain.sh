@@ -6,27 +6,21 @@
 #   bench/drain.sh N [perf]     env: MODE=pg|embedded CONC=64 BIN=<dir with hookgate, loadgen, target>
 # With `perf`, records `perf record -e cpu-clock -g` of the draining gateway.
 set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 N=${1:-20000}; PERF=${2:-}
 MODE=${MODE:-pg}; CONC=${CONC:-64}
 BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 PG=${PGURL:-postgres://postgres@127.0.0.1:5432}
 w=$(mktemp -d); db=hgpf_$$; pre=hgpf_$$
 GW=$((21000 + RANDOM % 5000)); TP=$((26000 + RANDOM % 5000))
-cat >$w/c.toml <<T
-[server]
-listen = "127.0.0.1:$GW"
-admin_token = "bench"
-log_level = "warn"
-shutdown_grace = "2s"
-[sources.stripe]
-provider = "stripe"
-secrets = ["whsec_bench_secret"]
-tolerance = "5m"
+{ bench_config "$GW"; cat <<T
 targets = ["sink"]
 [targets.sink]
 url = "http://127.0.0.1:$TP/hook"
 concurrency = $CONC
 T
+} >$w/c.toml
 PIDS=()
 cleanup(){ for p in "${PIDS[@]}"; do kill $p 2>/dev/null||true; done; sleep 0.5; psql $PG/postgres -XAtqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1||true; redis-cli --scan --pattern "$pre:*" | xargs -r -n 1000 redis-cli unlink >/dev/null 2>&1 || true; [[ -z $PERF ]] && rm -rf "$w"; true; }
 trap cleanup EXIT

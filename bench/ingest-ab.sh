@@ -7,7 +7,12 @@
 #   bench/ingest-ab.sh dup|unique ROUNDS DIR_A DIR_B    env: DUR=8 LOADGEN=<loadgen binary>
 #   EMBEDDED=1: the embedded default instead (SQLite file in the run's temporary
 #   directory, in-process cache); the pg and redis columns then count only other clients.
+#   What-if runs of one build: SQL_A / SQL_B = SQL run on that side's database once the
+#   gateway has migrated it (e.g. SQL_B="DROP INDEX hookgate_events_type_recent"), and
+#   ENV_A / ENV_B = extra environment for that side's gateway (e.g. ENV_B=TOKIO_WORKER_THREADS=1).
 set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "$0")/common.sh"
 MODE=$1; ROUNDS=$2; A=$3; B=$4; DUR=${DUR:-8}
 PG=postgres://postgres@127.0.0.1:5432
 LG=${LOADGEN:-$(cd "$(dirname "$0")/.." && pwd)/target/release/loadgen}
@@ -16,24 +21,19 @@ REDIS_PID=$(redis-cli info server | tr -d '\r' | awk -F: '/^process_id:/ {print 
 ticks() { [[ -r /proc/$1/stat ]] || { echo 0; return; }; local s; s=$(<"/proc/$1/stat"); s=${s##*) }; awk '{print $12 + $13}' <<<"$s"; }
 pgticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks $p))); done; echo $t; }
 run() { # dir label round
-  local dir=$1 w db pre GW g
+  local dir=$1 w db pre GW g sql=SQL_$2 extra=ENV_$2
   w=$(mktemp -d); db=hgab_$$_$3_${2,,}; pre=hgab_$$_$3_${2,,}; GW=$((21000 + RANDOM % 5000))
-  cat >$w/c.toml <<T
-[server]
-listen = "127.0.0.1:$GW"
-admin_token = "bench"
-log_level = "warn"
-shutdown_grace = "2s"
-[sources.stripe]
-provider = "stripe"
-secrets = ["whsec_bench_secret"]
-tolerance = "5m"
-T
+  bench_config "$GW" >$w/c.toml
   psql $PG/postgres -XAtqc "CREATE DATABASE $db" >/dev/null
   local backend=(HOOKGATE_STORAGE__DATABASE_URL=$PG/$db HOOKGATE_STORAGE__REDIS_URL=redis://127.0.0.1:6379)
   [[ ${EMBEDDED:-0} == 1 ]] && backend=(HOOKGATE_STORAGE__DATABASE_URL=sqlite://$w/hg.db)
-  env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${backend[@]}" HOOKGATE_STORAGE__KEY_PREFIX=$pre HOOKGATE_DELIVERY__ENABLED=false $dir/hookgate -c $w/c.toml serve >$w/g.log 2>&1 & g=$!
+  # shellcheck disable=SC2086  # ENV_x is a list of NAME=value words
+  env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${backend[@]}" ${!extra:-} HOOKGATE_STORAGE__KEY_PREFIX=$pre HOOKGATE_DELIVERY__ENABLED=false $dir/hookgate -c $w/c.toml serve >$w/g.log 2>&1 & g=$!
   for i in $(seq 300); do curl -sf http://127.0.0.1:$GW/healthz >/dev/null && break; sleep 0.1; done
+  if [[ -n ${!sql:-} ]]; then
+    [[ ${EMBEDDED:-0} == 1 ]] && { echo "SQL_$2 needs the PostgreSQL backend" >&2; exit 2; }
+    psql $PG/$db -XAtqc "${!sql}" >/dev/null
+  fi
   local ds=0; [[ $MODE == dup ]] && ds=0.99
   local g0 p0 r0 g1 p1 r1
   g0=$(ticks $g); p0=$(pgticks); r0=$(ticks $REDIS_PID)

@@ -435,8 +435,8 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
                     NextState::RetryAt(_) => DeliveryOutcome::Failed,
                 };
                 ctx.counters.delivery(&row.source, &target.name, counted);
-                // Recorded batches of two writers may commit out of order: a
-                // failure recorded after the recovery's `expedite` ran would
+                // A failure that started before the recovery may be recorded
+                // after the recovery's `expedite` ran (a later batch): it would
                 // keep its backoff. So the recovery is published before
                 // `expedite` runs, and a failure that started before it
                 // expedites again once recorded: either `expedite` sees the

@@ -2,8 +2,8 @@
 //! target loops, already leased, without a claim query.
 //!
 //! Before an event is written, ingest reserves a slot on each of its targets'
-//! lanes (never waits: a lane holds at most `concurrency` rows handed and not
-//! yet finished). Reserved delivery rows are inserted already leased to this
+//! lanes (never waits: a lane holds at most [`LANE_DEPTH`] × `concurrency`
+//! rows handed and not yet answered by the target). Reserved delivery rows are inserted already leased to this
 //! process (`lease_token`, `lease_until`) in the event's own statement, and
 //! after COMMIT the store pushes them to the lane; the target loop sends them
 //! like claimed rows and records the attempt under the same lease token. A
@@ -63,19 +63,27 @@ impl Drop for Slot {
     }
 }
 
+/// A lane's slots, in rounds of the target's `concurrency`: the rows being
+/// sent plus the next round, waiting in the lane for a free target slot. With
+/// one round, every row committed while the target was busy with a full
+/// round went to the outbox unleased and paid a claim (a quarter of the rows
+/// of the benchmark's figure 3); the target slots still bound what is sent at
+/// once (docs/design.md "Seventh pass").
+pub const LANE_DEPTH: usize = 2;
+
 impl Handoff {
     /// Lanes for every target of `config`, with a new lease token. A lane
-    /// holds the target's `concurrency`; a rate-capped target gets none (its
-    /// loop claims only what the cap allows), nor does an ordered one (only
-    /// the claim query knows whether a row's key is free). `enabled`:
-    /// whether this process runs delivery loops.
+    /// holds [`LANE_DEPTH`] × the target's `concurrency`; a rate-capped
+    /// target gets none (its loop claims only what the cap allows), nor does
+    /// an ordered one (only the claim query knows whether a row's key is
+    /// free). `enabled`: whether this process runs delivery loops.
     pub fn from_config(config: &crate::config::Config, enabled: bool) -> Self {
         Self::new(
             config.targets.values().map(|t| {
                 let lane = if t.rate.is_some() || t.order_by.is_some() {
                     0
                 } else {
-                    t.concurrency
+                    LANE_DEPTH * t.concurrency
                 };
                 (t.name.as_str(), lane)
             }),

@@ -14,6 +14,7 @@ both_backends!(
     a_recovered_target_gets_its_retrying_backlog_at_once,
     new_events_reach_an_idle_target_by_hand_off_without_a_claim,
     a_target_never_has_more_than_its_concurrency_in_flight,
+    a_busy_target_takes_its_next_round_by_hand_off,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -366,14 +367,61 @@ async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
         "the target's slots were used in parallel ({peak})"
     );
     // Both paths ran: some rows were handed off, the others claimed.
+    let handed = handed_off(&app, name).await;
+    assert!((1..24).contains(&handed), "{handed} of 24 handed off");
+}
+
+/// `hookgate_delivery_handoffs_total` of `target` (0 before the first).
+async fn handed_off(app: &TestApp, target: &str) -> u64 {
     let metrics = app.admin_text("/metrics").await;
-    let prefix = format!("hookgate_delivery_handoffs_total{{target=\"{name}\"}} ");
-    let handed: u64 = metrics
+    let prefix = format!("hookgate_delivery_handoffs_total{{target=\"{target}\"}} ");
+    metrics
         .lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
         .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    assert!((1..24).contains(&handed), "{handed} of 24 handed off");
+        .unwrap_or(0)
+}
+
+/// A lane holds two rounds of the target's `concurrency` (store::handoff::
+/// LANE_DEPTH): while a full round is being sent, the next round's rows are
+/// handed off too (leased at commit, waiting in the lane for a target slot)
+/// instead of paying a claim; only what comes after them is claimed. The
+/// target still never has more than `concurrency` requests at once.
+async fn a_busy_target_takes_its_next_round_by_hand_off(b: Backend) {
+    let t = TestTarget::start().await;
+    // Long enough that all five posts land while the first round hangs.
+    t.hang(Some(Duration::from_millis(1000)));
+    let name = match b {
+        Backend::Production => "rounds_pg",
+        Backend::Embedded => "rounds_sqlite",
+    };
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec![name.into()];
+    opts.extra = targets_toml(&[(name, &t, "concurrency = 2")]);
+    let app = spawn_app(opts).await;
+    let posted = Instant::now();
+    for i in 0..5 {
+        let r = app.post_stripe(&format!("evt_rounds_{i}")).await;
+        assert_eq!(dedup_header(&r), "new");
+    }
+    assert!(
+        posted.elapsed() < Duration::from_millis(900),
+        "the posts must land while the first round hangs"
+    );
+    assert!(eventually(WAIT, || async { t.count() >= 5 }).await);
+    let delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == 5
+    })
+    .await;
+    assert!(delivered, "{}", app.stats().await);
+    assert_eq!(t.count(), 5, "each event once");
+    let peak = t.peak_in_flight();
+    assert!(
+        peak <= 2,
+        "{peak} requests in flight to a target of concurrency 2"
+    );
+    // Two rounds of two handed off; the fifth event found the lane full.
+    assert_eq!(handed_off(&app, name).await, 4);
 }
 
 /// In a fresh process (the real binary, not this test binary's shared
