@@ -314,9 +314,7 @@ async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend)
         assert_eq!(dedup_header(&r), "new");
     }
     assert!(eventually(WAIT, || async { t.count() == 3 }).await);
-    let metrics = app.admin_text("/metrics").await;
-    let line = format!("hookgate_delivery_handoffs_total{{target=\"{name}\"}} 3");
-    assert!(metrics.contains(&line), "{metrics}");
+    assert_eq!(handed_off(&app, name).await, 3);
     let recorded = eventually(WAIT, || async {
         app.stats().await["sources"]["stripe"]["delivered"] == 3
     })
