@@ -48,20 +48,11 @@ impl App {
             ),
             None => Arc::new(MemoryCache::new(config.storage.cache_capacity)),
         };
-        // One writer on both backends. SQLite has one writer anyway; on
-        // PostgreSQL, while the writer's batch commits the next requests
-        // queue and go in one bigger batch. Four writers each took whatever
-        // was queued the moment one of them was free (6.8 events a batch
-        // against 21.6 with one writer at 64 connections), and PostgreSQL
-        // spent twice the CPU per event on statement and commit overhead
-        // (docs/design.md, "Fifth pass").
-        let writers = 1;
-        let group = GroupCommit::start(
-            ledger.clone(),
-            writers,
-            MAX_BATCH,
-            config.storage.statement_timeout,
-        );
+        // One writer (store::batch): four took 6.8 events a batch against
+        // 21.6 with one at 64 connections, and PostgreSQL spent twice the CPU
+        // per event on statement and commit overhead (docs/design.md, "Fifth
+        // pass").
+        let group = GroupCommit::start(ledger.clone(), MAX_BATCH, config.storage.statement_timeout);
         let handoff = Handoff::from_config(&config, config.delivery.enabled);
         let dedup = Arc::new(Dedup::new(
             cache,

@@ -4,7 +4,6 @@
 //! PostgreSQL wakes it at once, SQLite on its next poll). Prints a table;
 //! exits non-zero when the provider could not be read.
 
-use crate::config::Database;
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::Wake;
@@ -56,21 +55,12 @@ pub async fn run(config: &Option<PathBuf>, args: ReconcileArgs) -> anyhow::Resul
         ),
         None => Arc::new(MemoryCache::new(config.storage.cache_capacity)),
     };
-    let writers = match db {
-        Database::Postgres(_) => 2,
-        Database::Sqlite(_) => 1,
-    };
     // This process does not deliver: nothing is handed off, the serving
     // gateways claim the recovered events' deliveries.
     let handoff = Handoff::from_config(&config, false);
     let dedup = Arc::new(Dedup::new(
         cache,
-        GroupCommit::start(
-            ledger.clone(),
-            writers,
-            128,
-            config.storage.statement_timeout,
-        ),
+        GroupCommit::start(ledger.clone(), 128, config.storage.statement_timeout),
         handoff.clone(),
         ledger.clone(),
         config.dedup.clone(),

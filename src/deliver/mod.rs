@@ -17,7 +17,7 @@ pub mod redis_stream;
 pub mod request;
 pub mod sink;
 
-use crate::config::{self, Config, Database, Target};
+use crate::config::{self, Config, Target};
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::handoff::{Handed, Handoff};
@@ -146,12 +146,8 @@ pub fn start(
         .build()
         .expect("HTTP client with default TLS");
     let token = handoff.token().to_owned();
-    let writers = match config.storage.database {
-        Database::Postgres(_) => crate::store::postgres::RECORD_WRITERS,
-        Database::Sqlite(_) => 1,
-    };
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::start(ledger.clone(), token.clone(), writers),
+        recorder: Recorder::start(ledger.clone(), token.clone()),
         ledger,
         client,
         settings: config.delivery.clone(),

@@ -27,15 +27,14 @@ impl BatchWrite<(i64, AttemptRecord), bool> for Outcomes {
     }
 }
 
-/// Handle to the outcome writers; cheap to clone.
+/// Handle to the outcome writer; cheap to clone.
 #[derive(Clone)]
 pub struct Recorder(Batcher<(i64, AttemptRecord), bool>);
 
 impl Recorder {
-    pub fn start(ledger: Arc<dyn Ledger>, token: String, writers: usize) -> Self {
+    pub fn start(ledger: Arc<dyn Ledger>, token: String) -> Self {
         Self(Batcher::start(
             Arc::new(Outcomes { ledger, token }),
-            writers,
             MAX_BATCH,
             "hookgate_attempt_batch_size",
         ))

@@ -25,11 +25,10 @@ use super::{Ledger, NewEvent, Recorded, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Mutex, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
-/// The queue the writers share; only the task forming a batch holds it.
-type Queue<J, R> = Arc<Mutex<mpsc::Receiver<(J, Reply<R>)>>>;
+type Queue<J, R> = mpsc::Receiver<(J, Reply<R>)>;
 
 /// Writes one batch in one transaction; one result per job, in job order.
 #[async_trait]
@@ -37,7 +36,7 @@ pub trait BatchWrite<J, R>: Send + Sync + 'static {
     async fn write(&self, jobs: &[J]) -> Result<Vec<R>, StoreError>;
 }
 
-/// Handle to a batcher's writer tasks; cheap to clone.
+/// Handle to a batcher's writer task; cheap to clone.
 pub struct Batcher<J, R> {
     tx: mpsc::Sender<(J, Reply<R>)>,
     /// Longest wait of one `submit`, queue included; `None`: no bound here.
@@ -54,20 +53,20 @@ impl<J, R> Clone for Batcher<J, R> {
 }
 
 impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
-    /// Starts `writers` writer tasks over `sink`. They stop when every
+    /// Starts the writer task over `sink`. One writer: while its batch
+    /// commits, the next jobs queue and go in one bigger batch (several
+    /// writers each took whatever was queued the moment one was free: smaller
+    /// batches, more statements and commits; docs/design.md "Fifth pass" for
+    /// events, "Seventh pass" for attempt records). It stops when every
     /// handle is dropped, after finishing the batch in hand. `metric` names
     /// the batch-size histogram.
     pub fn start<W: BatchWrite<J, R>>(
         sink: Arc<W>,
-        writers: usize,
         max_batch: usize,
         metric: &'static str,
     ) -> Self {
-        let (tx, rx) = mpsc::channel(max_batch.max(1) * writers.max(1) * 4);
-        let rx = Arc::new(Mutex::new(rx));
-        for _ in 0..writers.max(1) {
-            tokio::spawn(writer(sink.clone(), rx.clone(), max_batch.max(1), metric));
-        }
+        let (tx, rx) = mpsc::channel(max_batch.max(1) * 4);
+        tokio::spawn(writer(sink, rx, max_batch.max(1), metric));
         Self { tx, deadline: None }
     }
 
@@ -106,26 +105,21 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
 
 async fn writer<J, R, W: BatchWrite<J, R>>(
     sink: Arc<W>,
-    rx: Queue<J, R>,
+    mut rx: Queue<J, R>,
     max_batch: usize,
     metric: &'static str,
 ) {
     let histogram = metrics::histogram!(metric);
     loop {
         let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
-        {
-            // Only the task taking a batch holds the receiver; the others
-            // are committing meanwhile.
-            let mut rx = rx.lock().await;
-            match rx.recv().await {
-                Some(j) => jobs.push(j),
-                None => return,
-            }
-            while jobs.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(j) => jobs.push(j),
-                    Err(_) => break,
-                }
+        match rx.recv().await {
+            Some(j) => jobs.push(j),
+            None => return,
+        }
+        while jobs.len() < max_batch {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
             }
         }
         // A caller that gave up (deadline) no longer waits for its job.
@@ -193,23 +187,17 @@ impl BatchWrite<NewEvent, Recorded> for Events {
     }
 }
 
-/// Handle to the ledger's event writers; cheap to clone.
+/// Handle to the ledger's event writer; cheap to clone.
 #[derive(Clone)]
 pub struct GroupCommit(Batcher<NewEvent, Recorded>);
 
 impl GroupCommit {
-    /// Starts `writers` writer tasks over `ledger`; a request waits at most
+    /// Starts the writer task over `ledger`; a request waits at most
     /// `deadline` (`storage.statement_timeout`) for its event's commit.
-    pub fn start(
-        ledger: Arc<dyn Ledger>,
-        writers: usize,
-        max_batch: usize,
-        deadline: Duration,
-    ) -> Self {
+    pub fn start(ledger: Arc<dyn Ledger>, max_batch: usize, deadline: Duration) -> Self {
         Self(
             Batcher::start(
                 Arc::new(Events(ledger)),
-                writers,
                 max_batch,
                 "hookgate_ledger_batch_size",
             )
@@ -266,7 +254,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_row_fails_only_its_own_job() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 1, 16, "test_batch");
+        let b = Batcher::start(sink.clone(), 16, "test_batch");
         let (r1, r2, r3, r4) = tokio::join!(b.submit(1), b.submit(2), b.submit(-3), b.submit(4));
         let r = [r1, r2, r3, r4];
         let ok: Vec<Option<i32>> = r.iter().map(|r| r.as_ref().ok().copied()).collect();
@@ -282,7 +270,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_error_fails_the_whole_batch_without_one_by_one_retries() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 1, 16, "test_batch");
+        let b = Batcher::start(sink.clone(), 16, "test_batch");
         let (r1, r2, r3) = tokio::join!(b.submit(1), b.submit(0), b.submit(3));
         assert!(r1.is_err() && r2.is_err() && r3.is_err());
         assert_eq!(sink.writes.lock().unwrap().len(), 1);
@@ -295,8 +283,8 @@ mod tests {
             gate: Some(gate.clone()),
             ..Sink::default()
         });
-        let b = Batcher::start(sink.clone(), 1, 16, "test_batch")
-            .with_deadline(Duration::from_millis(50));
+        let b =
+            Batcher::start(sink.clone(), 16, "test_batch").with_deadline(Duration::from_millis(50));
         // The first write hangs: its caller and the one queued behind it
         // both give up at the deadline.
         let (r1, r2) = tokio::join!(b.submit(1), async {

@@ -3,8 +3,9 @@
 //!
 //! Before an event is written, ingest reserves a slot on each of its targets'
 //! lanes (never waits: a lane holds at most [`LANE_DEPTH`] × `concurrency`
-//! rows handed and not yet answered by the target). Reserved delivery rows are inserted already leased to this
-//! process (`lease_token`, `lease_until`) in the event's own statement, and
+//! rows handed and not yet answered by the target). Reserved delivery rows
+//! are inserted already leased to this process (`lease_token`,
+//! `lease_until`) in the event's own statement, and
 //! after COMMIT the store pushes them to the lane; the target loop sends them
 //! like claimed rows and records the attempt under the same lease token. A
 //! row without a slot (lane full, delivery off in this process) is inserted

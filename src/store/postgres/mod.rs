@@ -41,12 +41,10 @@ const NOTIFY_CHANNEL: &str = "hookgate_deliveries";
 /// Connections of the outbox pool: the claims of the target loops.
 const OUTBOX_CONNECTIONS: u32 = 6;
 
-/// Attempt-record writers on PostgreSQL (`deliver::record`), and the record
-/// pool's connections. One: its commits are asynchronous, so a batch returns
-/// in a fraction of a millisecond while the next one forms; a second writer
-/// only halved the batches and added statements (docs/design.md "Seventh
-/// pass").
-pub const RECORD_WRITERS: usize = 1;
+/// Connections of the record pool: `deliver::record`'s one writer (its
+/// commits are asynchronous, so a batch returns in a fraction of a
+/// millisecond while the next one forms).
+const RECORD_CONNECTIONS: u32 = 1;
 
 /// Longest wait for a pooled connection (the pool is full, or opening a new
 /// connection gets no answer).
@@ -125,7 +123,7 @@ impl PgLedger {
         // row delivered (an ordered key's successor) is never durable
         // without that record.
         let records = PgPoolOptions::new()
-            .max_connections(RECORD_WRITERS as u32)
+            .max_connections(RECORD_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(
                 opts.clone()
