@@ -351,9 +351,19 @@ hg_run() { # KEY dup_share run
     --dup-share "$2" --id-prefix "$1_$3"
   snap "$work/a" "$GW"
   rec "$1.rss" "$(rss_mb "$GW")"
+  writer_busy "$1"
   stop "$GW"
   record_load "$1" "$work/l.json"
   cpu "$1" "$work/b" "$work/a" "$(jq -r .ok "$work/l.json")"
+}
+# writer_busy KEY: the share of the load's duration the ledger's one writer
+# spent in writes (statement + COMMIT), from the gateway's /metrics
+writer_busy() {
+  local s
+  s=$(curl -sf -H "authorization: Bearer bench" "http://127.0.0.1:$GW_PORT/metrics" |
+    awk '$1 == "hookgate_ledger_write_seconds_sum" {print $2}') || true
+  [[ -n $s ]] && rec "$1.busy" "$(awk -v s="$s" -v d="$DURATION" 'BEGIN {printf "%.2f", s / d}')"
+  return 0
 }
 ref_run() { # KEY dup_share run
   truncate_all
@@ -664,6 +674,7 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
     row "1 unique, no targets: events/s" "$(med f1hg.rps)" "$(med f1ref.rps)" "$(med f1.ratio %.2f)" \
       "$(cpus f1hg)" "$(cpus f1ref)" "$(med f1hg.rss)/$(med f1ref.rss)"
     row "  p50 / p99 ms" "$(med f1hg.p50 %.1f) / $(med f1hg.p99 %.1f)" "$(med f1ref.p50 %.1f) / $(med f1ref.p99 %.1f)"
+    row "  ledger writer busy (share of load)" "$(med f1hg.busy %.2f)"
   fi
   if want 2; then
     row "2 99% retries: events/s" "$(med f2hg.rps)" "$(med f2ref.rps)" "$(med f2.ratio %.2f)" \

@@ -38,7 +38,7 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
                 .and_then(|b| {
                     b.set_buckets_for_metric(
-                        Matcher::Full("hookgate_ledger_batch_size".into()),
+                        Matcher::Suffix("_batch_size".into()),
                         &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0],
                     )
                 })

@@ -105,6 +105,9 @@ pub struct Dedup {
     /// `done` marks for a remote cache, sent in batches by one task
     /// (started on first use; see [`Dedup::mark_done`]).
     marks: OnceLock<tokio::sync::mpsc::Sender<Mark>>,
+    /// `hookgate_cache_claim_seconds`: one claim's round trip, answered or
+    /// failed (docs/operations.md, "Metrics").
+    claim_seconds: metrics::Histogram,
 }
 
 impl Dedup {
@@ -127,6 +130,7 @@ impl Dedup {
             last_probe_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             marks: OnceLock::new(),
+            claim_seconds: metrics::histogram!("hookgate_cache_claim_seconds"),
         }
     }
 
@@ -161,10 +165,12 @@ impl Dedup {
             return self.owned(v, c, cache_ttl, now_ms, false).await;
         }
         loop {
+            let asked = Instant::now();
             let claim = self
                 .cache
                 .claim(&c.key, &c.token, self.settings.claim_ttl)
                 .await;
+            self.claim_seconds.record(asked.elapsed());
             match claim {
                 Ok(Claim::Owned) => {
                     self.cache_up();

@@ -36,7 +36,7 @@ impl Recorder {
         Self(Batcher::start(
             Arc::new(Outcomes { ledger, token }),
             MAX_BATCH,
-            "hookgate_attempt_batch_size",
+            "hookgate_attempt",
         ))
     }
 

@@ -24,7 +24,7 @@
 use super::{Ledger, NewEvent, Recorded, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
 type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
@@ -58,15 +58,19 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// writers each took whatever was queued the moment one was free: smaller
     /// batches, more statements and commits; docs/design.md "Fifth pass" for
     /// events, "Seventh pass" for attempt records). It stops when every
-    /// handle is dropped, after finishing the batch in hand. `metric` names
-    /// the batch-size histogram.
+    /// handle is dropped, after finishing the batch in hand. `metrics`
+    /// names two histograms: `<metrics>_batch_size` (jobs per write) and
+    /// `<metrics>_write_seconds` (one write: statement and COMMIT). The sum
+    /// of the second over a minute, divided by 60, is the share of the time
+    /// the one writer was busy: near 1, this batcher's throughput is what the
+    /// database's commit path allows (docs/operations.md, "Metrics").
     pub fn start<W: BatchWrite<J, R>>(
         sink: Arc<W>,
         max_batch: usize,
-        metric: &'static str,
+        metrics: &'static str,
     ) -> Self {
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 4);
-        tokio::spawn(writer(sink, rx, max_batch.max(1), metric));
+        tokio::spawn(writer(sink, rx, max_batch.max(1), metrics));
         Self { tx, deadline: None }
     }
 
@@ -107,9 +111,10 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
     sink: Arc<W>,
     mut rx: Queue<J, R>,
     max_batch: usize,
-    metric: &'static str,
+    metrics: &'static str,
 ) {
-    let histogram = metrics::histogram!(metric);
+    let batch_size = metrics::histogram!(format!("{metrics}_batch_size"));
+    let write_seconds = metrics::histogram!(format!("{metrics}_write_seconds"));
     loop {
         let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
         match rx.recv().await {
@@ -128,8 +133,10 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
             continue;
         }
         let (jobs, replies): (Vec<J>, Vec<Reply<R>>) = jobs.into_iter().unzip();
-        histogram.record(jobs.len() as f64);
+        batch_size.record(jobs.len() as f64);
+        let started = Instant::now();
         let written = sink.write(&jobs).await;
+        write_seconds.record(started.elapsed());
         match written {
             Ok(results) => {
                 for (reply, r) in replies.into_iter().zip(results) {
@@ -196,12 +203,8 @@ impl GroupCommit {
     /// `deadline` (`storage.statement_timeout`) for its event's commit.
     pub fn start(ledger: Arc<dyn Ledger>, max_batch: usize, deadline: Duration) -> Self {
         Self(
-            Batcher::start(
-                Arc::new(Events(ledger)),
-                max_batch,
-                "hookgate_ledger_batch_size",
-            )
-            .with_deadline(deadline),
+            Batcher::start(Arc::new(Events(ledger)), max_batch, "hookgate_ledger")
+                .with_deadline(deadline),
         )
     }
 
@@ -254,7 +257,7 @@ mod tests {
     #[tokio::test]
     async fn a_refused_row_fails_only_its_own_job() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test_batch");
+        let b = Batcher::start(sink.clone(), 16, "test");
         let (r1, r2, r3, r4) = tokio::join!(b.submit(1), b.submit(2), b.submit(-3), b.submit(4));
         let r = [r1, r2, r3, r4];
         let ok: Vec<Option<i32>> = r.iter().map(|r| r.as_ref().ok().copied()).collect();
@@ -270,7 +273,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_error_fails_the_whole_batch_without_one_by_one_retries() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test_batch");
+        let b = Batcher::start(sink.clone(), 16, "test");
         let (r1, r2, r3) = tokio::join!(b.submit(1), b.submit(0), b.submit(3));
         assert!(r1.is_err() && r2.is_err() && r3.is_err());
         assert_eq!(sink.writes.lock().unwrap().len(), 1);
@@ -283,8 +286,7 @@ mod tests {
             gate: Some(gate.clone()),
             ..Sink::default()
         });
-        let b =
-            Batcher::start(sink.clone(), 16, "test_batch").with_deadline(Duration::from_millis(50));
+        let b = Batcher::start(sink.clone(), 16, "test").with_deadline(Duration::from_millis(50));
         // The first write hangs: its caller and the one queued behind it
         // both give up at the deadline.
         let (r1, r2) = tokio::join!(b.submit(1), async {

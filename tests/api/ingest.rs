@@ -265,3 +265,54 @@ async fn health_readiness_metrics_and_stats_auth() {
     assert_eq!(wrong.status(), 401);
     assert_eq!(app.stats().await["sources"]["stripe"]["unique"], 1);
 }
+
+/// A fresh gateway process exports the timings an operator reads to tell
+/// where ingest waits: one ledger write (statement and COMMIT) per group
+/// commit, one cache claim per request. The retry is answered by the cache
+/// (no second write); `_count` lines are exact because nothing else in this
+/// process writes events or claims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_gateway_process_exports_its_ledger_and_claim_timings() {
+    use crate::helpers::process::{Gateway, post_to};
+    let db = TestDb::create(Backend::Production).await;
+    let opts = Opts::new(Backend::Production);
+    let gw = Gateway::start(&opts, &db, &unique_prefix()).await;
+    let client = reqwest::Client::new();
+    let url = gw.url("/webhooks/stripe");
+    let first = post_to(&client, &url, "evt_timings_1").await.unwrap();
+    assert_eq!(first.status(), 200);
+    assert_eq!(first.headers()["hookgate-dedup"], "new");
+    let metrics = gw.admin_text("/metrics").await;
+    for line in [
+        "hookgate_ledger_write_seconds_count 1",
+        "hookgate_ledger_batch_size_count 1",
+        "hookgate_cache_claim_seconds_count 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "no `{line}` in\n{metrics}"
+        );
+    }
+    // Histograms with buckets, not summaries.
+    assert!(metrics.contains("hookgate_ledger_write_seconds_bucket{le=\"0.001\"}"));
+    assert!(metrics.contains("hookgate_ledger_batch_size_bucket{le=\"1\"}"));
+
+    let retry = post_to(&client, &url, "evt_timings_1").await.unwrap();
+    assert_eq!(retry.status(), 200);
+    assert_eq!(retry.headers()["hookgate-dedup"], "duplicate");
+    let metrics = gw.admin_text("/metrics").await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "hookgate_ledger_write_seconds_count 1"),
+        "the retry wrote nothing:\n{metrics}"
+    );
+    let claims: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hookgate_cache_claim_seconds_count "))
+        .and_then(|v| v.parse().ok())
+        .expect("claim count exported");
+    // Two, or more if the retry found the first claim still pending and
+    // looked again.
+    assert!(claims >= 2, "{claims}");
+}
