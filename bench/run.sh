@@ -10,7 +10,8 @@
 #
 # Figures
 #   1 unique events acked after durable commit, no targets: hookgate vs the
-#     reference's micro-batched durable path (events/s, p50/p99, ratio)
+#     reference's micro-batched durable path (events/s, p50/p99, ratio), and
+#     the share of the load hookgate's one ledger writer spent writing
 #   2 99 % provider retries (same body, new timestamp + signature): hookgate vs
 #     the reference's Redis duplicate path
 #   3 unique events with one loopback target: ingest events/s and p99, events/s
