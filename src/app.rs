@@ -37,7 +37,8 @@ impl App {
     // dedup, loops) reads best in one place.
     pub async fn build(config: Config) -> anyhow::Result<Self> {
         // The recorder first: a metric handle made before it is installed
-        // (the delivery loops', the batchers') records nothing, ever.
+        // (the delivery loops', the batchers', dedup's claim timer) records
+        // nothing, ever.
         let metrics = telemetry::metrics_handle();
         let config = Arc::new(config);
         let (ledger, idempotency) = open_ledger(&config).await?;

@@ -60,7 +60,8 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// events, "Seventh pass" for attempt records). It stops when every
     /// handle is dropped, after finishing the batch in hand. `metrics`
     /// names two histograms: `<metrics>_batch_size` (jobs per write) and
-    /// `<metrics>_write_seconds` (one write: statement and COMMIT). The sum
+    /// `<metrics>_write_seconds` (one batch: statement and COMMIT, and the
+    /// one-by-one writes when its rows were refused). The sum
     /// of the second over a minute, divided by 60, is the share of the time
     /// the one writer was busy: near 1, this batcher's throughput is what the
     /// database's commit path allows (docs/operations.md, "Metrics").
@@ -136,7 +137,6 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
         batch_size.record(jobs.len() as f64);
         let started = Instant::now();
         let written = sink.write(&jobs).await;
-        write_seconds.record(started.elapsed());
         match written {
             Ok(results) => {
                 for (reply, r) in replies.into_iter().zip(results) {
@@ -154,6 +154,9 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
                 }
             }
         }
+        // The batch's whole time, one-by-one retries included: the sum is
+        // the writer's busy time.
+        write_seconds.record(started.elapsed());
     }
 }
 

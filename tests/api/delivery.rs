@@ -81,9 +81,7 @@ async fn one_event_two_targets_each_get_it_once_with_identical_bytes(b: Backend)
 async fn failures_are_retried_and_every_attempt_is_recorded(b: Backend) {
     let t = TestTarget::start().await;
     t.plan(&[500, 500, 500]);
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["flaky".into()];
-    opts.extra = targets_toml(&[("flaky", &t, "max_attempts = 6")]);
+    let opts = Opts::forwarding_to(b, "flaky", &t, "max_attempts = 6");
     let app = spawn_app(opts).await;
     app.post_stripe("evt_flaky").await;
 
@@ -109,9 +107,7 @@ async fn failures_are_retried_and_every_attempt_is_recorded(b: Backend) {
 async fn a_dead_delivery_is_replayed_once_after_the_target_recovers(b: Backend) {
     let t = TestTarget::start().await;
     t.always(Some(503));
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["down".into()];
-    opts.extra = targets_toml(&[("down", &t, "max_attempts = 3")]);
+    let opts = Opts::forwarding_to(b, "down", &t, "max_attempts = 3");
     let app = spawn_app(opts).await;
     app.post_stripe("evt_dead").await;
 
@@ -168,10 +164,13 @@ async fn a_dead_delivery_is_replayed_once_after_the_target_recovers(b: Backend) 
 
 async fn forwards_carry_a_standard_webhooks_signature_of_the_gateway(b: Backend) {
     let t = TestTarget::start().await;
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["signed".into()];
     // Key bytes "hookgate-test-key-123456", the Standard Webhooks way.
-    opts.extra = targets_toml(&[("signed", &t, &format!("signing_secret = \"{SW_SECRET}\""))]);
+    let opts = Opts::forwarding_to(
+        b,
+        "signed",
+        &t,
+        &format!("signing_secret = \"{SW_SECRET}\""),
+    );
     let app = spawn_app(opts).await;
     app.post_stripe("evt_signed").await;
     assert!(eventually(WAIT, || async { t.count() == 1 }).await);
@@ -222,10 +221,8 @@ async fn a_targets_retry_after_is_honoured(b: Backend) {
     let t = TestTarget::start().await;
     t.plan(&[429]);
     t.retry_after(Some(1));
-    let mut opts = Opts::new(b);
+    let mut opts = Opts::forwarding_to(b, "busy", &t, "");
     opts.backoff_max = "5s";
-    opts.stripe_targets = vec!["busy".into()];
-    opts.extra = targets_toml(&[("busy", &t, "")]);
     let app = spawn_app(opts).await;
     app.post_stripe("evt_busy").await;
     assert!(eventually(WAIT, || async { t.count() == 2 }).await);
@@ -243,10 +240,8 @@ async fn a_recovered_target_gets_its_retrying_backlog_at_once(b: Backend) {
     // Down for the first four events, asking for a 20 s pause each time.
     t.plan(&[503, 503, 503, 503]);
     t.retry_after(Some(20));
-    let mut opts = Opts::new(b);
+    let mut opts = Opts::forwarding_to(b, "sink", &t, "");
     opts.backoff_max = "30s";
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = targets_toml(&[("sink", &t, "")]);
     let app = spawn_app(opts).await;
     for i in 0..4 {
         app.post_stripe(&format!("evt_down_{i}")).await;
@@ -299,15 +294,9 @@ async fn a_commit_on_one_replica_wakes_the_workers_of_another() {
 /// without a claim query, and `/metrics` counts it.
 async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend) {
     let t = TestTarget::start().await;
-    // Metrics are process-wide in this test binary: a name of its own.
-    let name = match b {
-        Backend::Production => "handoff_pg",
-        Backend::Embedded => "handoff_sqlite",
-    };
-    let mut opts = Opts::new(b);
+    let name = &metrics_name("handoff", b);
+    let mut opts = Opts::forwarding_to(b, name, &t, "concurrency = 4");
     opts.poll_interval = "30s";
-    opts.stripe_targets = vec![name.into()];
-    opts.extra = targets_toml(&[(name, &t, "concurrency = 4")]);
     let app = spawn_app(opts).await;
     for i in 0..3 {
         let r = app.post_stripe(&format!("evt_handoff_{i}")).await;
@@ -329,14 +318,8 @@ async fn new_events_reach_an_idle_target_by_hand_off_without_a_claim(b: Backend)
 async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
     let t = TestTarget::start().await;
     t.hang(Some(Duration::from_millis(60)));
-    // Metrics are process-wide in this test binary: a name of its own.
-    let name = match b {
-        Backend::Production => "narrow_pg",
-        Backend::Embedded => "narrow_sqlite",
-    };
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec![name.into()];
-    opts.extra = targets_toml(&[(name, &t, "concurrency = 3")]);
+    let name = &metrics_name("narrow", b);
+    let opts = Opts::forwarding_to(b, name, &t, "concurrency = 3");
     let app = std::sync::Arc::new(spawn_app(opts).await);
     // More events at once than the lane has slots: the first ones go by
     // hand-off, the rest are claimed from the outbox.
@@ -369,6 +352,15 @@ async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
     assert!((1..24).contains(&handed), "{handed} of 24 handed off");
 }
 
+/// A target name of this test's own: metrics are process-wide in this test
+/// binary, and both backends' variants of a test run in it.
+fn metrics_name(stem: &str, b: Backend) -> String {
+    match b {
+        Backend::Production => format!("{stem}_pg"),
+        Backend::Embedded => format!("{stem}_sqlite"),
+    }
+}
+
 /// `hookgate_delivery_handoffs_total` of `target` (0 before the first).
 async fn handed_off(app: &TestApp, target: &str) -> u64 {
     let metrics = app.admin_text("/metrics").await;
@@ -389,13 +381,8 @@ async fn a_busy_target_takes_its_next_round_by_hand_off(b: Backend) {
     let t = TestTarget::start().await;
     // Long enough that all five posts land while the first round hangs.
     t.hang(Some(Duration::from_millis(1000)));
-    let name = match b {
-        Backend::Production => "rounds_pg",
-        Backend::Embedded => "rounds_sqlite",
-    };
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec![name.into()];
-    opts.extra = targets_toml(&[(name, &t, "concurrency = 2")]);
+    let name = &metrics_name("rounds", b);
+    let opts = Opts::forwarding_to(b, name, &t, "concurrency = 2");
     let app = spawn_app(opts).await;
     let posted = Instant::now();
     for i in 0..5 {
@@ -430,9 +417,7 @@ async fn a_fresh_gateway_process_exports_its_delivery_metrics() {
     use crate::helpers::process::{Gateway, post_to};
     let t = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = targets_toml(&[("sink", &t, "")]);
+    let opts = Opts::forwarding_to(Backend::Production, "sink", &t, "");
     let gw = Gateway::start(&opts, &db, &unique_prefix()).await;
     let r = post_to(
         &reqwest::Client::new(),

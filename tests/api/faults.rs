@@ -230,26 +230,12 @@ async fn a_kill_between_the_commit_and_the_done_mark_leaves_one_new_event() {
     assert_eq!(stored, 1, "one stored event");
 }
 
-/// Options whose `stripe` source forwards to one target, `sink`, with the
-/// extra target keys `keys` (TOML lines).
-fn with_sink(b: Backend, target: &TestTarget, keys: &str) -> Opts {
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n{keys}\n", target.url);
-    opts
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_gateway_processes_share_one_ledger_and_deliver_each_event_once() {
     let target = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\nconcurrency = 16\n",
-        target.url
-    );
+    let opts = Opts::forwarding_to(Backend::Production, "sink", &target, "concurrency = 16");
     let a = Gateway::start(&opts, &db, &prefix).await;
     let b = Gateway::start(&opts, &db, &prefix).await;
     let urls = [a.url("/webhooks/stripe"), b.url("/webhooks/stripe")];
@@ -314,7 +300,7 @@ async fn a_gateway_killed_mid_load_loses_no_acknowledged_event(b: Backend) {
     target.hang(Some(Duration::from_millis(300)));
     let db = TestDb::create(b).await;
     let prefix = unique_prefix();
-    let mut opts = with_sink(b, &target, "concurrency = 2");
+    let mut opts = Opts::forwarding_to(b, "sink", &target, "concurrency = 2");
     opts.claim_ttl = "1s";
     let mut gw = Gateway::start(&opts, &db, &prefix).await;
     let url = gw.url("/webhooks/stripe");
@@ -373,9 +359,7 @@ async fn a_gateway_killed_mid_load_loses_no_acknowledged_event(b: Backend) {
 async fn sigterm_drains_and_exits_cleanly() {
     let target = TestTarget::start().await;
     let db = TestDb::create(Backend::Production).await;
-    let mut opts = Opts::new(Backend::Production);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n", target.url);
+    let opts = Opts::forwarding_to(Backend::Production, "sink", &target, "");
     let mut gw = Gateway::start(&opts, &db, &unique_prefix()).await;
     let client = reqwest::Client::new();
     let r = post_to(&client, &gw.url("/webhooks/stripe"), "evt_term")
@@ -393,7 +377,7 @@ async fn sigterm_releases_unfinished_deliveries_to_other_workers() {
     target.hang(Some(Duration::from_secs(60)));
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
-    let mut opts = with_sink(Backend::Production, &target, "timeout = \"50s\"");
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "timeout = \"50s\"");
     opts.lease = "120s";
     opts.shutdown_grace = "1s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
@@ -438,7 +422,7 @@ async fn a_kill_between_sent_and_recorded_resends_the_whole_batch() {
     // A short lease so the resend comes soon; the target's timeout stays
     // the 5 s below it that config validation asks for.
     let keys = format!("concurrency = {N}\ntimeout = \"1s\"");
-    let mut opts = with_sink(Backend::Production, &target, &keys);
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, &keys);
     opts.lease = "6s";
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 

@@ -10,14 +10,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Options whose `stripe` source forwards to `target`.
-fn forwarding_to(b: Backend, target: &TestTarget) -> Opts {
-    let mut opts = Opts::new(b);
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!("[targets.sink]\nurl = \"{}\"\n", target.url);
-    opts
-}
-
 /// Event ids the target received.
 fn delivered(target: &TestTarget) -> HashSet<String> {
     target
@@ -32,7 +24,7 @@ async fn a_hanging_postgres_gets_503_within_bounded_time_and_recovers_without_re
     let target = TestTarget::start().await;
     let proxy = ChaosProxy::start(pg_addr()).await;
     let db = TestDb::create(Backend::Production).await;
-    let mut opts = forwarding_to(Backend::Production, &target);
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "");
     opts.database_url = Some(proxy.url(db.name()));
     opts.storage_extra = "statement_timeout = \"1s\"".into();
     let app = Arc::new(spawn_on(opts, db, unique_prefix()).await);
@@ -185,7 +177,7 @@ crate::both_backends!(one_refused_row_fails_only_its_own_event_not_the_rest_of_i
 
 async fn one_refused_row_fails_only_its_own_event_not_the_rest_of_its_batch(b: Backend) {
     let target = TestTarget::start().await;
-    let app = Arc::new(spawn_app(forwarding_to(b, &target)).await);
+    let app = Arc::new(spawn_app(Opts::forwarding_to(b, "sink", &target, "")).await);
     let mut db = Db::open(&app.db.url).await;
     db.refuse_poison().await;
 

@@ -19,14 +19,10 @@ async fn a_database_crash_around_the_attempt_records_loses_no_event_and_no_deliv
     const N: usize = 30;
     let pg = PgServer::start(&["wal_writer_delay = '10s'"]).await;
     let target = TestTarget::start().await;
-    let mut opts = Opts::new(Backend::Production);
+    let keys = format!("concurrency = {N}\ntimeout = \"1s\"");
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, &keys);
     opts.database_url = Some(pg.url("postgres"));
     opts.lease = "6s";
-    opts.stripe_targets = vec!["sink".into()];
-    opts.extra = format!(
-        "[targets.sink]\nurl = \"{}\"\nconcurrency = {N}\ntimeout = \"1s\"\n",
-        target.url
-    );
     let app = spawn_app(opts).await;
     let ids: Vec<String> = (0..N).map(|i| format!("evt_pgcrash_{i}")).collect();
     for id in &ids {

@@ -73,6 +73,15 @@ pub struct Opts {
 }
 
 impl Opts {
+    /// Options whose `stripe` source forwards to one HTTP target, `name` at
+    /// `target`, with the extra target keys `keys` (TOML lines).
+    pub fn forwarding_to(backend: Backend, name: &str, target: &TestTarget, keys: &str) -> Self {
+        let mut opts = Self::new(backend);
+        opts.stripe_targets = vec![name.to_owned()];
+        opts.extra = format!("[targets.{name}]\nurl = \"{}\"\n{keys}\n", target.url);
+        opts
+    }
+
     pub fn new(backend: Backend) -> Self {
         Self {
             backend,
@@ -389,7 +398,6 @@ where
     }
 }
 
-/// The keys under `prefix` in the shared Redis (this test's only).
 /// The body of `GET url` with the admin token.
 pub async fn admin_get(client: &reqwest::Client, url: &str) -> String {
     client
@@ -403,6 +411,7 @@ pub async fn admin_get(client: &reqwest::Client, url: &str) -> String {
         .unwrap()
 }
 
+/// The keys under `prefix` in the shared Redis (this test's only).
 pub async fn redis_keys(prefix: &str) -> Vec<String> {
     let client = redis::Client::open(redis_url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
