@@ -236,6 +236,7 @@ impl Dedup {
                     recovered: v.recovered(),
                 },
                 handoff: (!targets.is_empty()).then(|| this.handoff.reserve(targets, now_ms)),
+                fresh: have_claim,
             };
             let expires_at = event.expires_at;
             if source.dedup_by_body {

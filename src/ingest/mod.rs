@@ -142,8 +142,9 @@ async fn handle(
         Ok(dedup::Outcome::New) => {
             if unrouted {
                 state.counters.unrouted(source_name);
-                metrics::counter!("hookgate_unrouted_total", "source" => source_name.to_owned())
-                    .increment(1);
+                if let Some(m) = state.request_metrics.source(source_name) {
+                    m.unrouted();
+                }
             }
             (Outcome::New, "new")
         }

@@ -4,8 +4,9 @@
 //! and looks the series up in the registry on every call; on the webhook
 //! path that was three lookups and three label copies per request. The
 //! handles here are looked up once, at start-up, for the outcomes that make
-//! up almost all traffic (`new`, `duplicate_cache`) and for the two
-//! duration histograms. Rarer outcomes and unknown sources still go
+//! up almost all traffic (`new`, `duplicate_cache`), for `unrouted` (every
+//! new event of a source without targets) and for the two duration
+//! histograms. Rarer outcomes and unknown sources still go
 //! through the macro.
 
 use super::{Layer, Outcome};
@@ -20,6 +21,7 @@ pub struct SourceMetrics {
     duplicate_cache: Counter,
     request_duration: Histogram,
     verify_duration: Histogram,
+    unrouted: Counter,
 }
 
 impl SourceMetrics {
@@ -31,6 +33,7 @@ impl SourceMetrics {
             duplicate_cache: requests("duplicate_cache"),
             request_duration: metrics::histogram!("hookgate_request_duration_seconds", "source" => source.to_owned()),
             verify_duration: metrics::histogram!("hookgate_verify_duration_seconds", "source" => source.to_owned()),
+            unrouted: metrics::counter!("hookgate_unrouted_total", "source" => source.to_owned()),
         }
     }
 
@@ -49,6 +52,11 @@ impl SourceMetrics {
             }
         }
         self.request_duration.record(took.as_secs_f64());
+    }
+
+    /// `hookgate_unrouted_total{source}`: a new event no target's route wanted.
+    pub fn unrouted(&self) {
+        self.unrouted.increment(1);
     }
 
     /// `hookgate_verify_duration_seconds{source}`.

@@ -45,6 +45,11 @@ pub struct NewEvent {
     /// Slots on this process's delivery lanes: reserved targets' rows are
     /// written leased and handed to their loops after COMMIT (`handoff`).
     pub handoff: Option<handoff::Reservation>,
+    /// The cache had no entry for this id: this request took its claim, so
+    /// the ledger is unlikely to hold it. PostgreSQL writes a batch of fresh
+    /// events without delivery rows as a plain INSERT first, and only after
+    /// a unique violation with `ON CONFLICT` (`postgres::record`).
+    pub fresh: bool,
 }
 
 impl NewEvent {

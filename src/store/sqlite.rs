@@ -554,6 +554,7 @@ mod ordering_tests {
             order_keys: keys.iter().map(|k| k.map(str::to_owned)).collect(),
             facts: EventFacts::default(),
             handoff: None,
+            fresh: true,
         }
     }
 

@@ -326,3 +326,65 @@ async fn a_ledger_duplicate_does_not_rearm_the_cache_past_the_rows_window() {
     assert!(purged, "the row is purged after its window");
     assert_eq!(send().await, "new", "the cache forgot it with the row");
 }
+
+/// A batch whose events all took their cache claim is written without
+/// `ON CONFLICT` (store::postgres::record). When one of its ids is in the
+/// ledger after all (the cache lost it), that statement fails as a whole
+/// and the batch is written again with conflict handling: the stored id is
+/// a duplicate carrying the first body's hash, every other id is new and
+/// stored once, and a repeat inside the batch is a duplicate of its first.
+#[tokio::test]
+async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
+    use hookgate::primitives::time::Millis;
+    use hookgate::store::{EventFacts, NewEvent, Recorded};
+    let db = TestDb::create(Backend::Production).await;
+    let ledger = hookgate::store::connect(
+        &hookgate::config::Database::Postgres(hookgate::primitives::secret::Secret::new(
+            db.url.clone(),
+        )),
+        Some(2),
+        std::time::Duration::from_secs(10),
+    )
+    .await
+    .unwrap();
+    ledger.migrate().await.unwrap();
+    let event = |id: &str, sha: u8| NewEvent {
+        source: "stripe".into(),
+        event_id: id.into(),
+        body: bytes::Bytes::from(stripe_body(id)),
+        body_sha256: [sha; 32],
+        headers: "[]".into(),
+        received_at: Millis(now() * 1000),
+        expires_at: Millis(now() * 1000 + 3_600_000),
+        targets: vec![],
+        order_keys: vec![],
+        facts: EventFacts::default(),
+        handoff: None,
+        fresh: true,
+    };
+    // A clean fresh batch: all new, a repeat inside it a duplicate.
+    let first = ledger
+        .record(&[event("evt_f1", 1), event("evt_f2", 2), event("evt_f1", 1)])
+        .await
+        .unwrap();
+    assert_eq!(first[0], Recorded::New);
+    assert_eq!(first[1], Recorded::New);
+    assert!(
+        matches!(&first[2], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![1; 32]),
+        "{first:?}"
+    );
+    // evt_f2 is stored already: its fresh copy sends the batch to ON CONFLICT.
+    let second = ledger
+        .record(&[event("evt_f3", 3), event("evt_f2", 9), event("evt_f4", 4)])
+        .await
+        .unwrap();
+    assert_eq!(second[0], Recorded::New, "{second:?}");
+    assert!(
+        matches!(&second[1], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![2; 32]),
+        "the stored body's hash, not this copy's: {second:?}"
+    );
+    assert_eq!(second[2], Recorded::New, "{second:?}");
+    for id in ["evt_f1", "evt_f2", "evt_f3", "evt_f4"] {
+        assert_eq!(ledger.event_count("stripe", id).await.unwrap(), 1, "{id}");
+    }
+}

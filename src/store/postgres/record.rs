@@ -43,6 +43,18 @@ pub(super) async fn record(
         HashMap::new()
     };
     let unique = unique_in_lock_order(batch, &repeats);
+    if unique.iter().all(|e| e.fresh && e.targets.is_empty()) {
+        match insert_fresh(conn, &unique).await {
+            Ok(()) => return Ok(fresh_results(batch, &repeats)),
+            // Some id was stored after all (the cache had lost it, or its
+            // row outlived the cache entry): nothing was written; the
+            // general statement below sorts the batch out.
+            Err(e) if is_unique_violation(&e) => {
+                tracing::debug!("a fresh batch held a stored id; writing it with ON CONFLICT");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     // Rows come back in no particular order: match them to `unique` by key,
     // borrowing the batch's strings (no copies per lookup).
     let position: HashMap<Key, usize> = unique
@@ -125,6 +137,58 @@ async fn readmit_expired(
     Ok(())
 }
 
+/// A batch of fresh events without delivery rows (see [`NewEvent::fresh`]):
+/// one plain INSERT, its own transaction. Without `ON CONFLICT` PostgreSQL
+/// skips the speculative insertion (a probe of the unique index before
+/// each row, then the insert) and returns no rows; a stored id fails the
+/// whole statement with a unique violation and nothing is written.
+async fn insert_fresh(conn: &mut PgConnection, unique: &[&NewEvent]) -> Result<(), sqlx::Error> {
+    events(FRESH_INSERT_SQL, unique)
+        .bind(column(unique, |e| e.facts.recovered))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// `sql` with the events' columns bound as `$1`..`$10` (each statement
+/// binds `recovered` and the rest itself).
+fn events<'q>(
+    sql: &'static str,
+    unique: &[&'q NewEvent],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(column(unique, |e| e.source.as_str()))
+        .bind(column(unique, |e| e.event_id.as_str()))
+        .bind(column(unique, |e| e.body.as_ref()))
+        .bind(column(unique, |e| &e.body_sha256[..]))
+        .bind(column(unique, |e| e.headers.as_str()))
+        .bind(column(unique, |e| e.received_at))
+        .bind(column(unique, |e| e.expires_at))
+        // Console facts (store::events): event type, matched key, provider time.
+        .bind(column(unique, |e| e.facts.event_type.as_deref()))
+        .bind(column(unique, |e| e.facts.key_index))
+        .bind(column(unique, |e| e.facts.provider_ts))
+}
+
+fn is_unique_violation(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+}
+
+/// Every first occurrence new; a repeat within the batch is a duplicate of
+/// its first occurrence (same shape as [`results`]).
+fn fresh_results(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
+    repeats
+        .iter()
+        .map(|rep| match rep {
+            Some(first) => Recorded::Duplicate {
+                stored_sha256: batch[*first].body_sha256.to_vec(),
+                expires_at: batch[*first].expires_at,
+            },
+            None => Recorded::New,
+        })
+        .collect()
+}
+
 fn key(e: &NewEvent) -> Key<'_> {
     (e.source.as_str(), e.event_id.as_str())
 }
@@ -183,33 +247,31 @@ async fn insert_all(
             }
         }
     }
-    let query = sqlx::query(if ordered {
-        ORDERED_INSERT_SQL
+    let query = if t_target.is_empty() {
+        // No delivery rows (no targets, or none routed): the plain insert,
+        // a smaller plan to start and run per batch.
+        events(EVENTS_ONLY_SQL, unique).bind(column(unique, |e| e.facts.recovered))
     } else {
-        INSERT_SQL
-    })
-    .bind(column(unique, |e| e.source.as_str()))
-    .bind(column(unique, |e| e.event_id.as_str()))
-    .bind(column(unique, |e| e.body.as_ref()))
-    .bind(column(unique, |e| &e.body_sha256[..]))
-    .bind(column(unique, |e| e.headers.as_str()))
-    .bind(column(unique, |e| e.received_at))
-    .bind(column(unique, |e| e.expires_at))
-    // Console facts (store::events): event type, matched key, provider time.
-    .bind(column(unique, |e| e.facts.event_type.as_deref()))
-    .bind(column(unique, |e| e.facts.key_index))
-    .bind(column(unique, |e| e.facts.provider_ts))
-    .bind(&t_source)
-    .bind(&t_event)
-    .bind(&t_target)
-    .bind(NOTIFY_CHANNEL)
-    .bind(&t_lease_until)
-    .bind(&t_token)
-    .bind(column(unique, |e| e.facts.recovered));
-    let query = if ordered {
-        query.bind(&t_order_key).bind(&t_arrival)
-    } else {
-        query
+        let query = events(
+            if ordered {
+                ORDERED_INSERT_SQL
+            } else {
+                INSERT_SQL
+            },
+            unique,
+        )
+        .bind(&t_source)
+        .bind(&t_event)
+        .bind(&t_target)
+        .bind(NOTIFY_CHANNEL)
+        .bind(&t_lease_until)
+        .bind(&t_token)
+        .bind(column(unique, |e| e.facts.recovered));
+        if ordered {
+            query.bind(&t_order_key).bind(&t_arrival)
+        } else {
+            query
+        }
     };
     let inserted = query.fetch_all(&mut *conn).await?;
     let mut pk: Vec<Option<i64>> = vec![None; unique.len()];
@@ -353,6 +415,31 @@ const INSERT_SQL: &str = concat!(
              AS t(source, event_id, target, lease_until, token)
            ON t.source = ins.source AND t.event_id = ins.event_id",
     result_tail!()
+);
+
+/// The events alone, `recovered` as `$11`: the head of [`FRESH_INSERT_SQL`]
+/// and [`EVENTS_ONLY_SQL`].
+macro_rules! events_insert {
+    () => {
+        "INSERT INTO hookgate_events
+             (source, event_id, body, body_sha256, headers, received_at, expires_at,
+              event_type, key_index, provider_ts, recovered)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
+                              $5::text[], $6::int8[], $7::int8[],
+                              $8::text[], $9::int4[], $10::int8[], $11::bool[])"
+    };
+}
+
+/// [`insert_fresh`]: no conflict handling, no rows back.
+const FRESH_INSERT_SQL: &str = events_insert!();
+
+/// [`INSERT_SQL`] for a batch without delivery rows: the events alone, with
+/// the same result rows (kind 0).
+const EVENTS_ONLY_SQL: &str = concat!(
+    events_insert!(),
+    "
+     ON CONFLICT (source, event_id) DO NOTHING
+     RETURNING 0 AS kind, id, source, event_id, NULL::text AS target"
 );
 
 /// [`INSERT_SQL`] for a batch with ordering keys (`$18`, parallel to the
