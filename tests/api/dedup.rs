@@ -327,12 +327,14 @@ async fn a_ledger_duplicate_does_not_rearm_the_cache_past_the_rows_window() {
     assert_eq!(send().await, "new", "the cache forgot it with the row");
 }
 
-/// A batch whose events all took their cache claim is written without
-/// `ON CONFLICT` (store::postgres::record). When one of its ids is in the
-/// ledger after all (the cache lost it), that statement fails as a whole
-/// and the batch is written again with conflict handling: the stored id is
-/// a duplicate carrying the first body's hash, every other id is new and
-/// stored once, and a repeat inside the batch is a duplicate of its first.
+/// A batch whose events all took their cache claim and have no delivery
+/// rows is written without `ON CONFLICT` (store::postgres::record). When one
+/// of its ids is in the ledger after all (the cache lost it), that statement
+/// fails as a whole and the batch is written again with conflict handling:
+/// the stored id is a duplicate carrying the first body's hash, every other
+/// id is new and stored once, and a repeat inside the batch is a duplicate
+/// of its first. Fresh batches with delivery rows take the statement with
+/// conflict handling at once.
 #[tokio::test]
 async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
     use hookgate::primitives::time::Millis;
@@ -384,7 +386,43 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
         "the stored body's hash, not this copy's: {second:?}"
     );
     assert_eq!(second[2], Recorded::New, "{second:?}");
-    for id in ["evt_f1", "evt_f2", "evt_f3", "evt_f4"] {
+    // With delivery rows: the new event gets its one delivery row, the
+    // stored evt_f1 is a duplicate and gets none.
+    let to_billing = |id: &str, sha: u8| NewEvent {
+        targets: vec!["billing".into()],
+        order_keys: vec![None],
+        ..event(id, sha)
+    };
+    let third = ledger
+        .record(&[to_billing("evt_f5", 5), to_billing("evt_f1", 7)])
+        .await
+        .unwrap();
+    assert_eq!(third[0], Recorded::New, "{third:?}");
+    assert!(
+        matches!(&third[1], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![1; 32]),
+        "{third:?}"
+    );
+    // A fresh batch with delivery rows and no stored id.
+    let fourth = ledger.record(&[to_billing("evt_f6", 6)]).await.unwrap();
+    assert_eq!(fourth, vec![Recorded::New]);
+    for id in ["evt_f1", "evt_f2", "evt_f3", "evt_f4", "evt_f5", "evt_f6"] {
         assert_eq!(ledger.event_count("stripe", id).await.unwrap(), 1, "{id}");
     }
+    let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+        .await
+        .unwrap();
+    let deliveries: Vec<(String, String)> = sqlx::query_as(
+        "SELECT e.event_id, d.target FROM hookgate_deliveries d
+         JOIN hookgate_events e ON e.id = d.event_pk ORDER BY e.event_id",
+    )
+    .fetch_all(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(
+        deliveries,
+        vec![
+            ("evt_f5".to_owned(), "billing".to_owned()),
+            ("evt_f6".to_owned(), "billing".to_owned())
+        ]
+    );
 }
