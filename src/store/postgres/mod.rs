@@ -33,6 +33,9 @@ pub struct PgLedger {
     records: PgPool,
     /// Bound of one ledger call once it holds a connection (see [`bounded`]).
     statement_timeout: Duration,
+    /// Batches still to write with conflict handling before a fresh batch
+    /// is tried as a plain INSERT again (see `record::FreshPause`).
+    fresh_pause: record::FreshPause,
 }
 
 /// The NOTIFY channel carrying target names with newly committed deliveries.
@@ -138,6 +141,7 @@ impl PgLedger {
             outbox,
             records,
             statement_timeout,
+            fresh_pause: record::FreshPause::default(),
         })
     }
 }
@@ -168,7 +172,7 @@ impl Ledger for PgLedger {
     }
 
     async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
-        bounded!(self, |c| record::record(c, batch))
+        bounded!(self, |c| record::record(c, batch, &self.fresh_pause))
     }
 
     async fn claim_body(

@@ -3,7 +3,9 @@
 //! Rule: a batch costs the same round trips as one event, thanks to
 //! `UNNEST`: ONE statement inserts the events, their deliveries and the
 //! NOTIFY, and commits; a second reads conflicting hashes (only when there
-//! are conflicts). Rows are
+//! are conflicts). A fresh batch without deliveries is first tried as a
+//! plain INSERT, which a stored id fails as a whole (then the batch is
+//! written the usual way: one statement more, only then). Rows are
 //! locked in one global key order so concurrent batches cannot deadlock.
 
 use super::super::rows::first_occurrence;
@@ -13,6 +15,7 @@ use crate::primitives::time::Millis;
 use sqlx::PgConnection;
 use sqlx::Row;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// An event's key, borrowed from the batch.
 type Key<'a> = (&'a str, &'a str);
@@ -23,6 +26,7 @@ type Key<'a> = (&'a str, &'a str);
 pub(super) async fn record(
     conn: &mut PgConnection,
     batch: &[NewEvent],
+    pause: &FreshPause,
 ) -> Result<Vec<Recorded>, StoreError> {
     let repeats = first_occurrence(batch);
     // Arrival order (the queue's), for the sequence numbers of ordered
@@ -43,13 +47,14 @@ pub(super) async fn record(
         HashMap::new()
     };
     let unique = unique_in_lock_order(batch, &repeats);
-    if unique.iter().all(|e| e.fresh && e.targets.is_empty()) {
+    if unique.iter().all(|e| e.fresh && e.targets.is_empty()) && pause.try_plain() {
         match insert_fresh(conn, &unique).await {
             Ok(()) => return Ok(fresh_results(batch, &repeats)),
             // Some id was stored after all (the cache had lost it, or its
             // row outlived the cache entry): nothing was written; the
             // general statement below sorts the batch out.
             Err(e) if is_unique_violation(&e) => {
+                pause.failed();
                 tracing::debug!("a fresh batch held a stored id; writing it with ON CONFLICT");
             }
             Err(e) => return Err(e.into()),
@@ -148,6 +153,30 @@ async fn insert_fresh(conn: &mut PgConnection, unique: &[&NewEvent]) -> Result<(
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// After a fresh batch failed on a stored id, the next [`FreshPause::BATCHES`]
+/// batches are written with conflict handling at once: while a cache is
+/// being refilled (a Redis restart) or a provider resends old events, most
+/// batches would hold a stored id, and each failed plain INSERT would cost
+/// a statement (and its dead rows) for nothing. One plain try per pause
+/// then shows whether the ids are fresh again.
+#[derive(Default)]
+pub(super) struct FreshPause(AtomicU32);
+
+impl FreshPause {
+    const BATCHES: u32 = 64;
+
+    /// True when this batch may try the plain INSERT.
+    fn try_plain(&self) -> bool {
+        self.0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_err()
+    }
+
+    fn failed(&self) {
+        self.0.store(Self::BATCHES, Ordering::Relaxed);
+    }
 }
 
 /// `sql` with the events' columns bound as `$1`..`$10` (each statement
@@ -483,3 +512,21 @@ const ORDERED_INSERT_SQL: &str = concat!(
          LEFT JOIN bump b ON b.target = t.target AND b.order_key = t.order_key",
     result_tail!()
 );
+
+#[cfg(test)]
+mod tests {
+    use super::FreshPause;
+
+    #[test]
+    fn a_failed_fresh_batch_pauses_plain_inserts_for_the_next_batches() {
+        let pause = FreshPause::default();
+        assert!(pause.try_plain(), "plain first");
+        assert!(pause.try_plain());
+        pause.failed();
+        for i in 0..FreshPause::BATCHES {
+            assert!(!pause.try_plain(), "batch {i} after the failure");
+        }
+        assert!(pause.try_plain(), "one plain try after the pause");
+        assert!(pause.try_plain(), "and on while it succeeds");
+    }
+}
