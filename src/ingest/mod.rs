@@ -120,7 +120,8 @@ async fn handle(
         client_ip: request.client,
     };
     let checked = verify::check(source, incoming, now.as_secs()).await;
-    if let Some(m) = state.request_metrics.source(source_name) {
+    let metrics = state.request_metrics.source(source_name);
+    if let Some(m) = metrics {
         m.verified(verify_started.elapsed());
     }
     let reject_status = source.provider.response.reject_status;
@@ -142,7 +143,7 @@ async fn handle(
         Ok(dedup::Outcome::New) => {
             if unrouted {
                 state.counters.unrouted(source_name);
-                if let Some(m) = state.request_metrics.source(source_name) {
+                if let Some(m) = metrics {
                     m.unrouted();
                 }
             }

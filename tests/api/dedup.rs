@@ -364,6 +364,8 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
         handoff: None,
         fresh: true,
     };
+    // A duplicate carrying the stored body's hash ([sha; 32]).
+    let dup_of = |r: &Recorded, sha: u8| matches!(r, Recorded::Duplicate { stored_sha256, .. } if stored_sha256[..] == [sha; 32]);
     // A clean fresh batch: all new, a repeat inside it a duplicate.
     let first = ledger
         .record(&[event("evt_f1", 1), event("evt_f2", 2), event("evt_f1", 1)])
@@ -371,10 +373,7 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
         .unwrap();
     assert_eq!(first[0], Recorded::New);
     assert_eq!(first[1], Recorded::New);
-    assert!(
-        matches!(&first[2], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![1; 32]),
-        "{first:?}"
-    );
+    assert!(dup_of(&first[2], 1), "{first:?}");
     // evt_f2 is stored already: its fresh copy sends the batch to ON CONFLICT.
     let second = ledger
         .record(&[event("evt_f3", 3), event("evt_f2", 9), event("evt_f4", 4)])
@@ -382,7 +381,7 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
         .unwrap();
     assert_eq!(second[0], Recorded::New, "{second:?}");
     assert!(
-        matches!(&second[1], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![2; 32]),
+        dup_of(&second[1], 2),
         "the stored body's hash, not this copy's: {second:?}"
     );
     assert_eq!(second[2], Recorded::New, "{second:?}");
@@ -398,10 +397,7 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
         .await
         .unwrap();
     assert_eq!(third[0], Recorded::New, "{third:?}");
-    assert!(
-        matches!(&third[1], Recorded::Duplicate { stored_sha256, .. } if stored_sha256 == &vec![1; 32]),
-        "{third:?}"
-    );
+    assert!(dup_of(&third[1], 1), "{third:?}");
     // A fresh batch with delivery rows and no stored id.
     let fourth = ledger.record(&[to_billing("evt_f6", 6)]).await.unwrap();
     assert_eq!(fourth, vec![Recorded::New]);

@@ -331,13 +331,7 @@ async fn a_target_never_has_more_than_its_concurrency_in_flight(b: Backend) {
     while let Some(status) = posts.join_next().await {
         assert_eq!(status.unwrap(), 200);
     }
-    assert!(eventually(WAIT, || async { t.count() >= 24 }).await);
-    let delivered = eventually(WAIT, || async {
-        app.stats().await["sources"]["stripe"]["delivered"] == 24
-    })
-    .await;
-    assert!(delivered, "{}", app.stats().await);
-    assert_eq!(t.count(), 24, "each event once");
+    delivered_each_once(&app, &t, 24).await;
     let peak = t.peak_in_flight();
     assert!(
         peak <= 3,
@@ -363,13 +357,22 @@ fn metrics_name(stem: &str, b: Backend) -> String {
 
 /// `hookgate_delivery_handoffs_total` of `target` (0 before the first).
 async fn handed_off(app: &TestApp, target: &str) -> u64 {
-    let metrics = app.admin_text("/metrics").await;
-    let prefix = format!("hookgate_delivery_handoffs_total{{target=\"{target}\"}} ");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    app.metric_value(&format!(
+        "hookgate_delivery_handoffs_total{{target=\"{target}\"}}"
+    ))
+    .await
+}
+
+/// Waits until `n` events reached `t` and /stats counts them delivered,
+/// then checks that each arrived once.
+async fn delivered_each_once(app: &TestApp, t: &TestTarget, n: usize) {
+    assert!(eventually(WAIT, || async { t.count() >= n }).await);
+    let delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == n
+    })
+    .await;
+    assert!(delivered, "{}", app.stats().await);
+    assert_eq!(t.count(), n, "each event once");
 }
 
 /// A lane holds two rounds of the target's `concurrency` (store::handoff::
@@ -393,13 +396,7 @@ async fn a_busy_target_takes_its_next_round_by_hand_off(b: Backend) {
         posted.elapsed() < Duration::from_millis(900),
         "the posts must land while the first round hangs"
     );
-    assert!(eventually(WAIT, || async { t.count() >= 5 }).await);
-    let delivered = eventually(WAIT, || async {
-        app.stats().await["sources"]["stripe"]["delivered"] == 5
-    })
-    .await;
-    assert!(delivered, "{}", app.stats().await);
-    assert_eq!(t.count(), 5, "each event once");
+    delivered_each_once(&app, &t, 5).await;
     let peak = t.peak_in_flight();
     assert!(
         peak <= 2,

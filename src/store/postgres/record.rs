@@ -21,8 +21,10 @@ use std::sync::atomic::{AtomicU32, Ordering};
 type Key<'a> = (&'a str, &'a str);
 
 /// Inserts every event not already present, with its delivery rows, in one
-/// statement (its own transaction: one round trip, one commit). Results are
-/// in input order.
+/// statement (its own transaction: one round trip, one commit); a fresh
+/// batch without delivery rows first as a plain INSERT ([`insert_fresh`]),
+/// which costs one statement more when it holds a stored id. Results are in
+/// input order.
 pub(super) async fn record(
     conn: &mut PgConnection,
     batch: &[NewEvent],
@@ -156,11 +158,11 @@ async fn insert_fresh(conn: &mut PgConnection, unique: &[&NewEvent]) -> Result<(
 }
 
 /// After a fresh batch failed on a stored id, the next [`FreshPause::BATCHES`]
-/// batches are written with conflict handling at once: while a cache is
-/// being refilled (a Redis restart) or a provider resends old events, most
-/// batches would hold a stored id, and each failed plain INSERT would cost
-/// a statement (and its dead rows) for nothing. One plain try per pause
-/// then shows whether the ids are fresh again.
+/// batches are written with conflict handling at once. Stored ids tend to
+/// come together (a Redis restart empties the cache while the ledger keeps
+/// every id; a provider resends a day of old events), and each failed plain
+/// INSERT costs a statement, and its dead rows, for nothing. One plain try
+/// per pause then shows whether the ids are fresh again.
 #[derive(Default)]
 pub(super) struct FreshPause(AtomicU32);
 

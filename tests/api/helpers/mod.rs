@@ -336,6 +336,19 @@ impl TestApp {
         admin_get(&self.client, &self.url(path)).await
     }
 
+    /// The value of one series in /metrics, e.g.
+    /// `hookgate_unrouted_total{source="stripe"}` (0 before it exists). The
+    /// recorder is process-wide: parallel tests add to series they share.
+    pub async fn metric_value(&self, series: &str) -> u64 {
+        let metrics = self.admin_text("/metrics").await;
+        let prefix = format!("{series} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
     /// Rows in the ledger for one event.
     pub async fn rows(&self, source: &str, event_id: &str) -> i64 {
         self.state
