@@ -146,6 +146,8 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
     ) -> Result<Outcome, DedupError> {
+        // Tells the ledger writer this event may join its next batch.
+        let mut announced = self.ledger.approach();
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
             key: format!(
@@ -162,7 +164,7 @@ impl Dedup {
         let deadline = Instant::now() + self.settings.inflight_wait;
         if !self.try_cache() {
             // Skipping the cache is always safe: the ledger's unique key decides.
-            return self.owned(v, c, cache_ttl, now_ms, false).await;
+            return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
         }
         loop {
             let asked = Instant::now();
@@ -174,7 +176,7 @@ impl Dedup {
             match claim {
                 Ok(Claim::Owned) => {
                     self.cache_up();
-                    return self.owned(v, c, cache_ttl, now_ms, true).await;
+                    return self.owned(v, c, cache_ttl, now_ms, true, announced).await;
                 }
                 Ok(Claim::Done { body_sha256 }) => {
                     self.cache_up();
@@ -192,11 +194,14 @@ impl Dedup {
                     if Instant::now() + INFLIGHT_POLL > deadline {
                         return Err(DedupError::InFlight);
                     }
+                    // Not on its way to the writer while it waits.
+                    drop(announced);
                     tokio::time::sleep(INFLIGHT_POLL).await;
+                    announced = self.ledger.approach();
                 }
                 Err(e) => {
                     self.cache_failed(&e);
-                    return self.owned(v, c, cache_ttl, now_ms, false).await;
+                    return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
                 }
             }
         }
@@ -211,6 +216,7 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
+        announced: crate::store::batch::Approach,
     ) -> Result<Outcome, DedupError> {
         let this = self.clone();
         let (answer, answered) = tokio::sync::oneshot::channel();
@@ -266,7 +272,7 @@ impl Dedup {
                     }
                 }
             }
-            match this.ledger.record(event).await {
+            match this.ledger.record(event, Some(announced)).await {
                 Ok(Recorded::New) => {
                     // Committed: the request is answered now; the cache
                     // learns `done` right after (a copy arriving in between

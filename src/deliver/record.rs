@@ -37,11 +37,13 @@ impl Recorder {
             Arc::new(Outcomes { ledger, token }),
             MAX_BATCH,
             "hookgate_attempt",
+            // Attempts are not announced: a batch goes as soon as it forms.
+            std::time::Duration::ZERO,
         ))
     }
 
     /// Records one attempt of `delivery_id`; `false` when the lease was lost.
     pub async fn finish(&self, delivery_id: i64, rec: AttemptRecord) -> Result<bool, StoreError> {
-        self.0.submit((delivery_id, rec)).await
+        self.0.submit((delivery_id, rec), None).await
     }
 }

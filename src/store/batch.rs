@@ -15,6 +15,22 @@
 //! only the job(s) at fault fail. A connection error or a timeout still fails
 //! the whole batch: one by one would only repeat the wait per job.
 //!
+//! Linger: with "no artificial delay" alone, a loaded batcher oscillates.
+//! Every caller of a big batch is answered at once, sends its next request,
+//! and is still verifying it or waiting for its cache claim when the writer
+//! looks again: the next batch is the one or two jobs that happened to be
+//! queued, and pays a whole statement and commit for them (figure 1 of the
+//! benchmark: 18 % of the ledger's batches held one event, the mean 24).
+//! So ingest announces a job when it starts deduplicating
+//! ([`Batcher::approach`]), before its cache round trip, and the writer
+//! holds a formed batch while announced jobs are still on their way, at
+//! most `linger` (a 1 ms tokio timer: up to 2 ms) and only while the
+//! announced jobs, times the recent share of announcements that became jobs,
+//! add up to at least one (a retry answered from the cache never becomes
+//! a job: under provider retries the share is small and the writer does not
+//! wait). A lone request is never held: it is no longer counted once it is
+//! queued. docs/design.md, "Tenth pass", has the figures.
+//!
 //! Bounded waits: with a deadline ([`Batcher::with_deadline`]) a caller gives
 //! up after it, whether its job is still queued or being written, and a job
 //! whose caller gave up before its batch formed is not written at all. So
@@ -24,8 +40,9 @@
 use super::{Ledger, NewEvent, Recorded, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 type Reply<R> = oneshot::Sender<Result<R, Arc<StoreError>>>;
 type Queue<J, R> = mpsc::Receiver<(J, Reply<R>)>;
@@ -41,6 +58,7 @@ pub struct Batcher<J, R> {
     tx: mpsc::Sender<(J, Reply<R>)>,
     /// Longest wait of one `submit`, queue included; `None`: no bound here.
     deadline: Option<Duration>,
+    approaching: Arc<Approaching>,
 }
 
 impl<J, R> Clone for Batcher<J, R> {
@@ -48,6 +66,31 @@ impl<J, R> Clone for Batcher<J, R> {
         Self {
             tx: self.tx.clone(),
             deadline: self.deadline,
+            approaching: self.approaching.clone(),
+        }
+    }
+}
+
+/// Jobs on their way to a batcher: callers that announced one
+/// ([`Batcher::approach`]) and have not submitted it or given up yet.
+#[derive(Default)]
+pub struct Approaching {
+    count: AtomicUsize,
+    /// Announcements ever made: with the jobs received, the share of
+    /// announced jobs that are submitted at all.
+    announced: AtomicU64,
+    /// Signalled when `count` drops to zero.
+    none_left: Notify,
+}
+
+/// One announced job; dropping it (at submit, or when the caller decides it
+/// has nothing to write) takes it off the count.
+pub struct Approach(Arc<Approaching>);
+
+impl Drop for Approach {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.none_left.notify_one();
         }
     }
 }
@@ -65,14 +108,38 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// of the second over a minute, divided by 60, is the share of the time
     /// the one writer was busy: near 1, this batcher's throughput is what the
     /// database's commit path allows (docs/operations.md, "Metrics").
+    ///
+    /// `linger` (zero: never) is how long the writer may hold a formed
+    /// batch for jobs announced with [`Batcher::approach`] and not submitted
+    /// yet; see "Linger" in the module docs.
     pub fn start<W: BatchWrite<J, R>>(
         sink: Arc<W>,
         max_batch: usize,
         metrics: &'static str,
+        linger: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 4);
-        tokio::spawn(writer(sink, rx, max_batch.max(1), metrics));
-        Self { tx, deadline: None }
+        let approaching = Arc::new(Approaching::default());
+        tokio::spawn(writer(
+            sink,
+            rx,
+            max_batch.max(1),
+            metrics,
+            approaching.clone(),
+            linger,
+        ));
+        Self {
+            tx,
+            deadline: None,
+            approaching,
+        }
+    }
+
+    /// Announces a job that will probably be submitted soon.
+    pub fn approach(&self) -> Approach {
+        self.approaching.count.fetch_add(1, Ordering::AcqRel);
+        self.approaching.announced.fetch_add(1, Ordering::Relaxed);
+        Approach(self.approaching.clone())
     }
 
     /// Makes every `submit` give up after `deadline` (queue wait included)
@@ -86,13 +153,14 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// A job that outlives the deadline may still be committed later, after
     /// its caller was told it failed: for ingest, the provider's retry then
     /// finds the row and is a duplicate.
-    pub async fn submit(&self, job: J) -> Result<R, StoreError> {
+    pub async fn submit(&self, job: J, announced: Option<Approach>) -> Result<R, StoreError> {
         let wait = async {
             let (reply, rx) = oneshot::channel();
             self.tx
                 .send((job, reply))
                 .await
                 .map_err(|_| StoreError::Closed)?;
+            drop(announced);
             match rx.await {
                 Ok(Ok(r)) => Ok(r),
                 Ok(Err(e)) => Err(StoreError::Shared(e)),
@@ -113,9 +181,13 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
     mut rx: Queue<J, R>,
     max_batch: usize,
     metrics: &'static str,
+    approaching: Arc<Approaching>,
+    linger: Duration,
 ) {
     let batch_size = metrics::histogram!(format!("{metrics}_batch_size"));
     let write_seconds = metrics::histogram!(format!("{metrics}_write_seconds"));
+    let (mut seen_announced, mut seen_jobs, mut received) = (0u64, 0u64, 0u64);
+    let mut share = 1.0f64;
     loop {
         let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
         match rx.recv().await {
@@ -128,6 +200,36 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
                 Err(_) => break,
             }
         }
+        let announced = approaching.announced.load(Ordering::Relaxed);
+        if announced - seen_announced >= 256 {
+            share = ((received - seen_jobs) as f64 / (announced - seen_announced) as f64).min(1.0);
+            (seen_announced, seen_jobs) = (announced, received);
+        }
+        if !linger.is_zero() {
+            let until = tokio::time::Instant::now() + linger;
+            while jobs.len() < max_batch
+                && approaching.count.load(Ordering::Acquire) as f64 * share >= 1.0
+            {
+                tokio::select! {
+                    biased;
+                    () = approaching.none_left.notified() => {}
+                    () = tokio::time::sleep_until(until) => break,
+                }
+                while jobs.len() < max_batch {
+                    match rx.try_recv() {
+                        Ok(j) => jobs.push(j),
+                        Err(_) => break,
+                    }
+                }
+            }
+            while jobs.len() < max_batch {
+                match rx.try_recv() {
+                    Ok(j) => jobs.push(j),
+                    Err(_) => break,
+                }
+            }
+        }
+        received += jobs.len() as u64;
         // A caller that gave up (deadline) no longer waits for its job.
         jobs.retain(|(_, reply)| !reply.is_closed());
         if jobs.is_empty() {
@@ -197,6 +299,10 @@ impl BatchWrite<NewEvent, Recorded> for Events {
     }
 }
 
+/// Longest hold of a formed ledger batch for announced events (module docs,
+/// "Linger").
+pub const LINGER: Duration = Duration::from_millis(1);
+
 /// Handle to the ledger's event writer; cheap to clone.
 #[derive(Clone)]
 pub struct GroupCommit(Batcher<NewEvent, Recorded>);
@@ -206,14 +312,29 @@ impl GroupCommit {
     /// `deadline` (`storage.statement_timeout`) for its event's commit.
     pub fn start(ledger: Arc<dyn Ledger>, max_batch: usize, deadline: Duration) -> Self {
         Self(
-            Batcher::start(Arc::new(Events(ledger)), max_batch, "hookgate_ledger")
-                .with_deadline(deadline),
+            Batcher::start(
+                Arc::new(Events(ledger)),
+                max_batch,
+                "hookgate_ledger",
+                LINGER,
+            )
+            .with_deadline(deadline),
         )
     }
 
     /// Records one event; returns once its transaction committed (or failed).
-    pub async fn record(&self, event: NewEvent) -> Result<Recorded, StoreError> {
-        self.0.submit(event).await
+    pub async fn record(
+        &self,
+        event: NewEvent,
+        announced: Option<Approach>,
+    ) -> Result<Recorded, StoreError> {
+        self.0.submit(event, announced).await
+    }
+
+    /// Announces an event that will probably be recorded soon: the writer
+    /// may wait for it to join the batch.
+    pub fn approach(&self) -> Approach {
+        self.0.approach()
     }
 }
 
@@ -260,8 +381,13 @@ mod tests {
     #[tokio::test]
     async fn a_refused_row_fails_only_its_own_job() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test");
-        let (r1, r2, r3, r4) = tokio::join!(b.submit(1), b.submit(2), b.submit(-3), b.submit(4));
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::ZERO);
+        let (r1, r2, r3, r4) = tokio::join!(
+            b.submit(1, None),
+            b.submit(2, None),
+            b.submit(-3, None),
+            b.submit(4, None)
+        );
         let r = [r1, r2, r3, r4];
         let ok: Vec<Option<i32>> = r.iter().map(|r| r.as_ref().ok().copied()).collect();
         assert_eq!(ok, [Some(2), Some(4), None, Some(8)]);
@@ -276,8 +402,8 @@ mod tests {
     #[tokio::test]
     async fn a_connection_error_fails_the_whole_batch_without_one_by_one_retries() {
         let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test");
-        let (r1, r2, r3) = tokio::join!(b.submit(1), b.submit(0), b.submit(3));
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::ZERO);
+        let (r1, r2, r3) = tokio::join!(b.submit(1, None), b.submit(0, None), b.submit(3, None));
         assert!(r1.is_err() && r2.is_err() && r3.is_err());
         assert_eq!(sink.writes.lock().unwrap().len(), 1);
     }
@@ -289,19 +415,74 @@ mod tests {
             gate: Some(gate.clone()),
             ..Sink::default()
         });
-        let b = Batcher::start(sink.clone(), 16, "test").with_deadline(Duration::from_millis(50));
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::ZERO)
+            .with_deadline(Duration::from_millis(50));
         // The first write hangs: its caller and the one queued behind it
         // both give up at the deadline.
-        let (r1, r2) = tokio::join!(b.submit(1), async {
+        let (r1, r2) = tokio::join!(b.submit(1, None), async {
             // Queued once the writer holds job 1.
             tokio::task::yield_now().await;
-            b.submit(2).await
+            b.submit(2, None).await
         });
         assert!(matches!(r1, Err(StoreError::Timeout(_))));
         assert!(matches!(r2, Err(StoreError::Timeout(_))));
         gate.notify_one();
         // The writer drops job 2 (nobody waits for it) and writes job 3.
-        assert_eq!(b.submit(3).await.unwrap(), 6);
+        assert_eq!(b.submit(3, None).await.unwrap(), 6);
         assert_eq!(*sink.writes.lock().unwrap(), [vec![1], vec![3]]);
+    }
+
+    // Linger tests run on a paused clock: when every task waits, time jumps
+    // to the next timer, so the waits below are exact and take no real time.
+
+    #[tokio::test(start_paused = true)]
+    async fn a_formed_batch_waits_for_an_announced_job_and_goes_when_it_arrives() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        let announced = b.approach();
+        let started = tokio::time::Instant::now();
+        let (r1, r2) = tokio::join!(b.submit(1, None), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            b.submit(2, Some(announced)).await
+        });
+        assert_eq!((r1.unwrap(), r2.unwrap()), (2, 4));
+        // One batch, written when job 2 came (not at the linger's end).
+        assert_eq!(*sink.writes.lock().unwrap(), [vec![1, 2]]);
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_announced_job_is_written_at_once() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        let started = tokio::time::Instant::now();
+        assert_eq!(b.submit(1, Some(b.approach())).await.unwrap(), 2);
+        assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_announced_job_that_never_comes_holds_the_batch_for_linger_only() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_millis(5));
+        let _never = b.approach();
+        let started = tokio::time::Instant::now();
+        assert_eq!(b.submit(1, None).await.unwrap(), 2);
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
+        // A job announced again and again without being submitted (say a
+        // retry the cache answers) does not make every batch wait.
+        let started = tokio::time::Instant::now();
+        assert_eq!(b.submit(2, None).await.unwrap(), 4);
+        assert_eq!(started.elapsed(), Duration::from_millis(5));
+        for _ in 0..300 {
+            drop(b.approach());
+        }
+        let started = tokio::time::Instant::now();
+        assert_eq!(b.submit(3, None).await.unwrap(), 6);
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "few announcements become jobs: no wait"
+        );
+        assert_eq!(*sink.writes.lock().unwrap(), [vec![1], vec![2], vec![3]]);
     }
 }
