@@ -256,6 +256,8 @@ impl Dedup {
                 match this.bodies.claim_body(&claim).await {
                     Ok(holder) if holder == claim.event_id => {}
                     Ok(holder) => {
+                        // No event for the writer from this request.
+                        drop(announced);
                         // Our id was never recorded: let it go, so only the
                         // body decides the next copy too.
                         this.release(&c, have_claim).await;
@@ -267,6 +269,7 @@ impl Dedup {
                         return;
                     }
                     Err(e) => {
+                        drop(announced);
                         let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
                         return;
                     }

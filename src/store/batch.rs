@@ -186,7 +186,9 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
 ) {
     let batch_size = metrics::histogram!(format!("{metrics}_batch_size"));
     let write_seconds = metrics::histogram!(format!("{metrics}_write_seconds"));
-    let (mut seen_announced, mut seen_jobs, mut received) = (0u64, 0u64, 0u64);
+    // The share of finished announcements that became jobs, over windows of
+    // at least 256 finished ones; 1 until the first window closes.
+    let (mut seen_finished, mut seen_jobs, mut received) = (0u64, 0u64, 0u64);
     let mut share = 1.0f64;
     loop {
         let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
@@ -194,40 +196,43 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
             Some(j) => jobs.push(j),
             None => return,
         }
-        while jobs.len() < max_batch {
-            match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
-            }
-        }
-        let announced = approaching.announced.load(Ordering::Relaxed);
-        if announced - seen_announced >= 256 {
-            share = ((received - seen_jobs) as f64 / (announced - seen_announced) as f64).min(1.0);
-            (seen_announced, seen_jobs) = (announced, received);
-        }
+        drain(&mut rx, &mut jobs, max_batch);
         if !linger.is_zero() {
+            // Announcements that ended, queued or not (the two loads are
+            // not one snapshot: a window is off by a job or two at most).
+            let count = approaching.count.load(Ordering::Acquire) as u64;
+            let finished = approaching
+                .announced
+                .load(Ordering::Acquire)
+                .saturating_sub(count);
+            let queued = received + jobs.len() as u64;
+            if finished.saturating_sub(seen_finished) >= 256 {
+                share = ((queued - seen_jobs) as f64 / (finished - seen_finished) as f64).min(1.0);
+                (seen_finished, seen_jobs) = (finished, queued);
+            }
             let until = tokio::time::Instant::now() + linger;
-            while jobs.len() < max_batch
+            let mut open = true;
+            while open
+                && jobs.len() < max_batch
                 && approaching.count.load(Ordering::Acquire) as f64 * share >= 1.0
             {
+                // Woken by each job (the batch may be full, or the jobs
+                // still expected fewer than one), by the last announced one
+                // leaving without a job, or by the end of the linger.
                 tokio::select! {
                     biased;
-                    () = approaching.none_left.notified() => {}
+                    j = rx.recv() => match j {
+                        Some(j) => {
+                            jobs.push(j);
+                            drain(&mut rx, &mut jobs, max_batch);
+                        }
+                        None => open = false,
+                    },
+                    () = approaching.none_left.notified() => drain(&mut rx, &mut jobs, max_batch),
                     () = tokio::time::sleep_until(until) => break,
                 }
-                while jobs.len() < max_batch {
-                    match rx.try_recv() {
-                        Ok(j) => jobs.push(j),
-                        Err(_) => break,
-                    }
-                }
             }
-            while jobs.len() < max_batch {
-                match rx.try_recv() {
-                    Ok(j) => jobs.push(j),
-                    Err(_) => break,
-                }
-            }
+            drain(&mut rx, &mut jobs, max_batch);
         }
         received += jobs.len() as u64;
         // A caller that gave up (deadline) no longer waits for its job.
@@ -259,6 +264,16 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
         // The batch's whole time, one-by-one retries included: the sum is
         // the writer's busy time.
         write_seconds.record(started.elapsed());
+    }
+}
+
+/// Moves what is queued into `jobs`, up to `max_batch` in all.
+fn drain<J, R>(rx: &mut Queue<J, R>, jobs: &mut Vec<(J, Reply<R>)>, max_batch: usize) {
+    while jobs.len() < max_batch {
+        match rx.try_recv() {
+            Ok(j) => jobs.push(j),
+            Err(_) => break,
+        }
     }
 }
 
@@ -484,5 +499,46 @@ mod tests {
             "few announcements become jobs: no wait"
         );
         assert_eq!(*sink.writes.lock().unwrap(), [vec![1], vec![2], vec![3]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_that_fills_up_goes_without_waiting_out_the_linger() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 2, "test", Duration::from_secs(1));
+        let _never = b.approach();
+        let announced = b.approach();
+        let started = tokio::time::Instant::now();
+        let (r1, r2) = tokio::join!(b.submit(1, None), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            b.submit(2, Some(announced)).await
+        });
+        assert_eq!((r1.unwrap(), r2.unwrap()), (2, 4));
+        assert_eq!(*sink.writes.lock().unwrap(), [vec![1, 2]]);
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_ends_when_fewer_than_one_job_is_still_expected() {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        // History: 2 of every 5 announcements become jobs (share ~0.4;
+        // job 0 would fail the sink, so jobs start at 1).
+        for i in 0..300 {
+            let a = b.approach();
+            if i % 5 < 2 {
+                b.submit(i + 1, Some(a)).await.unwrap();
+            }
+        }
+        // Three on their way: 1.2 jobs expected, so the batch waits; once
+        // one came, 0.8 are, and it goes.
+        let (a1, _a2, _a3) = (b.approach(), b.approach(), b.approach());
+        let started = tokio::time::Instant::now();
+        let (r1, r2) = tokio::join!(b.submit(1000, None), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            b.submit(1001, Some(a1)).await
+        });
+        assert_eq!((r1.unwrap(), r2.unwrap()), (2000, 2002));
+        assert_eq!(sink.writes.lock().unwrap().last(), Some(&vec![1000, 1001]));
+        assert_eq!(started.elapsed(), Duration::from_millis(10));
     }
 }
