@@ -275,7 +275,7 @@ impl Dedup {
                     }
                 }
             }
-            match this.ledger.record(event, Some(announced)).await {
+            match this.ledger.record(event, announced).await {
                 Ok(Recorded::New) => {
                     // Committed: the request is answered now; the cache
                     // learns `done` right after (a copy arriving in between

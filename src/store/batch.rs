@@ -74,7 +74,7 @@ impl<J, R> Clone for Batcher<J, R> {
 /// Jobs on their way to a batcher: callers that announced one
 /// ([`Batcher::approach`]) and have not submitted it or given up yet.
 #[derive(Default)]
-pub struct Approaching {
+struct Approaching {
     count: AtomicUsize,
     /// Announcements ever made: with the jobs received, the share of
     /// announced jobs that are submitted at all.
@@ -186,10 +186,7 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
 ) {
     let batch_size = metrics::histogram!(format!("{metrics}_batch_size"));
     let write_seconds = metrics::histogram!(format!("{metrics}_write_seconds"));
-    // The share of finished announcements that became jobs, over windows of
-    // at least 256 finished ones; 1 until the first window closes.
-    let (mut seen_finished, mut seen_jobs, mut received) = (0u64, 0u64, 0u64);
-    let mut share = 1.0f64;
+    let mut expected = Expected::default();
     loop {
         let mut jobs: Vec<(J, Reply<R>)> = Vec::new();
         match rx.recv().await {
@@ -198,43 +195,26 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
         }
         drain(&mut rx, &mut jobs, max_batch);
         if !linger.is_zero() {
-            // Announcements that ended, queued or not (the two loads are
-            // not one snapshot: a window is off by a job or two at most).
-            let count = approaching.count.load(Ordering::Acquire) as u64;
-            let finished = approaching
-                .announced
-                .load(Ordering::Acquire)
-                .saturating_sub(count);
-            let queued = received + jobs.len() as u64;
-            if finished.saturating_sub(seen_finished) >= 256 {
-                share = ((queued - seen_jobs) as f64 / (finished - seen_finished) as f64).min(1.0);
-                (seen_finished, seen_jobs) = (finished, queued);
-            }
+            expected.update(&approaching, jobs.len());
             let until = tokio::time::Instant::now() + linger;
-            let mut open = true;
-            while open
-                && jobs.len() < max_batch
-                && approaching.count.load(Ordering::Acquire) as f64 * share >= 1.0
-            {
+            while jobs.len() < max_batch && expected.more(&approaching) {
                 // Woken by each job (the batch may be full, or the jobs
                 // still expected fewer than one), by the last announced one
                 // leaving without a job, or by the end of the linger.
                 tokio::select! {
                     biased;
                     j = rx.recv() => match j {
-                        Some(j) => {
-                            jobs.push(j);
-                            drain(&mut rx, &mut jobs, max_batch);
-                        }
-                        None => open = false,
+                        Some(j) => jobs.push(j),
+                        None => break,
                     },
-                    () = approaching.none_left.notified() => drain(&mut rx, &mut jobs, max_batch),
+                    () = approaching.none_left.notified() => {}
                     () = tokio::time::sleep_until(until) => break,
                 }
+                drain(&mut rx, &mut jobs, max_batch);
             }
             drain(&mut rx, &mut jobs, max_batch);
         }
-        received += jobs.len() as u64;
+        expected.received += jobs.len() as u64;
         // A caller that gave up (deadline) no longer waits for its job.
         jobs.retain(|(_, reply)| !reply.is_closed());
         if jobs.is_empty() {
@@ -264,6 +244,50 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
         // The batch's whole time, one-by-one retries included: the sum is
         // the writer's busy time.
         write_seconds.record(started.elapsed());
+    }
+}
+
+/// What the writer expects of the announced jobs: the share of finished
+/// announcements (queued or not) that became jobs, over windows of at least
+/// 256 of them; 1 until the first window closes.
+struct Expected {
+    received: u64,
+    seen_finished: u64,
+    seen_jobs: u64,
+    share: f64,
+}
+
+impl Default for Expected {
+    fn default() -> Self {
+        Self {
+            received: 0,
+            seen_finished: 0,
+            seen_jobs: 0,
+            share: 1.0,
+        }
+    }
+}
+
+impl Expected {
+    /// Closes a window if enough announcements finished; `in_hand` jobs are
+    /// taken but not yet counted in `received`.
+    fn update(&mut self, a: &Approaching, in_hand: usize) {
+        // The two loads are not one snapshot: a window is off by a job or
+        // two at most.
+        let count = a.count.load(Ordering::Acquire) as u64;
+        let finished = a.announced.load(Ordering::Acquire).saturating_sub(count);
+        let queued = self.received + in_hand as u64;
+        if finished.saturating_sub(self.seen_finished) >= 256 {
+            self.share = ((queued - self.seen_jobs) as f64
+                / (finished - self.seen_finished) as f64)
+                .min(1.0);
+            (self.seen_finished, self.seen_jobs) = (finished, queued);
+        }
+    }
+
+    /// At least one more job is expected from the announced ones.
+    fn more(&self, a: &Approaching) -> bool {
+        a.count.load(Ordering::Acquire) as f64 * self.share >= 1.0
     }
 }
 
@@ -338,12 +362,14 @@ impl GroupCommit {
     }
 
     /// Records one event; returns once its transaction committed (or failed).
+    /// `announced` (from [`GroupCommit::approach`]) stops counting once the
+    /// event is queued.
     pub async fn record(
         &self,
         event: NewEvent,
-        announced: Option<Approach>,
+        announced: Approach,
     ) -> Result<Recorded, StoreError> {
-        self.0.submit(event, announced).await
+        self.0.submit(event, Some(announced)).await
     }
 
     /// Announces an event that will probably be recorded soon: the writer
@@ -450,20 +476,33 @@ mod tests {
     // Linger tests run on a paused clock: when every task waits, time jumps
     // to the next timer, so the waits below are exact and take no real time.
 
+    /// Submits `first` at once and, 10 ms later, `second` with `announced`:
+    /// their results, and the time until both were answered.
+    async fn now_and_in_10ms(
+        b: &Batcher<i32, i32>,
+        first: i32,
+        second: i32,
+        announced: Approach,
+    ) -> ((i32, i32), Duration) {
+        let started = tokio::time::Instant::now();
+        let (r1, r2) = tokio::join!(b.submit(first, None), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            b.submit(second, Some(announced)).await
+        });
+        ((r1.unwrap(), r2.unwrap()), started.elapsed())
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_formed_batch_waits_for_an_announced_job_and_goes_when_it_arrives() {
         let sink = Arc::new(Sink::default());
         let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
         let announced = b.approach();
-        let started = tokio::time::Instant::now();
-        let (r1, r2) = tokio::join!(b.submit(1, None), async {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            b.submit(2, Some(announced)).await
-        });
-        assert_eq!((r1.unwrap(), r2.unwrap()), (2, 4));
+        assert_eq!(
+            now_and_in_10ms(&b, 1, 2, announced).await,
+            ((2, 4), Duration::from_millis(10))
+        );
         // One batch, written when job 2 came (not at the linger's end).
         assert_eq!(*sink.writes.lock().unwrap(), [vec![1, 2]]);
-        assert_eq!(started.elapsed(), Duration::from_millis(10));
     }
 
     #[tokio::test(start_paused = true)]
@@ -483,8 +522,9 @@ mod tests {
         let started = tokio::time::Instant::now();
         assert_eq!(b.submit(1, None).await.unwrap(), 2);
         assert_eq!(started.elapsed(), Duration::from_millis(5));
-        // A job announced again and again without being submitted (say a
-        // retry the cache answers) does not make every batch wait.
+        // Waited for again: too few announcements have ended to know how
+        // many become jobs. Once 300 more ended without one (retries the
+        // cache answered), the share is near zero and nothing waits.
         let started = tokio::time::Instant::now();
         assert_eq!(b.submit(2, None).await.unwrap(), 4);
         assert_eq!(started.elapsed(), Duration::from_millis(5));
@@ -507,14 +547,11 @@ mod tests {
         let b = Batcher::start(sink.clone(), 2, "test", Duration::from_secs(1));
         let _never = b.approach();
         let announced = b.approach();
-        let started = tokio::time::Instant::now();
-        let (r1, r2) = tokio::join!(b.submit(1, None), async {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            b.submit(2, Some(announced)).await
-        });
-        assert_eq!((r1.unwrap(), r2.unwrap()), (2, 4));
+        assert_eq!(
+            now_and_in_10ms(&b, 1, 2, announced).await,
+            ((2, 4), Duration::from_millis(10))
+        );
         assert_eq!(*sink.writes.lock().unwrap(), [vec![1, 2]]);
-        assert_eq!(started.elapsed(), Duration::from_millis(10));
     }
 
     #[tokio::test(start_paused = true)]
@@ -532,13 +569,10 @@ mod tests {
         // Three on their way: 1.2 jobs expected, so the batch waits; once
         // one came, 0.8 are, and it goes.
         let (a1, _a2, _a3) = (b.approach(), b.approach(), b.approach());
-        let started = tokio::time::Instant::now();
-        let (r1, r2) = tokio::join!(b.submit(1000, None), async {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            b.submit(1001, Some(a1)).await
-        });
-        assert_eq!((r1.unwrap(), r2.unwrap()), (2000, 2002));
+        assert_eq!(
+            now_and_in_10ms(&b, 1000, 1001, a1).await,
+            ((2000, 2002), Duration::from_millis(10))
+        );
         assert_eq!(sink.writes.lock().unwrap().last(), Some(&vec![1000, 1001]));
-        assert_eq!(started.elapsed(), Duration::from_millis(10));
     }
 }

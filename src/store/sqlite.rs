@@ -541,7 +541,8 @@ async fn insert_events(
 mod ordering_tests {
     use super::*;
 
-    fn event(id: &str, keys: &[Option<&str>]) -> NewEvent {
+    /// A new event of source `s` with a delivery row to `t<i>` per key.
+    pub(super) fn event(id: &str, keys: &[Option<&str>]) -> NewEvent {
         NewEvent {
             source: "s".into(),
             event_id: id.into(),

@@ -69,10 +69,10 @@ impl SqliteLedger {
 #[cfg(test)]
 mod tests {
     use crate::primitives::time::Millis;
+    use crate::store::Ledger;
     use crate::store::events::NewArrival;
     use crate::store::sqlite::SqliteLedger;
-    use crate::store::{EventFacts, Ledger, NewEvent};
-    use bytes::Bytes;
+    use crate::store::sqlite::ordering_tests::event;
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -87,21 +87,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("hg.db").display());
         let l = Arc::new(SqliteLedger::connect(&url, Some(4)).await.unwrap());
         l.migrate().await.unwrap();
-        let event = NewEvent {
-            source: "s".into(),
-            event_id: "evt_1".into(),
-            body: Bytes::from_static(b"{}"),
-            body_sha256: [0; 32],
-            headers: "[]".into(),
-            received_at: Millis(1),
-            expires_at: Millis(i64::MAX / 2),
-            targets: Vec::new(),
-            order_keys: Vec::new(),
-            facts: EventFacts::default(),
-            handoff: None,
-            fresh: true,
-        };
-        l.record(std::slice::from_ref(&event)).await.unwrap();
+        l.record(&[event("evt_1", &[])]).await.unwrap();
         // Another writer committing all the time, as the counter flushes do.
         let stop = Arc::new(AtomicBool::new(false));
         let other = tokio::spawn({
