@@ -86,7 +86,7 @@ pub fn verify_request(data: &[u8]) {
     let all = sources();
     let source = &all[sel as usize % all.len()];
     let incoming = Incoming {
-        headers: &headers,
+        headers: headers.clone(),
         body: body.clone(),
         query: Some(&query),
         client_ip: None,

@@ -47,12 +47,10 @@ pub enum Layer {
 /// The answer for a verified request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    New,
+    /// `unrouted`: no target's routes want it (stored, delivered nowhere).
+    New { unrouted: bool },
     /// `conflict`: the stored body differs from this one (provider bug or attack).
-    Duplicate {
-        layer: Layer,
-        conflict: bool,
-    },
+    Duplicate { layer: Layer, conflict: bool },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -211,7 +209,7 @@ impl Dedup {
     /// (or claim release). Runs in its own task.
     async fn owned(
         self: &Arc<Self>,
-        v: Verified,
+        mut v: Verified,
         mut c: Claimant,
         cache_ttl: Duration,
         now_ms: Millis,
@@ -221,27 +219,30 @@ impl Dedup {
         let this = self.clone();
         let (answer, answered) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
+            // Read only now that the event may be stored (verify::Facts).
+            let facts = v.take_facts();
             let source = v.source();
-            let targets = v.targets();
+            let unrouted = facts.routed.targets.is_empty();
+            let handoff = (!unrouted).then(|| this.handoff.reserve(&facts.routed.targets, now_ms));
             let event = NewEvent {
                 source: source.name.clone(),
                 event_id: v.event_id().as_str().to_owned(),
                 body: v.body().clone(),
                 body_sha256: c.sha,
-                headers: serde_json::to_string(v.headers()).unwrap_or_else(|_| "[]".into()),
+                headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
                 received_at: now_ms,
                 expires_at: now_ms + source.dedup_window,
-                // Routed at verification (verify/route.rs): only the
+                // Routed by its facts (verify/route.rs): only the
                 // targets that want this event get a delivery row.
-                targets: targets.to_vec(),
-                order_keys: v.order_keys().to_vec(),
+                targets: facts.routed.targets,
+                order_keys: facts.routed.order_keys,
                 facts: crate::store::EventFacts {
-                    event_type: v.event_type().map(str::to_owned),
+                    event_type: facts.event_type,
                     key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
                     provider_ts: v.provider_timestamp(),
                     recovered: v.recovered(),
                 },
-                handoff: (!targets.is_empty()).then(|| this.handoff.reserve(targets, now_ms)),
+                handoff,
                 fresh: have_claim,
             };
             let expires_at = event.expires_at;
@@ -280,7 +281,7 @@ impl Dedup {
                     // Committed: the request is answered now; the cache
                     // learns `done` right after (a copy arriving in between
                     // sees our claim and waits for it).
-                    let _ = answer.send(Ok(Outcome::New));
+                    let _ = answer.send(Ok(Outcome::New { unrouted }));
                     let ttl = within(cache_ttl, expires_at);
                     let hash = std::mem::take(&mut c.hash);
                     this.mark_done(c, hash, ttl, have_claim).await;

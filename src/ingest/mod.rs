@@ -12,10 +12,9 @@ use crate::state::AppState;
 use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
-use axum::Extension;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -26,26 +25,27 @@ pub const DEDUP_HEADER: &str = "hookgate-dedup";
 pub async fn receive(
     State(state): State<AppState>,
     Path(source): Path<String>,
-    peer: Option<Extension<ConnectInfo<SocketAddr>>>,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    // The whole request rather than the `HeaderMap` extractor, which
+    // copies the headers: a verified event keeps them (verify::Facts).
+    request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
     let deadline = state.config.server.request_timeout;
     let mut event_id = None;
+    let (parts, body) = request.into_parts();
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
     let client = client_ip::client_ip(
-        peer.map(|Extension(ConnectInfo(a))| a.ip()),
-        &headers,
+        peer.map(|ConnectInfo(a)| a.ip()),
+        &parts.headers,
         &state.config.server.trusted_proxies,
     );
     let request = Request {
         source: &source,
-        headers: &headers,
-        query: uri.query(),
+        headers: parts.headers,
+        query: parts.uri.query(),
         client,
     };
-    let result = tokio::time::timeout(deadline, handle(&state, &request, body, &mut event_id))
+    let result = tokio::time::timeout(deadline, handle(&state, request, body, &mut event_id))
         .await
         .unwrap_or(Err(ApiError::Timeout));
     let known = state.config.sources.contains_key(&source);
@@ -75,19 +75,19 @@ pub async fn receive(
 /// What the handler knows about a request before reading its body.
 struct Request<'a> {
     source: &'a str,
-    headers: &'a HeaderMap,
+    headers: HeaderMap,
     query: Option<&'a str>,
     client: Option<std::net::IpAddr>,
 }
 
 async fn handle(
     state: &AppState,
-    request: &Request<'_>,
+    request: Request<'_>,
     body: Body,
     event_id: &mut Option<String>,
 ) -> Result<(Outcome, Response), ApiError> {
     let source_name = request.source;
-    let headers = request.headers;
+    let headers = &request.headers;
     let source = state
         .config
         .sources
@@ -114,7 +114,7 @@ async fn handle(
     let now = Millis::now();
     let verify_started = Instant::now();
     let incoming = Incoming {
-        headers,
+        headers: request.headers,
         body: bytes,
         query: request.query,
         client_ip: request.client,
@@ -126,21 +126,20 @@ async fn handle(
     }
     let reject_status = source.provider.response.reject_status;
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
-    let verified = match checked {
+    let mut verified = match checked {
         Checked::Event(v) => v,
         // A challenge or ping: authentic, answered, nothing stored.
-        Checked::Answer(reply) => return Ok((Outcome::Answered, reply_response(&reply, None))),
+        Checked::Answer(reply) => return Ok((Outcome::Answered, reply_response(reply, None))),
     };
     *event_id = Some(verified.event_id().as_str().to_owned());
-    let reply = verified.reply().clone();
-    // Routing (verify/route.rs) chose these; none = stored, counted `unrouted`.
-    let unrouted = verified.targets().is_empty();
+    let reply = verified.take_reply();
 
     let cache_ttl = state.config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
         // The store handed the new event's deliveries to their loops, or
         // woke them (store::handoff).
-        Ok(dedup::Outcome::New) => {
+        Ok(dedup::Outcome::New { unrouted }) => {
+            // Routing (verify/route.rs) chose no target: stored, counted `unrouted`.
             if unrouted {
                 state.counters.unrouted(source_name);
                 if let Some(m) = metrics {
@@ -166,14 +165,14 @@ async fn handle(
         Err(DedupError::InFlight) => return Err(ApiError::InFlight),
         Err(DedupError::Unavailable(_)) => return Err(ApiError::Unavailable),
     };
-    Ok((outcome, reply_response(&reply, Some(dedup))))
+    Ok((outcome, reply_response(reply, Some(dedup))))
 }
 
 /// The provider's required answer; identical for new events and duplicates
 /// (only `Hookgate-Dedup` differs).
-fn reply_response(r: &Reply, dedup: Option<&'static str>) -> Response {
+fn reply_response(r: Reply, dedup: Option<&'static str>) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
-    let mut res = (status, r.body.clone()).into_response();
+    let mut res = (status, r.body).into_response();
     let h = res.headers_mut();
     if let Some(d) = dedup {
         h.insert(DEDUP_HEADER, HeaderValue::from_static(d));

@@ -374,7 +374,7 @@ impl Reconciler {
         let v = Verified::from_provider_api(source, id, body, event_type, created);
         let cache_ttl = self.config.cache_ttl(source);
         match self.dedup.admit(v, cache_ttl, Millis::now()).await {
-            Ok(dedup::Outcome::New) => {
+            Ok(dedup::Outcome::New { .. }) => {
                 if !source.targets.is_empty() {
                     self.wake.notify(&source.targets);
                 }

@@ -17,12 +17,19 @@ pub const MAX_EVENT_TYPE: usize = 128;
 /// control characters dropped, at most [`MAX_EVENT_TYPE`] characters.
 pub fn event_type(provider: &Provider, fields: &Fields<'_>) -> Option<String> {
     let raw = fields.lookup(provider.event_type.as_ref()?, &[])?;
-    let clean: String = raw
-        .trim()
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(MAX_EVENT_TYPE)
-        .collect();
+    let trimmed = raw.trim();
+    // The usual type (`invoice.paid`) is kept as it came, without a copy
+    // built character by character.
+    let usual = trimmed.len() <= MAX_EVENT_TYPE && !trimmed.contains(char::is_control);
+    let clean: String = match (usual, trimmed.len() == raw.len()) {
+        (true, true) => raw,
+        (true, false) => trimmed.to_owned(),
+        (false, _) => trimmed
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(MAX_EVENT_TYPE)
+            .collect(),
+    };
     (!clean.is_empty()).then_some(clean)
 }
 

@@ -112,7 +112,7 @@ pub fn subset(body: &[u8], want: &Want) -> Option<Value> {
 }
 
 /// An array index as JSON pointers read one (no sign, no leading zero).
-fn index(s: &str) -> Option<usize> {
+pub(super) fn index(s: &str) -> Option<usize> {
     if s.starts_with('+') || (s.starts_with('0') && s.len() != 1) {
         return None;
     }

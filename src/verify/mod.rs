@@ -45,16 +45,53 @@ pub struct Verified {
     source: Arc<Source>,
     event_id: EventId,
     body: Bytes,
-    headers: Vec<(String, String)>,
     reply: Reply,
-    event_type: Option<String>,
     key_index: Option<usize>,
     provider_timestamp: Option<i64>,
     /// Read from the provider's API by reconciliation, not received.
     recovered: bool,
-    /// The source's targets whose routes match (see [`route`]), with
-    /// their ordering keys.
-    routed: route::Selected,
+    /// Facts known up front (an event read from the provider's API).
+    facts: Option<Box<Facts>>,
+    /// The request the facts are read from, until they are.
+    kept: Option<Box<Kept>>,
+}
+
+/// What storing and routing an event needs beyond its id and body. Read
+/// only once dedup decided to store the event: a provider retry answered
+/// from the cache never pays for its headers, type or routes.
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    /// The request headers to forward (hop-by-hop, Host and Content-Length removed).
+    pub headers: Vec<(String, String)>,
+    /// The provider's event type, where it defines one (`event_type` locator).
+    pub event_type: Option<String>,
+    /// The source's targets whose routes match (see [`route`]; none:
+    /// stored, counted `unrouted`, delivered nowhere), with their ordering keys.
+    pub routed: route::Selected,
+}
+
+/// A verified request's parts that [`Facts`] are read from.
+#[derive(Debug)]
+struct Kept {
+    headers: HeaderMap,
+    query: String,
+    /// The body's JSON walk done during verification, reused.
+    json: request::SharedWalk,
+}
+
+impl Kept {
+    fn facts(self, source: &Source, body: &[u8]) -> Facts {
+        let fields = Fields::with_query(&self.headers, body, &self.query)
+            .reading_together(&source.provider.json_wants)
+            .with_shared(self.json);
+        let event_type = facts::event_type(&source.provider, &fields);
+        let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        Facts {
+            headers: request::forwardable(&self.headers, &source.withheld),
+            event_type,
+            routed,
+        }
+    }
 }
 
 /// The header a recovered event is stored and forwarded with (value `true`).
@@ -88,21 +125,24 @@ impl Verified {
         Self {
             source: source.clone(),
             event_id,
-            routed,
             body,
-            headers: vec![
-                ("content-type".into(), "application/json".into()),
-                (RECOVERED_HEADER.into(), "true".into()),
-            ],
             reply: Reply {
                 status: 200,
                 body: String::new(),
                 content_type: None,
             },
-            event_type,
             key_index: None,
             provider_timestamp,
             recovered: true,
+            facts: Some(Box::new(Facts {
+                headers: vec![
+                    ("content-type".into(), "application/json".into()),
+                    (RECOVERED_HEADER.into(), "true".into()),
+                ],
+                event_type,
+                routed,
+            })),
+            kept: None,
         }
     }
 
@@ -119,17 +159,13 @@ impl Verified {
     pub fn body(&self) -> &Bytes {
         &self.body
     }
-    /// The request headers to forward (hop-by-hop, Host and Content-Length removed).
-    pub fn headers(&self) -> &[(String, String)] {
-        &self.headers
-    }
     /// The provider's required answer: the same for a new event and a duplicate.
     pub fn reply(&self) -> &Reply {
         &self.reply
     }
-    /// The provider's event type, where it defines one (`event_type` locator).
-    pub fn event_type(&self) -> Option<&str> {
-        self.event_type.as_deref()
+    /// The answer, handed over (the event keeps an empty one).
+    pub fn take_reply(&mut self) -> Reply {
+        std::mem::take(&mut self.reply)
     }
     /// Which configured secret matched (0-based), for schemes keyed by secrets.
     pub fn key_index(&self) -> Option<usize> {
@@ -139,15 +175,15 @@ impl Verified {
     pub fn provider_timestamp(&self) -> Option<i64> {
         self.provider_timestamp
     }
-    /// The targets that want this event (empty: stored, counted
-    /// `unrouted`, delivered nowhere).
-    pub fn targets(&self) -> &[String] {
-        &self.routed.targets
-    }
-    /// Parallel to [`Verified::targets`]: each delivery's ordering key
-    /// (`order_by`; `None` = unordered).
-    pub fn order_keys(&self) -> &[Option<String>] {
-        &self.routed.order_keys
+    /// Headers, type and routes, handed over once: read from the request
+    /// now (dedup asks only for an event it stores), or as given by
+    /// [`Verified::from_provider_api`]. Asked again, they are empty.
+    pub fn take_facts(&mut self) -> Facts {
+        match (self.facts.take(), self.kept.take()) {
+            (Some(f), _) => *f,
+            (None, Some(k)) => k.facts(&self.source, &self.body),
+            (None, None) => Facts::default(),
+        }
     }
 }
 
@@ -162,7 +198,8 @@ pub enum Checked {
 
 /// One incoming request, as verification sees it.
 pub struct Incoming<'a> {
-    pub headers: &'a HeaderMap,
+    /// Kept by a verified event until its facts are read.
+    pub headers: HeaderMap,
     pub body: Bytes,
     /// The request's query string, without `?`.
     pub query: Option<&'a str>,
@@ -261,7 +298,7 @@ pub(crate) fn check_with(
     let body = incoming.body;
     let query = incoming.query.unwrap_or_default();
     let fields =
-        Fields::with_query(incoming.headers, &body, query).reading_together(&provider.json_wants);
+        Fields::with_query(&incoming.headers, &body, query).reading_together(&provider.json_wants);
 
     let unsigned = !sig.headers.is_empty()
         && !sig
@@ -292,19 +329,22 @@ pub(crate) fn check_with(
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
-    let event_type = facts::event_type(provider, &fields);
-    let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+    let provider_timestamp = facts::provider_timestamp(provider, &fields);
+    let json = fields.into_shared();
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
-        headers: request::forwardable(incoming.headers, &source.withheld),
         body: body.clone(),
         reply,
-        event_type,
         key_index,
-        provider_timestamp: facts::provider_timestamp(provider, &fields),
+        provider_timestamp,
         recovered: false,
-        routed,
+        facts: None,
+        kept: Some(Box::new(Kept {
+            headers: incoming.headers,
+            query: query.to_owned(),
+            json,
+        })),
     }))
 }
 

@@ -15,7 +15,7 @@ pub type MacKey<'a> = Option<(&'a SigningKey, &'a Signature)>;
 /// Longest value inserted into a reply; a provider's challenge is far shorter.
 const MAX_VALUE: usize = 1024;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reply {
     pub status: u16,
     pub body: String,

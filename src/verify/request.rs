@@ -5,7 +5,7 @@
 //! before the signature is checked.
 
 use super::VerifyError;
-use super::json_subset::{Want, subset};
+use super::json_subset::{self, Want, subset};
 use super::locator::{Locator, Lookup};
 use http::HeaderMap;
 use serde_json::Value;
@@ -66,13 +66,17 @@ impl JsonWants {
     }
 }
 
+/// The shared walk of a body's JSON ([`Fields::into_shared`]): not yet
+/// done, or its result (`None`: not JSON within the limits).
+pub type SharedWalk = OnceCell<Option<Value>>;
+
 pub struct Fields<'a> {
     headers: &'a HeaderMap,
     body: &'a [u8],
     query: &'a str,
     /// Pointers read together, and their shared walk (at most once).
     together: Option<&'a JsonWants>,
-    shared: OnceCell<Option<Value>>,
+    shared: SharedWalk,
     /// `Some(is an object)` for a valid JSON body, read at most once.
     json_shape: OnceCell<Option<bool>>,
     form: OnceCell<Vec<(String, String)>>,
@@ -109,6 +113,19 @@ impl<'a> Fields<'a> {
     /// time any of them is asked for.
     pub fn reading_together(mut self, wants: &'a JsonWants) -> Self {
         self.together = Some(wants);
+        self
+    }
+
+    /// The shared walk of the body, as far as it went, for a later
+    /// `Fields` of the same request ([`Fields::with_shared`]).
+    pub fn into_shared(self) -> SharedWalk {
+        self.shared
+    }
+
+    /// Reuses the shared walk an earlier `Fields` of the same request and
+    /// body did ([`Fields::into_shared`]); the same `wants` must be given.
+    pub fn with_shared(mut self, walk: SharedWalk) -> Self {
+        self.shared = walk;
         self
     }
 
@@ -231,7 +248,7 @@ impl<'a> Fields<'a> {
                 collect(&*self.json_part(pointer)?, pointer, &mut out);
                 (!out.is_empty()).then(|| out.join(","))
             }
-            Locator::Json(pointer) => scalar(self.json_part(pointer)?.pointer(pointer)?),
+            Locator::Json(pointer) => scalar(at_pointer(&*self.json_part(pointer)?, pointer)?),
             Locator::Form(name) => self.form_value(name),
             Locator::Query(name) => self
                 .query_pairs()
@@ -296,13 +313,37 @@ pub fn scalar(v: &Value) -> Option<String> {
     }
 }
 
+/// `Value::pointer` (RFC 6901) without an allocation per segment: a
+/// segment is unescaped (`~1` to `/`, `~0` to `~`) only when it holds a
+/// `~`; an array index is read as `json_subset` reads one.
+pub fn at_pointer<'v>(v: &'v Value, pointer: &str) -> Option<&'v Value> {
+    if pointer.is_empty() {
+        return Some(v);
+    }
+    pointer
+        .strip_prefix('/')?
+        .split('/')
+        .try_fold(v, |v, segment| {
+            let segment = if segment.contains('~') {
+                Cow::Owned(segment.replace("~1", "/").replace("~0", "~"))
+            } else {
+                Cow::Borrowed(segment)
+            };
+            match v {
+                Value::Object(members) => members.get(&*segment),
+                Value::Array(items) => items.get(json_subset::index(&segment)?),
+                _ => None,
+            }
+        })
+}
+
 /// Values under a pointer with `*` segments, in document order.
 fn collect(v: &Value, pointer: &str, out: &mut Vec<String>) {
     if out.len() >= MAX_WILDCARD_VALUES {
         return;
     }
     let Some((head, tail)) = pointer.split_once("/*") else {
-        if let Some(s) = v.pointer(pointer).and_then(scalar) {
+        if let Some(s) = at_pointer(v, pointer).and_then(scalar) {
             out.push(s);
         }
         return;
@@ -310,7 +351,7 @@ fn collect(v: &Value, pointer: &str, out: &mut Vec<String>) {
     let Some(Value::Array(items)) = (if head.is_empty() {
         Some(v)
     } else {
-        v.pointer(head)
+        at_pointer(v, head)
     }) else {
         return;
     };
@@ -429,6 +470,37 @@ pub fn header_text(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use http::HeaderValue;
+
+    /// `at_pointer` reads what serde_json's `Value::pointer` reads, escapes
+    /// and array indices included.
+    #[test]
+    fn at_pointer_agrees_with_serde_json() {
+        let doc: Value = serde_json::from_str(
+            r#"{"id":"evt_1","a/b":{"m~n":[10,{"x":true}]},"":{"":"empty"},"list":[0,1,2]}"#,
+        )
+        .unwrap();
+        for p in [
+            "",
+            "/id",
+            "/a~1b",
+            "/a~1b/m~0n",
+            "/a~1b/m~0n/0",
+            "/a~1b/m~0n/1/x",
+            "/a~1b/m~0n/2",
+            "/list/01",
+            "/list/+1",
+            "/list/2",
+            "/list/-",
+            "/",
+            "//",
+            "/id/0",
+            "id",
+            "/missing/x",
+            "/a~1b/m~n",
+        ] {
+            assert_eq!(at_pointer(&doc, p), doc.pointer(p), "{p:?}");
+        }
+    }
 
     #[test]
     fn headers_named_by_connection_and_withheld_ones_are_not_forwarded() {

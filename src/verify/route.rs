@@ -2,8 +2,9 @@
 //!
 //! A target subscribes with `events` (globs over the provider's event
 //! type; default: every event) and an optional `filter` (locator =
-//! value, all must match). Decided once per event, while verification
-//! still holds the parsed body, so a JSON filter costs no second parse.
+//! value, all must match). Decided once per event, when dedup stores it
+//! (`verify::Verified::take_facts`), on the JSON walk verification kept,
+//! so a JSON filter costs no second parse and a duplicate costs nothing.
 //! An event no target wants is still stored (counted `unrouted`); it just
 //! gets no delivery rows.
 

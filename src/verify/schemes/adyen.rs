@@ -17,7 +17,7 @@ pub struct Adyen;
 impl SchemeDef for Adyen {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha256, Encoding::Base64);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -116,7 +116,7 @@ fn wanted() -> Want {
     )])
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let json = subset(ctx.fields.body(), &wanted());
     let json = match &json {
         Some(v) if v.is_object() => v,

@@ -14,7 +14,7 @@ pub struct Basic;
 impl SchemeDef for Basic {
     const DEFAULTS: Defaults = Defaults::keyed(true, Algorithm::Sha256, Encoding::Base64);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -29,7 +29,7 @@ impl SchemeDef for Basic {
     }
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let v = ctx
         .sig
         .headers

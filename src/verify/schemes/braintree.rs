@@ -21,7 +21,7 @@ pub struct Braintree;
 impl SchemeDef for Braintree {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha1, Encoding::Hex);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -65,7 +65,7 @@ impl SchemeDef for Braintree {
     }
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     if std::str::from_utf8(ctx.fields.body()).is_err() {
         return Err(VerifyError::BadBody("form body is not UTF-8"));
     }

@@ -27,7 +27,7 @@ impl SchemeDef for Hmac {
         needs_allow_ips: false,
     };
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -38,7 +38,7 @@ impl SchemeDef for Hmac {
     }
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let provider = &ctx.source.provider;
     let (values, pairs) = signature_values_of(sig, ctx.fields)?;

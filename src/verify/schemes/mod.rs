@@ -25,7 +25,7 @@ pub trait SchemeDef {
 
     /// Checks the request; `Ok(Some(i))` names the configured key that
     /// matched, `Ok(None)` a scheme that uses no configured key.
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError>;
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError>;
 
     /// The inverse of [`SchemeDef::verify`]: adds the signature of
     /// `req.body` to `out` (headers, query, or a rewritten body).
@@ -80,7 +80,7 @@ macro_rules! schemes {
             }
 
             /// Checks the request; see [`SchemeDef::verify`].
-            pub fn verify(self, ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+            pub fn verify(self, ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
                 match self {
                     $(Self::$variant => <$module::$def as SchemeDef>::verify(ctx),)*
                 }
@@ -189,10 +189,10 @@ pub enum SchemeSettings {
 }
 
 /// Everything a scheme may look at.
-pub struct Ctx<'a> {
+pub struct Ctx<'a, 'f> {
     pub source: &'a Source,
     pub sig: &'a Signature,
-    pub fields: &'a Fields<'a>,
+    pub fields: &'a Fields<'f>,
     /// Unix seconds.
     pub now: i64,
     /// The URL the provider called: the source's `public_url` with the
@@ -213,7 +213,7 @@ pub enum FetchedKey {
 
 /// The index of the first key whose MAC of `parts` equals a candidate.
 /// Every key is tried against every candidate (rotation).
-pub fn matching_key(ctx: &Ctx<'_>, parts: &[&[u8]], candidates: &[Vec<u8>]) -> Option<usize> {
+pub fn matching_key(ctx: &Ctx<'_, '_>, parts: &[&[u8]], candidates: &[Vec<u8>]) -> Option<usize> {
     ctx.source.keys.iter().position(|key| {
         let expected = ctx.sig.algorithm.mac(key.bytes(), parts);
         candidates.iter().any(|c| mac_eq(&expected, c))
@@ -224,7 +224,7 @@ pub fn matching_key(ctx: &Ctx<'_>, parts: &[&[u8]], candidates: &[Vec<u8>]) -> O
 /// secret's text) equals `given`: for schemes that hash the secret into the
 /// signed text (T-Bank, Robokassa).
 pub fn secret_position(
-    ctx: &Ctx<'_>,
+    ctx: &Ctx<'_, '_>,
     digest: impl Fn(&str) -> Vec<u8>,
     given: &[u8],
 ) -> Result<usize, VerifyError> {

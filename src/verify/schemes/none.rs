@@ -15,7 +15,7 @@ impl SchemeDef for Unsigned {
         ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex)
     };
 
-    fn verify(_ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(_ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         Ok(None)
     }
 

@@ -59,7 +59,7 @@ impl SchemeDef for Paypal {
         ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Base64)
     };
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(|()| None)
     }
 
@@ -81,7 +81,7 @@ impl SchemeDef for Paypal {
     ) -> Result<Option<FetchedKey>, VerifyError> {
         match &source.settings {
             Some(SchemeSettings::Paypal(settings)) => Ok(Some(FetchedKey::Paypal(
-                settings.key_for(incoming.headers, now).await?,
+                settings.key_for(&incoming.headers, now).await?,
             ))),
             _ => Ok(None),
         }
@@ -373,7 +373,7 @@ pub fn message(transmission_id: &str, time: &str, webhook_id: &str, body: &[u8])
     )
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<(), VerifyError> {
     let headers = ctx.fields.headers();
     let Some(SchemeSettings::Paypal(settings)) = &ctx.source.settings else {
         return Err(VerifyError::MissingSignature);

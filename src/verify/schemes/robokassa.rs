@@ -14,7 +14,7 @@ pub struct Robokassa;
 impl SchemeDef for Robokassa {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Md5, Encoding::Hex);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -66,7 +66,7 @@ fn is_signed_field(name: &str) -> bool {
             .is_some_and(|p| p.eq_ignore_ascii_case(b"shp_"))
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     if std::str::from_utf8(ctx.fields.body()).is_err() {
         return Err(VerifyError::BadBody("form body is not UTF-8"));
     }

@@ -15,7 +15,7 @@ pub struct Tbank;
 impl SchemeDef for Tbank {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -50,7 +50,7 @@ pub fn tbank_content(body: &serde_json::Map<String, Value>, password: &str) -> S
     fields.into_iter().map(|(_, v)| v).collect()
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     // Root members only: nested objects and arrays are skipped, not kept.
     let root = subset(ctx.fields.body(), &Want::EveryKey(Box::new(Want::Leaf)));
     let body = match root {

@@ -16,7 +16,7 @@ pub struct Token;
 impl SchemeDef for Token {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -41,7 +41,7 @@ impl SchemeDef for Token {
     }
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let from_header = sig
         .headers
@@ -87,7 +87,7 @@ pub(super) fn strip_prefix_ignore_case<'a>(v: &'a str, prefix: &str) -> Option<&
 
 /// The first configured secret equal to `given` (compared as SHA-256
 /// digests, in constant time).
-pub(super) fn matching_secret(ctx: &Ctx<'_>, given: &[u8]) -> Result<usize, VerifyError> {
+pub(super) fn matching_secret(ctx: &Ctx<'_, '_>, given: &[u8]) -> Result<usize, VerifyError> {
     let given = Algorithm::Sha256.digest(&[given]);
     ctx.source
         .keys

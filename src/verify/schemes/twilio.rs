@@ -19,7 +19,7 @@ impl SchemeDef for Twilio {
         ..Defaults::keyed(true, Algorithm::HmacSha1, Encoding::Base64)
     };
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
     }
 
@@ -50,7 +50,7 @@ impl SchemeDef for Twilio {
     }
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<usize, VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let (values, _) = signature_values(ctx.sig, ctx.fields.headers())?;
     let candidates = decode_candidates(ctx.sig, &values)?;
     // Config validation guarantees a public URL for this scheme.

@@ -68,7 +68,7 @@ fn run(
     now: i64,
 ) -> Result<Checked, VerifyError> {
     let incoming = Incoming {
-        headers,
+        headers: headers.clone(),
         body,
         query,
         client_ip: None,
@@ -121,6 +121,56 @@ fn stripe_sdk_vector_verifies_and_yields_event_id() {
     )
     .unwrap();
     assert_eq!(v.event_id().as_str(), "evt_test_webhook");
+}
+
+/// The facts a stored event needs are read from what verification kept,
+/// once: the forwarded headers (hop-by-hop ones dropped), the type and
+/// the routes, the routes' JSON filter read from the same walk of the body.
+#[test]
+fn facts_are_read_from_the_kept_request_when_taken() {
+    let src = source_with("stripe", &["whsec_test_secret"], |s| {
+        let route = |target: &str, events: Option<Vec<String>>, filter: Vec<(String, String)>| {
+            route::Route {
+                target: target.into(),
+                rule: route::Rule::parse(events, filter).unwrap(),
+                order_by: None,
+            }
+        };
+        s.routes = vec![
+            route(
+                "readers",
+                None,
+                vec![("json:/data/object/object".into(), "terminal.reader".into())],
+            ),
+            route("billing", Some(vec!["invoice.*".into()]), vec![]),
+            route(
+                "charges",
+                None,
+                vec![("json:/data/object/object".into(), "charge".into())],
+            ),
+        ];
+    });
+    let body = STRIPE_SDK_BODY.replace("\"object\": \"event\"", "\"type\": \"invoice.paid\"");
+    let t = 1_700_000_000;
+    let req = SignRequest {
+        body: body.as_bytes(),
+        timestamp: t,
+        ..Default::default()
+    };
+    let sig = sign(&src.provider, &src.keys[0], &req).unwrap().headers;
+    let mut h: Vec<(&str, &str)> = sig.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    h.extend([("connection", "keep-alive"), ("x-request-id", "r1")]);
+    let mut v = check(&src, &h, &body, t).unwrap();
+    let facts = v.take_facts();
+    assert_eq!(facts.event_type.as_deref(), Some("invoice.paid"));
+    assert_eq!(facts.routed.targets, ["readers", "billing"]);
+    let names: Vec<&str> = facts.headers.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(names.contains(&"stripe-signature"), "{names:?}");
+    assert!(names.contains(&"x-request-id"), "{names:?}");
+    assert!(!names.contains(&"connection"), "{names:?}");
+    // Handed over once.
+    let again = v.take_facts();
+    assert!(again.headers.is_empty() && again.event_type.is_none());
 }
 
 #[test]

@@ -36,7 +36,7 @@ fn paypal_signed(key_pem: &str, webhook_id: &str, ts: i64, body: &[u8]) -> Heade
 /// PayPal through the pinned-certificate path (no network at all).
 async fn paypal_check(h: &HeaderMap, body: &[u8], now: i64) -> Result<Checked, VerifyError> {
     let incoming = Incoming {
-        headers: h,
+        headers: h.clone(),
         body: Bytes::from(body.to_vec()),
         query: None,
         client_ip: None,

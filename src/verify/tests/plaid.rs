@@ -55,7 +55,7 @@ async fn plaid_check(
         None => HeaderMap::new(),
     };
     let incoming = Incoming {
-        headers: &h,
+        headers: h.clone(),
         body: Bytes::from(body.to_vec()),
         query: None,
         client_ip: None,

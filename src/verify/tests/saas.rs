@@ -356,7 +356,7 @@ fn unsigned_yookassa_relies_on_allow_ips() {
     let go = |ip: Option<&str>| {
         let h = HeaderMap::new();
         let incoming = Incoming {
-            headers: &h,
+            headers: h.clone(),
             body: Bytes::from(body),
             query: None,
             client_ip: ip.map(|i| i.parse().unwrap()),

@@ -34,7 +34,7 @@ impl SchemeDef for Plaid {
         ..Defaults::keyed(true, Algorithm::Sha256, Encoding::Hex)
     };
 
-    fn verify(ctx: &Ctx<'_>) -> Result<Option<usize>, VerifyError> {
+    fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(|()| None)
     }
 
@@ -57,7 +57,7 @@ impl SchemeDef for Plaid {
         match &source.settings {
             Some(SchemeSettings::Plaid(settings)) => {
                 let key = settings
-                    .key_for(incoming.headers, &incoming.body, source.tolerance, now)
+                    .key_for(&incoming.headers, &incoming.body, source.tolerance, now)
                     .await?;
                 Ok(Some(FetchedKey::Plaid(key)))
             }
@@ -271,7 +271,7 @@ pub fn header_value(headers: &http::HeaderMap) -> Result<&str, VerifyError> {
     v.to_str().map_err(|_| malformed("not visible ASCII"))
 }
 
-fn verify(ctx: &Ctx<'_>) -> Result<(), VerifyError> {
+fn verify(ctx: &Ctx<'_, '_>) -> Result<(), VerifyError> {
     let token = Token::parse(header_value(ctx.fields.headers())?)?;
     let Some(FetchedKey::Plaid(key)) = ctx.fetched else {
         return Err(VerifyError::MissingSignature);
