@@ -148,14 +148,17 @@ impl Dedup {
         let mut announced = self.ledger.approach();
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
-            key: format!(
-                "{}:v1:{}:{}",
-                self.key_prefix,
-                v.source().name,
-                v.event_id().as_str()
-            ),
+            // `concat` sizes the string once (this runs for every request).
+            key: [
+                self.key_prefix.as_str(),
+                ":v1:",
+                &v.source().name,
+                ":",
+                v.event_id().as_str(),
+            ]
+            .concat(),
             // Only needs to be unique among concurrent claims of one key.
-            token: format!("{:032x}", rand::random::<u128>()),
+            token: hex::encode(rand::random::<[u8; 16]>()),
             hash: hex_of(&sha),
             sha,
         };

@@ -98,7 +98,7 @@ impl ClaimCache for RedisCache {
     /// cheaper for the server than the script it replaces. A server that
     /// answers it with a syntax error gets the script from then on.
     async fn claim(&self, key: &str, token: &str, ttl: Duration) -> Result<Claim, CacheError> {
-        let value = format!("pending:{token}");
+        let value = ["pending:", token].concat();
         let ttl_ms = ttl.as_millis() as u64;
         let prev: Option<String> = if self.claim_by_script.load(Ordering::Relaxed) {
             self.claim_script(key, &value, ttl_ms).await?
@@ -148,7 +148,7 @@ impl ClaimCache for RedisCache {
         for m in marks {
             pipe.cmd("SET")
                 .arg(&m.key)
-                .arg(format!("done:{}", m.body_sha256))
+                .arg(["done:", m.body_sha256.as_str()].concat())
                 .arg("PX")
                 .arg(m.ttl.as_millis() as u64)
                 .ignore();
@@ -157,7 +157,7 @@ impl ClaimCache for RedisCache {
     }
 
     async fn release(&self, key: &str, token: &str) -> Result<(), CacheError> {
-        let value = format!("pending:{token}");
+        let value = ["pending:", token].concat();
         let mut inv = self.release.key(key);
         inv.arg(value);
         self.bounded::<i64>(Op::Script(inv)).await?;
