@@ -91,7 +91,13 @@ pub fn verify_request(data: &[u8]) {
         query: Some(&query),
         client_ip: None,
     };
-    let _ = crate::verify::check_with(source, incoming, 1_700_000_000, None);
+    // A verified event's facts (type, routes, forwarded headers) are read
+    // later, by dedup: read them here too.
+    if let Ok(crate::verify::Checked::Event(mut v)) =
+        crate::verify::check_with(source, incoming, 1_700_000_000, None)
+    {
+        let _ = v.take_facts();
+    }
     let fields = Fields::with_query(&headers, &body, &query);
     let _ = event_id::resolve(&fields, &source.provider.event_id);
     let _ = crate::verify::request::forwardable(&headers, &source.withheld);

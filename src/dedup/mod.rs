@@ -222,33 +222,8 @@ impl Dedup {
         let this = self.clone();
         let (answer, answered) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            // Read only now that the event may be stored (verify::Facts).
-            let facts = v.take_facts();
-            let source = v.source();
-            let unrouted = facts.routed.targets.is_empty();
-            let handoff = (!unrouted).then(|| this.handoff.reserve(&facts.routed.targets, now_ms));
-            let event = NewEvent {
-                source: source.name.clone(),
-                event_id: v.event_id().as_str().to_owned(),
-                body: v.body().clone(),
-                body_sha256: c.sha,
-                headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
-                received_at: now_ms,
-                expires_at: now_ms + source.dedup_window,
-                // Routed by its facts (verify/route.rs): only the
-                // targets that want this event get a delivery row.
-                targets: facts.routed.targets,
-                order_keys: facts.routed.order_keys,
-                facts: crate::store::EventFacts {
-                    event_type: facts.event_type,
-                    key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
-                    provider_ts: v.provider_timestamp(),
-                    recovered: v.recovered(),
-                },
-                handoff,
-                fresh: have_claim,
-            };
-            let expires_at = event.expires_at;
+            let source = v.source().clone();
+            let expires_at = now_ms + source.dedup_window;
             if source.dedup_by_body {
                 let claim = BodyClaim {
                     source: &source.name,
@@ -279,6 +254,31 @@ impl Dedup {
                     }
                 }
             }
+            // Read only now that the event may be stored (verify::Facts).
+            let facts = v.take_facts();
+            let unrouted = facts.routed.targets.is_empty();
+            let handoff = (!unrouted).then(|| this.handoff.reserve(&facts.routed.targets, now_ms));
+            let event = NewEvent {
+                source: source.name.clone(),
+                event_id: v.event_id().as_str().to_owned(),
+                body: v.body().clone(),
+                body_sha256: c.sha,
+                headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
+                received_at: now_ms,
+                expires_at,
+                // Routed by its facts (verify/route.rs): only the
+                // targets that want this event get a delivery row.
+                targets: facts.routed.targets,
+                order_keys: facts.routed.order_keys,
+                facts: crate::store::EventFacts {
+                    event_type: facts.event_type,
+                    key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
+                    provider_ts: v.provider_timestamp(),
+                    recovered: v.recovered(),
+                },
+                handoff,
+                fresh: have_claim,
+            };
             match this.ledger.record(event, announced).await {
                 Ok(Recorded::New) => {
                     // Committed: the request is answered now; the cache

@@ -57,8 +57,8 @@ pub struct Verified {
 }
 
 /// What storing and routing an event needs beyond its id and body. Read
-/// only once dedup decided to store the event: a provider retry answered
-/// from the cache never pays for its headers, type or routes.
+/// only once dedup may store the event: a provider retry answered from the
+/// cache never pays for its headers, type or routes.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
     /// The request headers to forward (hop-by-hop, Host and Content-Length removed).
@@ -71,7 +71,6 @@ pub struct Facts {
 }
 
 /// A verified request's parts that [`Facts`] are read from.
-#[derive(Debug)]
 struct Kept {
     headers: HeaderMap,
     query: String,
@@ -79,11 +78,20 @@ struct Kept {
     json: request::SharedWalk,
 }
 
+/// Header names only: the values may hold credentials (`Authorization`,
+/// a token scheme's header) that the forwarded list leaves out.
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kept")
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("query_len", &self.query.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Kept {
     fn facts(self, source: &Source, body: &[u8]) -> Facts {
-        let fields = Fields::with_query(&self.headers, body, &self.query)
-            .reading_together(&source.provider.json_wants)
-            .with_shared(self.json);
+        let fields = fields_of(source, &self.headers, body, &self.query).with_shared(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = route::select(&source.routes, event_type.as_deref(), &fields);
         Facts {
@@ -159,11 +167,8 @@ impl Verified {
     pub fn body(&self) -> &Bytes {
         &self.body
     }
-    /// The provider's required answer: the same for a new event and a duplicate.
-    pub fn reply(&self) -> &Reply {
-        &self.reply
-    }
-    /// The answer, handed over (the event keeps an empty one).
+    /// The provider's required answer, the same for a new event and a
+    /// duplicate, handed over (the event keeps an empty one).
     pub fn take_reply(&mut self) -> Reply {
         std::mem::take(&mut self.reply)
     }
@@ -176,9 +181,13 @@ impl Verified {
         self.provider_timestamp
     }
     /// Headers, type and routes, handed over once: read from the request
-    /// now (dedup asks only for an event it stores), or as given by
+    /// now (dedup asks once it may store the event), or as given by
     /// [`Verified::from_provider_api`]. Asked again, they are empty.
     pub fn take_facts(&mut self) -> Facts {
+        debug_assert!(
+            self.facts.is_some() || self.kept.is_some(),
+            "an event's facts are taken once"
+        );
         match (self.facts.take(), self.kept.take()) {
             (Some(f), _) => *f,
             (None, Some(k)) => k.facts(&self.source, &self.body),
@@ -297,8 +306,7 @@ pub(crate) fn check_with(
     let sig = &provider.signature;
     let body = incoming.body;
     let query = incoming.query.unwrap_or_default();
-    let fields =
-        Fields::with_query(&incoming.headers, &body, query).reading_together(&provider.json_wants);
+    let fields = fields_of(source, &incoming.headers, &body, query);
 
     let unsigned = !sig.headers.is_empty()
         && !sig
@@ -346,6 +354,18 @@ pub(crate) fn check_with(
             json,
         })),
     }))
+}
+
+/// A request's fields as `source` reads them: its provider's pointers in
+/// one walk of the body. Verification and [`Kept::facts`] build theirs
+/// here, so the walk one leaves the other can reuse.
+fn fields_of<'a>(
+    source: &'a Source,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    query: &'a str,
+) -> Fields<'a> {
+    Fields::with_query(headers, body, query).reading_together(&source.provider.json_wants)
 }
 
 /// What a `GET /webhooks/<source>` gets: only providers that verify the

@@ -66,9 +66,9 @@ impl JsonWants {
     }
 }
 
-/// The shared walk of a body's JSON ([`Fields::into_shared`]): not yet
-/// done, or its result (`None`: not JSON within the limits).
-pub type SharedWalk = OnceCell<Option<Value>>;
+/// The shared walk of a body's JSON ([`Fields::into_shared`]): `None` if
+/// not done yet, else its result (`Some(None)`: not JSON within the limits).
+pub type SharedWalk = Option<Option<Value>>;
 
 pub struct Fields<'a> {
     headers: &'a HeaderMap,
@@ -76,7 +76,7 @@ pub struct Fields<'a> {
     query: &'a str,
     /// Pointers read together, and their shared walk (at most once).
     together: Option<&'a JsonWants>,
-    shared: SharedWalk,
+    shared: OnceCell<Option<Value>>,
     /// `Some(is an object)` for a valid JSON body, read at most once.
     json_shape: OnceCell<Option<bool>>,
     form: OnceCell<Vec<(String, String)>>,
@@ -119,13 +119,16 @@ impl<'a> Fields<'a> {
     /// The shared walk of the body, as far as it went, for a later
     /// `Fields` of the same request ([`Fields::with_shared`]).
     pub fn into_shared(self) -> SharedWalk {
-        self.shared
+        self.shared.into_inner()
     }
 
     /// Reuses the shared walk an earlier `Fields` of the same request and
-    /// body did ([`Fields::into_shared`]); the same `wants` must be given.
+    /// body did ([`Fields::into_shared`]); both must read together the same
+    /// `wants` (`verify::fields_of` builds both).
     pub fn with_shared(mut self, walk: SharedWalk) -> Self {
-        self.shared = walk;
+        if let Some(done) = walk {
+            self.shared = OnceCell::from(done);
+        }
         self
     }
 

@@ -2,9 +2,10 @@
 //!
 //! A target subscribes with `events` (globs over the provider's event
 //! type; default: every event) and an optional `filter` (locator =
-//! value, all must match). Decided once per event, when dedup stores it
-//! (`verify::Verified::take_facts`), on the JSON walk verification kept,
-//! so a JSON filter costs no second parse and a duplicate costs nothing.
+//! value, all must match). Decided once per event, when dedup may store it
+//! (`verify::Verified::take_facts`), so a retry answered from the cache
+//! costs nothing. A `filter` or `order_by` JSON pointer walks the body on
+//! its own; only the provider's own pointers share verification's walk.
 //! An event no target wants is still stored (counted `unrouted`); it just
 //! gets no delivery rows.
 
