@@ -39,8 +39,13 @@ pub async fn receive(
         &parts.headers,
         &state.config.server.trusted_proxies,
     );
+    // Looked up once: the handler and the accounting below share them.
+    let configured = state.config.sources.get(&source);
+    let metrics = state.request_metrics.source(&source);
     let request = Request {
         source: &source,
+        configured,
+        metrics,
         headers: parts.headers,
         query: parts.uri.query(),
         client,
@@ -48,15 +53,17 @@ pub async fn receive(
     let result = tokio::time::timeout(deadline, handle(&state, request, body, &mut event_id))
         .await
         .unwrap_or(Err(ApiError::Timeout));
-    let known = state.config.sources.contains_key(&source);
-    let label_source = if known { source.as_str() } else { "_unknown" };
+    let label_source = match configured {
+        Some(_) => source.as_str(),
+        None => "_unknown",
+    };
     let (outcome, response) = match result {
         Ok(answered) => answered,
         Err(e) => (e.outcome(), e.into_response()),
     };
     state.counters.record(&source, outcome);
     let latency = started.elapsed();
-    match state.request_metrics.source(&source) {
+    match metrics {
         Some(m) => m.request(outcome, latency),
         None => RequestMetrics::unknown_source(outcome, latency),
     }
@@ -75,6 +82,9 @@ pub async fn receive(
 /// What the handler knows about a request before reading its body.
 struct Request<'a> {
     source: &'a str,
+    /// The source's settings and metrics; `None`: no such source.
+    configured: Option<&'a std::sync::Arc<verify::source::Source>>,
+    metrics: Option<&'a crate::stats::requests::SourceMetrics>,
     headers: HeaderMap,
     query: Option<&'a str>,
     client: Option<std::net::IpAddr>,
@@ -88,11 +98,7 @@ async fn handle(
 ) -> Result<(Outcome, Response), ApiError> {
     let source_name = request.source;
     let headers = &request.headers;
-    let source = state
-        .config
-        .sources
-        .get(source_name)
-        .ok_or(ApiError::UnknownSource)?;
+    let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
     let max = state.config.server.max_body_bytes;
     let declared = headers
@@ -120,7 +126,7 @@ async fn handle(
         client_ip: request.client,
     };
     let checked = verify::check(source, incoming, now.as_secs()).await;
-    let metrics = state.request_metrics.source(source_name);
+    let metrics = request.metrics;
     if let Some(m) = metrics {
         m.verified(verify_started.elapsed());
     }
