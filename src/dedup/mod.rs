@@ -158,7 +158,7 @@ impl Dedup {
             ]
             .concat(),
             // Only needs to be unique among concurrent claims of one key.
-            token: hex::encode(rand::random::<[u8; 16]>()),
+            token: hex_of(&rand::random::<[u8; 16]>()),
             hash: hex_of(&sha),
             sha,
         };

@@ -476,6 +476,13 @@ mod tests {
     // Linger tests run on a paused clock: when every task waits, time jumps
     // to the next timer, so the waits below are exact and take no real time.
 
+    /// A batcher of at most `max_batch` jobs that lingers `linger`, and its sink.
+    fn lingering(max_batch: usize, linger: Duration) -> (Arc<Sink>, Batcher<i32, i32>) {
+        let sink = Arc::new(Sink::default());
+        let b = Batcher::start(sink.clone(), max_batch, "test", linger);
+        (sink, b)
+    }
+
     /// Submits `first` at once and, 10 ms later, `second` with `announced`:
     /// their results, and the time until both were answered.
     async fn now_and_in_10ms(
@@ -494,8 +501,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_formed_batch_waits_for_an_announced_job_and_goes_when_it_arrives() {
-        let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        let (sink, b) = lingering(16, Duration::from_secs(1));
         let announced = b.approach();
         assert_eq!(
             now_and_in_10ms(&b, 1, 2, announced).await,
@@ -507,17 +513,16 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_lone_announced_job_is_written_at_once() {
-        let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        let (sink, b) = lingering(16, Duration::from_secs(1));
         let started = tokio::time::Instant::now();
         assert_eq!(b.submit(1, Some(b.approach())).await.unwrap(), 2);
         assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(*sink.writes.lock().unwrap(), [vec![1]]);
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_announced_job_that_never_comes_holds_the_batch_for_linger_only() {
-        let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_millis(5));
+        let (sink, b) = lingering(16, Duration::from_millis(5));
         let _never = b.approach();
         let started = tokio::time::Instant::now();
         assert_eq!(b.submit(1, None).await.unwrap(), 2);
@@ -543,8 +548,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_batch_that_fills_up_goes_without_waiting_out_the_linger() {
-        let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 2, "test", Duration::from_secs(1));
+        let (sink, b) = lingering(2, Duration::from_secs(1));
         let _never = b.approach();
         let announced = b.approach();
         assert_eq!(
@@ -556,8 +560,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_wait_ends_when_fewer_than_one_job_is_still_expected() {
-        let sink = Arc::new(Sink::default());
-        let b = Batcher::start(sink.clone(), 16, "test", Duration::from_secs(1));
+        let (sink, b) = lingering(16, Duration::from_secs(1));
         // History: 2 of every 5 announcements become jobs (share ~0.4;
         // job 0 would fail the sink, so jobs start at 1).
         for i in 0..300 {

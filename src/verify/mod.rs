@@ -50,10 +50,19 @@ pub struct Verified {
     provider_timestamp: Option<i64>,
     /// Read from the provider's API by reconciliation, not received.
     recovered: bool,
-    /// Facts known up front (an event read from the provider's API).
-    facts: Option<Box<Facts>>,
-    /// The request the facts are read from, until they are.
-    kept: Option<Box<Kept>>,
+    /// Where [`Verified::take_facts`] gets the facts from.
+    facts: Pending,
+}
+
+/// An event's facts before [`Verified::take_facts`] hands them over.
+#[derive(Debug)]
+enum Pending {
+    /// Known up front (an event read from the provider's API).
+    Given(Box<Facts>),
+    /// To be read from the request verification kept.
+    Kept(Box<Kept>),
+    /// Handed over already.
+    Taken,
 }
 
 /// What storing and routing an event needs beyond its id and body. Read
@@ -142,7 +151,7 @@ impl Verified {
             key_index: None,
             provider_timestamp,
             recovered: true,
-            facts: Some(Box::new(Facts {
+            facts: Pending::Given(Box::new(Facts {
                 headers: vec![
                     ("content-type".into(), "application/json".into()),
                     (RECOVERED_HEADER.into(), "true".into()),
@@ -150,7 +159,6 @@ impl Verified {
                 event_type,
                 routed,
             })),
-            kept: None,
         }
     }
 
@@ -184,14 +192,13 @@ impl Verified {
     /// now (dedup asks once it may store the event), or as given by
     /// [`Verified::from_provider_api`]. Asked again, they are empty.
     pub fn take_facts(&mut self) -> Facts {
-        debug_assert!(
-            self.facts.is_some() || self.kept.is_some(),
-            "an event's facts are taken once"
-        );
-        match (self.facts.take(), self.kept.take()) {
-            (Some(f), _) => *f,
-            (None, Some(k)) => k.facts(&self.source, &self.body),
-            (None, None) => Facts::default(),
+        match std::mem::replace(&mut self.facts, Pending::Taken) {
+            Pending::Given(f) => *f,
+            Pending::Kept(k) => k.facts(&self.source, &self.body),
+            Pending::Taken => {
+                debug_assert!(false, "an event's facts are taken once");
+                Facts::default()
+            }
         }
     }
 }
@@ -347,8 +354,7 @@ pub(crate) fn check_with(
         key_index,
         provider_timestamp,
         recovered: false,
-        facts: None,
-        kept: Some(Box::new(Kept {
+        facts: Pending::Kept(Box::new(Kept {
             headers: incoming.headers,
             query: query.to_owned(),
             json,
