@@ -14,9 +14,10 @@
 //! is a `Body` duplicate, our id claim is released and nothing is written.
 //!
 //! Crash safety: a claim dies with its TTL, so a crash before COMMIT lets the
-//! provider's retry through; after COMMIT every copy is a duplicate. The
-//! owned section runs in its own task so a client hanging up mid-request
-//! cannot cut it between COMMIT and the cache update.
+//! provider's retry through; after COMMIT every copy is a duplicate. A
+//! request cut short in the owned section (client hang-up, deadline) still
+//! settles its claim: [`Unsettled`] releases it, or marks it `done` once the
+//! ledger answered.
 
 pub mod cache;
 pub mod memory;
@@ -72,6 +73,81 @@ struct Claimant {
     /// SHA-256 of the body, and its hex as stored in the cache.
     sha: [u8; 32],
     hash: String,
+}
+
+/// What the owned section owes the cache for its claim.
+enum Owed {
+    /// The outcome is not known (or the ledger failed): give the claim back,
+    /// so the next copy claims at once and the ledger decides it.
+    Release,
+    /// The ledger holds the id: mark the key `done` with the stored hash.
+    Done { hash: String, ttl: Duration },
+}
+
+/// A claim whose outcome the cache has not learned yet. The owned section
+/// runs in the request's task (a task of its own cost a spawn and a wake-up
+/// per new event, docs/design.md "Twelfth pass"), so a client hanging up or
+/// the request deadline may drop it at any await. Dropped unsettled, the
+/// guard pays what is owed from a task of its own: before the ledger
+/// answered that is a release (the event may or may not commit, no 2xx went
+/// out either way, and the provider's retry finds the id free in the cache
+/// and is decided by the ledger's unique key); once it answered, the mark.
+struct Unsettled<'a> {
+    dedup: &'a Arc<Dedup>,
+    claim: Option<Claimant>,
+    owed: Owed,
+    have_claim: bool,
+}
+
+impl Unsettled<'_> {
+    /// Pays `owed`. A `done` mark for a cache that batches them is queued
+    /// without waiting; anything else is awaited with the guard still armed.
+    async fn settle(mut self, owed: Owed) {
+        self.owed = owed;
+        let d = self.dedup;
+        if let Owed::Done { ttl, .. } = &self.owed
+            && !ttl.is_zero()
+            && d.cache.batches_finishes()
+            && (self.have_claim || !d.cache_down.load(Ordering::Relaxed))
+        {
+            let c = self.claim.take().expect("settled once");
+            let Owed::Done { hash, ttl } = std::mem::replace(&mut self.owed, Owed::Release) else {
+                unreachable!("matched above")
+            };
+            d.queue_mark(Mark {
+                key: c.key,
+                body_sha256: hash,
+                ttl,
+            });
+            return;
+        }
+        if let Some(c) = &self.claim {
+            d.pay(c, &self.owed, self.have_claim).await;
+        }
+        self.claim = None;
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        let Some(c) = self.claim.take() else { return };
+        let owed = std::mem::replace(&mut self.owed, Owed::Release);
+        let (d, have_claim) = (self.dedup.clone(), self.have_claim);
+        // Without a runtime the process is stopping: the claim then expires
+        // after claim_ttl, as after a crash.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { d.pay(&c, &owed, have_claim).await });
+        }
+    }
+}
+
+/// The ledger failed: gives our claim back and answers 503.
+async fn unavailable(u: Unsettled<'_>, e: StoreError) -> DedupError {
+    // Let the provider's retry claim at once instead of waiting out
+    // claim_ttl.
+    u.settle(Owed::Release).await;
+    tracing::warn!(error = %e, "ledger write failed; answering 503");
+    DedupError::Unavailable(e)
 }
 
 /// Most `done` marks sent to the cache in one round trip.
@@ -208,8 +284,10 @@ impl Dedup {
         }
     }
 
-    /// The section that must not be cut short: ledger write, then cache update
-    /// (or claim release). Runs in its own task.
+    /// The section whose outcome the cache must learn: ledger write, then
+    /// cache update (or claim release). It runs in the request's task, so a
+    /// client hanging up or the request deadline can drop it at any await;
+    /// [`Unsettled`] then finishes the cache's part in a task of its own.
     async fn owned(
         self: &Arc<Self>,
         mut v: Verified,
@@ -219,114 +297,127 @@ impl Dedup {
         have_claim: bool,
         announced: crate::store::batch::Approach,
     ) -> Result<Outcome, DedupError> {
-        let this = self.clone();
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        tokio::spawn(async move {
-            let source = v.source().clone();
-            let expires_at = now_ms + source.dedup_window;
-            if source.dedup_by_body {
-                let claim = BodyClaim {
-                    source: &source.name,
-                    body_sha256: &c.sha,
-                    event_id: v.event_id().as_str(),
-                    now: now_ms,
-                    expires_at,
-                };
-                match this.bodies.claim_body(&claim).await {
-                    Ok(holder) if holder == claim.event_id => {}
-                    Ok(holder) => {
-                        // No event for the writer from this request.
-                        drop(announced);
-                        // Our id was never recorded: let it go, so only the
-                        // body decides the next copy too.
-                        this.release(&c, have_claim).await;
-                        log_body_duplicate(&v, &holder, &c.hash);
-                        let _ = answer.send(Ok(Outcome::Duplicate {
-                            layer: Layer::Body,
-                            conflict: false,
-                        }));
-                        return;
-                    }
-                    Err(e) => {
-                        drop(announced);
-                        let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
-                        return;
-                    }
-                }
-            }
-            // Read only now that the event may be stored (verify::Facts).
-            let facts = v.take_facts();
-            let unrouted = facts.routed.targets.is_empty();
-            let handoff = (!unrouted).then(|| this.handoff.reserve(&facts.routed.targets, now_ms));
-            let event = NewEvent {
-                source: source.name.clone(),
-                event_id: v.event_id().as_str().to_owned(),
-                body: v.body().clone(),
-                body_sha256: c.sha,
-                headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
-                received_at: now_ms,
+        let hash = std::mem::take(&mut c.hash);
+        let sha = c.sha;
+        let u = Unsettled {
+            dedup: self,
+            claim: Some(c),
+            owed: Owed::Release,
+            have_claim,
+        };
+        let source = v.source().clone();
+        let expires_at = now_ms + source.dedup_window;
+        if source.dedup_by_body {
+            let claim = BodyClaim {
+                source: &source.name,
+                body_sha256: &sha,
+                event_id: v.event_id().as_str(),
+                now: now_ms,
                 expires_at,
-                // Routed by its facts (verify/route.rs): only the
-                // targets that want this event get a delivery row.
-                targets: facts.routed.targets,
-                order_keys: facts.routed.order_keys,
-                facts: crate::store::EventFacts {
-                    event_type: facts.event_type,
-                    key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
-                    provider_ts: v.provider_timestamp(),
-                    recovered: v.recovered(),
-                },
-                handoff,
-                fresh: have_claim,
             };
-            match this.ledger.record(event, announced).await {
-                Ok(Recorded::New) => {
-                    // Committed: the request is answered now; the cache
-                    // learns `done` right after (a copy arriving in between
-                    // sees our claim and waits for it).
-                    let _ = answer.send(Ok(Outcome::New { unrouted }));
-                    let ttl = within(cache_ttl, expires_at);
-                    let hash = std::mem::take(&mut c.hash);
-                    this.mark_done(c, hash, ttl, have_claim).await;
-                }
-                Ok(Recorded::Duplicate {
-                    stored_sha256,
-                    expires_at,
-                }) => {
-                    let stored = hex_of(&stored_sha256);
-                    let conflict = stored != c.hash;
-                    if conflict {
-                        log_conflict(&v, &stored, &c.hash);
-                    }
-                    let _ = answer.send(Ok(Outcome::Duplicate {
-                        layer: Layer::Ledger,
-                        conflict,
-                    }));
-                    let ttl = within(cache_ttl, expires_at);
-                    this.mark_done(c, stored, ttl, have_claim).await;
+            match self.bodies.claim_body(&claim).await {
+                Ok(holder) if holder == claim.event_id => {}
+                Ok(holder) => {
+                    // No event for the writer from this request.
+                    drop(announced);
+                    // Our id was never recorded: let it go, so only the
+                    // body decides the next copy too.
+                    u.settle(Owed::Release).await;
+                    log_body_duplicate(&v, &holder, &hash);
+                    return Ok(Outcome::Duplicate {
+                        layer: Layer::Body,
+                        conflict: false,
+                    });
                 }
                 Err(e) => {
-                    let _ = answer.send(Err(this.unavailable(&c, have_claim, e).await));
+                    drop(announced);
+                    return Err(unavailable(u, e).await);
                 }
             }
-        });
-        answered
-            .await
-            .unwrap_or_else(|_| Err(DedupError::Unavailable(StoreError::Closed)))
-    }
-
-    /// The ledger failed: gives our claim back and answers 503.
-    async fn unavailable(&self, c: &Claimant, have_claim: bool, e: StoreError) -> DedupError {
-        // Let the provider's retry claim at once instead of waiting out
-        // claim_ttl.
-        self.release(c, have_claim).await;
-        tracing::warn!(error = %e, "ledger write failed; answering 503");
-        DedupError::Unavailable(e)
+        }
+        // Read only now that the event may be stored (verify::Facts).
+        let facts = v.take_facts();
+        let unrouted = facts.routed.targets.is_empty();
+        let handoff = (!unrouted).then(|| self.handoff.reserve(&facts.routed.targets, now_ms));
+        let event = NewEvent {
+            source: source.name.clone(),
+            event_id: v.event_id().as_str().to_owned(),
+            body: v.body().clone(),
+            body_sha256: sha,
+            headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
+            received_at: now_ms,
+            expires_at,
+            // Routed by its facts (verify/route.rs): only the
+            // targets that want this event get a delivery row.
+            targets: facts.routed.targets,
+            order_keys: facts.routed.order_keys,
+            facts: crate::store::EventFacts {
+                event_type: facts.event_type,
+                key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
+                provider_ts: v.provider_timestamp(),
+                recovered: v.recovered(),
+            },
+            handoff,
+            fresh: have_claim,
+        };
+        match self.ledger.record(event, announced).await {
+            Ok(Recorded::New) => {
+                // Committed: the request is answered now; the cache learns
+                // `done` right after (a copy arriving in between sees our
+                // claim and waits for it).
+                let ttl = within(cache_ttl, expires_at);
+                u.settle(Owed::Done { hash, ttl }).await;
+                Ok(Outcome::New { unrouted })
+            }
+            Ok(Recorded::Duplicate {
+                stored_sha256,
+                expires_at,
+            }) => {
+                let stored = hex_of(&stored_sha256);
+                let conflict = stored != hash;
+                if conflict {
+                    log_conflict(&v, &stored, &hash);
+                }
+                let ttl = within(cache_ttl, expires_at);
+                u.settle(Owed::Done { hash: stored, ttl }).await;
+                Ok(Outcome::Duplicate {
+                    layer: Layer::Ledger,
+                    conflict,
+                })
+            }
+            Err(e) => Err(unavailable(u, e).await),
+        }
     }
 
     async fn release(&self, c: &Claimant, have_claim: bool) {
         if have_claim && let Err(ce) = self.cache.release(&c.key, &c.token).await {
             self.cache_failed(&ce);
+        }
+    }
+
+    /// Tells the cache what the owned section decided about `c`.
+    async fn pay(self: &Arc<Self>, c: &Claimant, owed: &Owed, have_claim: bool) {
+        match owed {
+            Owed::Release => self.release(c, have_claim).await,
+            Owed::Done { hash, ttl } => self.mark_done(c, hash, *ttl, have_claim).await,
+        }
+    }
+
+    /// A `done` mark for a cache that batches them, queued without waiting
+    /// (it cannot be cut short); a full queue hands it to a task.
+    fn queue_mark(self: &Arc<Self>, mark: Mark) {
+        use tokio::sync::mpsc::error::TrySendError;
+        let queue = self.mark_queue();
+        match queue.try_send(mark) {
+            // Closed only when the task is gone (the process is stopping):
+            // the claim then expires after claim_ttl, as after a crash.
+            Ok(()) | Err(TrySendError::Closed(_)) => {}
+            Err(TrySendError::Full(mark)) => {
+                let queue = queue.clone();
+                tokio::spawn(async move {
+                    let _ = queue.send(mark).await;
+                });
+            }
         }
     }
 
@@ -346,8 +437,8 @@ impl Dedup {
     /// mark is sent finds our claim and waits for it, as for any claim.
     async fn mark_done(
         self: &Arc<Self>,
-        c: Claimant,
-        hash: String,
+        c: &Claimant,
+        hash: &str,
         ttl: Duration,
         have_claim: bool,
     ) {
@@ -361,8 +452,8 @@ impl Dedup {
             self.cache.release(&c.key, &c.token).await
         } else if self.cache.batches_finishes() {
             let mark = Mark {
-                key: c.key,
-                body_sha256: hash,
+                key: c.key.clone(),
+                body_sha256: hash.to_owned(),
                 ttl,
             };
             // Fails only when the task is gone (the process is stopping):
@@ -370,7 +461,7 @@ impl Dedup {
             let _ = self.mark_queue().send(mark).await;
             Ok(())
         } else {
-            self.cache.finish(&c.key, &hash, ttl).await
+            self.cache.finish(&c.key, hash, ttl).await
         };
         if let Err(e) = done {
             // The ledger already holds the truth; the next copy pays one

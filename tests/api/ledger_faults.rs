@@ -173,7 +173,56 @@ async fn writers_blocked(app: &TestApp, n: i64) {
     assert!(blocked, "{n} writers wait on the held table");
 }
 
-crate::both_backends!(one_refused_row_fails_only_its_own_event_not_the_rest_of_its_batch);
+crate::both_backends!(
+    one_refused_row_fails_only_its_own_event_not_the_rest_of_its_batch,
+    a_request_cut_while_its_event_waits_for_the_ledger_gives_its_claim_back,
+);
+
+/// The owned section runs in the request's task (src/dedup/mod.rs,
+/// `Unsettled`): a request cut while its event waits for the ledger (here
+/// by `request_timeout`; a client hanging up is the same drop) gives its
+/// claim back at once, not after `claim_ttl` or the ledger's own deadline,
+/// and the event is stored once whether or not its write went through.
+async fn a_request_cut_while_its_event_waits_for_the_ledger_gives_its_claim_back(b: Backend) {
+    let mut opts = Opts::new(b);
+    opts.claim_ttl = "60s";
+    opts.server_extra = "request_timeout = \"1s\"".into();
+    // The ledger would wait this long on the held table before failing.
+    opts.storage_extra = "statement_timeout = \"30s\"".into();
+    let app = Arc::new(spawn_app(opts).await);
+    let mut db = Db::open(&app.db.url).await;
+    db.hold_events().await;
+    let cut = post(&app, "evt_cut");
+    writers_blocked(&app, 1).await;
+    assert_eq!(cut.await.unwrap(), 503, "cut by request_timeout");
+
+    // While the table is still held, the id is free in the cache again: at
+    // once, not when the ledger gives up (statement_timeout on PostgreSQL,
+    // SQLite's 5 s busy timeout, src/store/sqlite.rs).
+    let key = format!("{}:v1:stripe:evt_cut", app.prefix);
+    let cache = app.state.dedup.cache().clone();
+    let free = eventually(Duration::from_secs(2), || {
+        let (cache, key) = (cache.clone(), key.clone());
+        async move {
+            let probe = cache.claim(&key, "probe", Duration::from_secs(60)).await;
+            let owned = matches!(probe, Ok(hookgate::dedup::cache::Claim::Owned));
+            if owned {
+                cache.release(&key, "probe").await.unwrap();
+            }
+            owned
+        }
+    })
+    .await;
+    assert!(free, "the cut request released its claim");
+
+    db.release().await;
+    // The write that was under way commits (or not): the copy is accepted
+    // without waiting for a claim, and the event is stored once.
+    let copy = app.post_stripe("evt_cut").await;
+    assert_eq!(copy.status(), 200);
+    assert!(["new", "duplicate"].contains(&dedup_header(&copy).as_str()));
+    assert_eq!(app.rows("stripe", "evt_cut").await, 1);
+}
 
 async fn one_refused_row_fails_only_its_own_event_not_the_rest_of_its_batch(b: Backend) {
     let target = TestTarget::start().await;

@@ -103,14 +103,15 @@ impl ClaimCache for RedisCache {
         let prev: Option<String> = if self.claim_by_script.load(Ordering::Relaxed) {
             self.claim_script(key, &value, ttl_ms).await?
         } else {
-            let cmd = redis::cmd("SET")
-                .arg(key)
+            // Built in place: `cmd(..).arg(..).to_owned()` copies the
+            // command once more, on every request.
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key)
                 .arg(&value)
                 .arg("NX")
                 .arg("PX")
                 .arg(ttl_ms)
-                .arg("GET")
-                .to_owned();
+                .arg("GET");
             match self.bounded(Op::Cmd(cmd)).await {
                 Err(CacheError::Redis(e)) if refused_syntax(&e) => {
                     self.claim_by_script.store(true, Ordering::Relaxed);
@@ -128,12 +129,11 @@ impl ClaimCache for RedisCache {
 
     async fn finish(&self, key: &str, body_sha256: &str, ttl: Duration) -> Result<(), CacheError> {
         let value = format!("done:{body_sha256}");
-        let cmd = redis::cmd("SET")
-            .arg(key)
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(key)
             .arg(value)
             .arg("PX")
-            .arg(ttl.as_millis() as u64)
-            .to_owned();
+            .arg(ttl.as_millis() as u64);
         self.bounded::<()>(Op::Cmd(cmd)).await
     }
 
