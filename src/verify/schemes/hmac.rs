@@ -106,7 +106,7 @@ struct Fixed<'a> {
 /// lookup. A missing value fails the whole (`None`) unless it sits in an
 /// optional group, which is then left out.
 fn assemble<'a>(
-    content: &[Segment],
+    content: &'a [Segment],
     fixed: &Fixed<'a>,
     value: &mut dyn FnMut(&Lookup) -> Option<Vec<u8>>,
 ) -> Option<Vec<std::borrow::Cow<'a, [u8]>>> {
@@ -114,7 +114,7 @@ fn assemble<'a>(
     let mut out = Vec::with_capacity(content.len());
     for seg in content {
         match seg {
-            Segment::Literal(b) => out.push(Cow::Owned(b.clone())),
+            Segment::Literal(b) => out.push(Cow::Borrowed(b.as_slice())),
             Segment::Body => out.push(Cow::Borrowed(fixed.body)),
             Segment::Timestamp => out.push(Cow::Borrowed(fixed.timestamp.as_bytes())),
             Segment::Url => out.push(Cow::Borrowed(fixed.url.as_bytes())),
@@ -184,7 +184,7 @@ pub fn signature_values<'h>(
     let mut pairs = Vec::new();
     if sig.format == HeaderFormat::Pairs {
         for v in &values {
-            for item in v.split(sig.separator.as_str()) {
+            for item in split_items(v, &sig.separator) {
                 let item = item.trim();
                 if item.is_empty() {
                     continue;
@@ -197,6 +197,24 @@ pub fn signature_values<'h>(
         }
     }
     Ok((values, pairs))
+}
+
+/// `text.split(sep)`, with a one-character separator (every built-in
+/// provider's) searched as a `char`: a `&str` pattern runs the two-way
+/// searcher, ~650 instructions for a Stripe header (callgrind,
+/// docs/design.md "Twelfth pass").
+fn split_items<'t, 's>(text: &'t str, sep: &'s str) -> impl Iterator<Item = &'t str> + use<'t, 's> {
+    let mut chars = sep.chars();
+    let one = match (chars.next(), chars.next()) {
+        (Some(c), None) => Some(c),
+        _ => None,
+    };
+    let by_char = one.map(|c| text.split(c));
+    let by_str = match one {
+        Some(_) => None,
+        None => Some(text.split(sep)),
+    };
+    by_char.into_iter().flatten().chain(by_str.into_iter().flatten())
 }
 
 /// Every decodable signature in the header(s), capped at [`MAX_CANDIDATES`].
@@ -223,7 +241,7 @@ fn parse_candidates(
         ),
         HeaderFormat::Tagged => {
             for v in values {
-                for item in v.split(sig.separator.as_str()).filter(|s| !s.is_empty()) {
+                for item in split_items(v, &sig.separator).filter(|s| !s.is_empty()) {
                     let (tag, s) = item.split_once(',').ok_or(VerifyError::MalformedSignature(
                         "expected tag,signature items",
                     ))?;
@@ -342,5 +360,22 @@ fn value_for(
             Ok(v)
         }
         None => Err(format!("the body has no value for {lookup:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_items;
+
+    #[test]
+    fn split_items_is_str_split() {
+        let texts = ["", ",", "t=1,v1=ab,v0=cd", ",a,,b,", "v1,x v1,y", "a;;b", "aXYbXYc", "é,ü"];
+        for text in texts {
+            for sep in [",", " ", ";", "XY", "é", ""] {
+                let ours: Vec<&str> = split_items(text, sep).collect();
+                let std: Vec<&str> = text.split(sep).collect();
+                assert_eq!(ours, std, "{text:?} split on {sep:?}");
+            }
+        }
     }
 }
