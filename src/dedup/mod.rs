@@ -344,7 +344,7 @@ impl Dedup {
             event_id: v.event_id().as_str().to_owned(),
             body: v.body().clone(),
             body_sha256: sha,
-            headers: serde_json::to_string(&facts.headers).unwrap_or_else(|_| "[]".into()),
+            headers: facts.headers,
             received_at: now_ms,
             expires_at,
             // Routed by its facts (verify/route.rs): only the

@@ -70,8 +70,10 @@ enum Pending {
 /// cache never pays for its headers, type or routes.
 #[derive(Debug, Clone, Default)]
 pub struct Facts {
-    /// The request headers to forward (hop-by-hop, Host and Content-Length removed).
-    pub headers: Vec<(String, String)>,
+    /// The request headers to forward (hop-by-hop, Host and Content-Length
+    /// removed), as the ledger stores them: a JSON array of `[name, value]`
+    /// pairs ([`request::forwardable_json`]).
+    pub headers: String,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
     /// The source's targets whose routes match (see [`route`]; none:
@@ -104,7 +106,7 @@ impl Kept {
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = route::select(&source.routes, event_type.as_deref(), &fields);
         Facts {
-            headers: request::forwardable(&self.headers, &source.withheld),
+            headers: request::forwardable_json(&self.headers, &source.withheld),
             event_type,
             routed,
         }
@@ -152,10 +154,11 @@ impl Verified {
             provider_timestamp,
             recovered: true,
             facts: Pending::Given(Box::new(Facts {
-                headers: vec![
-                    ("content-type".into(), "application/json".into()),
-                    (RECOVERED_HEADER.into(), "true".into()),
-                ],
+                headers: serde_json::json!([
+                    ["content-type", "application/json"],
+                    [RECOVERED_HEADER, "true"],
+                ])
+                .to_string(),
                 event_type,
                 routed,
             })),

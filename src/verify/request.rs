@@ -440,6 +440,30 @@ pub fn withheld(provider: &super::provider::Provider, keep: Keep) -> Vec<String>
 /// `withheld` removed. A value that is not ASCII is kept: as text when it
 /// is UTF-8, otherwise read as ISO-8859-1 (RFC 9110 §5.5's `obs-text`).
 pub fn forwardable(headers: &HeaderMap, withheld: &[String]) -> Vec<(String, String)> {
+    forwarded(headers, withheld)
+        .map(|(name, value)| (name.to_owned(), value.into_owned()))
+        .collect()
+}
+
+/// [`forwardable`] as the ledger stores it: a JSON array of `[name, value]`
+/// pairs, written straight from the header map (the pairs as owned strings
+/// and then their JSON cost ~4 k instructions a new event, callgrind,
+/// docs/design.md "Twelfth pass").
+pub fn forwardable_json(headers: &HeaderMap, withheld: &[String]) -> String {
+    struct Pairs<'h>(&'h HeaderMap, &'h [String]);
+    impl serde::Serialize for Pairs<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(forwarded(self.0, self.1))
+        }
+    }
+    serde_json::to_string(&Pairs(headers, withheld)).expect("strings always serialize")
+}
+
+/// The headers [`forwardable`] keeps, borrowed where they are UTF-8.
+fn forwarded<'h>(
+    headers: &'h HeaderMap,
+    withheld: &'h [String],
+) -> impl Iterator<Item = (&'h str, std::borrow::Cow<'h, str>)> {
     let named_by_connection: Vec<String> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -450,23 +474,27 @@ pub fn forwardable(headers: &HeaderMap, withheld: &[String]) -> Vec<(String, Str
         .collect();
     headers
         .iter()
-        .filter(|(name, _)| {
+        .filter(move |(name, _)| {
             let n = name.as_str();
             !HOP_BY_HOP.contains(&n)
                 && !n.starts_with("hookgate-")
                 && !named_by_connection.iter().any(|c| c == n)
                 && !withheld.iter().any(|w| w == n)
         })
-        .map(|(name, value)| (name.as_str().to_owned(), header_text(value.as_bytes())))
-        .collect()
+        .map(|(name, value)| (name.as_str(), header_cow(value.as_bytes())))
+}
+
+/// [`header_text`] without a copy of a UTF-8 value.
+fn header_cow(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => std::borrow::Cow::Owned(bytes.iter().map(|&b| char::from(b)).collect()),
+    }
 }
 
 /// A header value's bytes as text: UTF-8 when valid, else ISO-8859-1.
 pub fn header_text(bytes: &[u8]) -> String {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s.to_owned(),
-        Err(_) => bytes.iter().map(|&b| char::from(b)).collect(),
-    }
+    header_cow(bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -598,5 +626,28 @@ mod tests {
         let out = forwardable(&h, &[]);
         assert!(out.contains(&("x-name".to_owned(), "Zoë".to_owned())));
         assert!(out.contains(&("x-latin1".to_owned(), "café".to_owned())));
+    }
+
+    /// What the ledger stores is the JSON of the pairs [`forwardable`] keeps.
+    #[test]
+    fn forwardable_json_is_the_json_of_the_forwarded_pairs() {
+        let mut h = HeaderMap::new();
+        h.insert("connection", HeaderValue::from_static("keep-alive, X-Hop"));
+        h.insert("x-hop", HeaderValue::from_static("1"));
+        h.insert("authorization", HeaderValue::from_static("Bearer t"));
+        h.insert(
+            "x-name",
+            HeaderValue::from_bytes("Zoë \"q\"".as_bytes()).unwrap(),
+        );
+        h.insert("x-latin1", HeaderValue::from_bytes(b"caf\xe9").unwrap());
+        h.append("x-twice", HeaderValue::from_static("1"));
+        h.append("x-twice", HeaderValue::from_static("2"));
+        h.insert("hookgate-recovered", HeaderValue::from_static("true"));
+        let withheld = vec!["authorization".to_owned()];
+        let json = forwardable_json(&h, &withheld);
+        let pairs = forwardable(&h, &withheld);
+        assert_eq!(json, serde_json::to_string(&pairs).unwrap());
+        assert_eq!(pairs.len(), 4, "{pairs:?}");
+        assert_eq!(forwardable_json(&HeaderMap::new(), &[]), "[]");
     }
 }
