@@ -132,6 +132,10 @@ impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
         let Some(c) = self.claim.take() else { return };
         let owed = std::mem::replace(&mut self.owed, Owed::Release);
+        if !self.have_claim && matches!(owed, Owed::Release) {
+            // Nothing of ours is in the cache to give back.
+            return;
+        }
         let (d, have_claim) = (self.dedup.clone(), self.have_claim);
         // Without a runtime the process is stopping: the claim then expires
         // after claim_ttl, as after a crash.
@@ -362,9 +366,9 @@ impl Dedup {
         };
         match self.ledger.record(event, announced).await {
             Ok(Recorded::New) => {
-                // Committed: the request is answered now; the cache learns
-                // `done` right after (a copy arriving in between sees our
-                // claim and waits for it).
+                // Committed: the mark is queued (not awaited) and the
+                // request answered; a copy arriving before the mark is sent
+                // sees our claim and waits for it.
                 let ttl = within(cache_ttl, expires_at);
                 u.settle(Owed::Done { hash, ttl }).await;
                 Ok(Outcome::New { unrouted })

@@ -68,7 +68,7 @@ enum Pending {
 /// What storing and routing an event needs beyond its id and body. Read
 /// only once dedup may store the event: a provider retry answered from the
 /// cache never pays for its headers, type or routes.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Facts {
     /// The request headers to forward (hop-by-hop, Host and Content-Length
     /// removed), as the ledger stores them: a JSON array of `[name, value]`
@@ -109,6 +109,17 @@ impl Kept {
             headers: request::forwardable_json(&self.headers, &source.withheld),
             event_type,
             routed,
+        }
+    }
+}
+
+impl Default for Facts {
+    /// No headers (an empty JSON array), no type, no routes.
+    fn default() -> Self {
+        Self {
+            headers: "[]".to_owned(),
+            event_type: None,
+            routed: route::Selected::default(),
         }
     }
 }
