@@ -103,28 +103,25 @@ impl Unsettled<'_> {
     /// Pays `owed`. A `done` mark for a cache that batches them is queued
     /// without waiting; anything else is awaited with the guard still armed.
     async fn settle(mut self, owed: Owed) {
-        self.owed = owed;
         let d = self.dedup;
-        if let Owed::Done { ttl, .. } = &self.owed
-            && !ttl.is_zero()
-            && d.cache.batches_finishes()
-            && (self.have_claim || !d.cache_down.load(Ordering::Relaxed))
-        {
-            let c = self.claim.take().expect("settled once");
-            let Owed::Done { hash, ttl } = std::mem::replace(&mut self.owed, Owed::Release) else {
-                unreachable!("matched above")
-            };
-            d.queue_mark(Mark {
-                key: c.key,
-                body_sha256: hash,
-                ttl,
-            });
-            return;
+        match owed {
+            // The claim moves into the mark: nothing is copied, nothing awaited.
+            Owed::Done { hash, ttl } if d.queues_marks(ttl, self.have_claim) => {
+                let c = self.claim.take().expect("settled once");
+                d.queue_mark(Mark {
+                    key: c.key,
+                    body_sha256: hash,
+                    ttl,
+                });
+            }
+            owed => {
+                self.owed = owed;
+                if let Some(c) = &self.claim {
+                    d.pay(c, &self.owed, self.have_claim).await;
+                }
+                self.claim = None;
+            }
         }
-        if let Some(c) = &self.claim {
-            d.pay(c, &self.owed, self.have_claim).await;
-        }
-        self.claim = None;
     }
 }
 
@@ -407,6 +404,18 @@ impl Dedup {
         }
     }
 
+    /// Whether [`Dedup::mark_done`] would queue this mark: a cache that
+    /// batches them, a window left, and a claim of ours or a cache not
+    /// known to be down.
+    fn queues_marks(&self, ttl: Duration, have_claim: bool) -> bool {
+        !ttl.is_zero() && self.cache.batches_finishes() && !self.skips_mark(have_claim)
+    }
+
+    /// Without a claim of ours, a cache known to be down is left alone.
+    fn skips_mark(&self, have_claim: bool) -> bool {
+        !have_claim && self.cache_down.load(Ordering::Relaxed)
+    }
+
     /// A `done` mark for a cache that batches them, queued without waiting
     /// (it cannot be cut short); a full queue hands it to a task.
     fn queue_mark(self: &Arc<Self>, mark: Mark) {
@@ -437,8 +446,9 @@ impl Dedup {
     ///
     /// On Redis the mark joins a batch: one task sends the marks of events
     /// committed together in one pipeline (one round trip, not one each).
-    /// The request was answered at COMMIT; a copy that arrives before its
-    /// mark is sent finds our claim and waits for it, as for any claim.
+    /// The mark is queued, not awaited, and the request answered; a copy
+    /// that arrives before its mark is sent finds our claim and waits for
+    /// it, as for any claim.
     async fn mark_done(
         self: &Arc<Self>,
         c: &Claimant,
@@ -446,7 +456,7 @@ impl Dedup {
         ttl: Duration,
         have_claim: bool,
     ) {
-        if !have_claim && self.cache_down.load(Ordering::Relaxed) {
+        if self.skips_mark(have_claim) {
             return;
         }
         let done = if ttl.is_zero() {
@@ -455,14 +465,13 @@ impl Dedup {
             }
             self.cache.release(&c.key, &c.token).await
         } else if self.cache.batches_finishes() {
-            let mark = Mark {
+            // Copied: the guard keeps the claim until this returns
+            // (`Unsettled::settle` moves it instead on the usual path).
+            self.queue_mark(Mark {
                 key: c.key.clone(),
                 body_sha256: hash.to_owned(),
                 ttl,
-            };
-            // Fails only when the task is gone (the process is stopping):
-            // the claim then expires after claim_ttl, as after a crash.
-            let _ = self.mark_queue().send(mark).await;
+            });
             Ok(())
         } else {
             self.cache.finish(&c.key, hash, ttl).await

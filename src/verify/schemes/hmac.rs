@@ -205,14 +205,9 @@ pub fn signature_values<'h>(
 /// docs/design.md "Twelfth pass").
 fn split_items<'t, 's>(text: &'t str, sep: &'s str) -> impl Iterator<Item = &'t str> + use<'t, 's> {
     let mut chars = sep.chars();
-    let one = match (chars.next(), chars.next()) {
-        (Some(c), None) => Some(c),
-        _ => None,
-    };
-    let by_char = one.map(|c| text.split(c));
-    let by_str = match one {
-        Some(_) => None,
-        None => Some(text.split(sep)),
+    let (by_char, by_str) = match (chars.next(), chars.next()) {
+        (Some(c), None) => (Some(text.split(c)), None),
+        _ => (None, Some(text.split(sep))),
     };
     by_char.into_iter().flatten().chain(by_str.into_iter().flatten())
 }
