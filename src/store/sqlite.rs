@@ -15,10 +15,11 @@ use super::rows::{
     SUCCESSOR_SQL, attempt_from_row, count_from_row, due_from_row, first_occurrence, next_columns,
 };
 use super::*;
-use sqlx::Executor;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteSynchronous,
 };
+use sqlx::{ConnectOptions, Connection, Executor};
 use std::collections::HashMap;
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -29,6 +30,9 @@ mod events;
 
 pub struct SqliteLedger {
     pool: SqlitePool,
+    /// The group-commit writer's own connection (see [`SqliteLedger::writer`]).
+    writer: tokio::sync::Mutex<Option<SqliteConnection>>,
+    opts: SqliteConnectOptions,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -40,13 +44,53 @@ impl SqliteLedger {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(5));
+            .busy_timeout(Duration::from_secs(5))
+            // A multi-row INSERT inside the batch's transaction keeps a
+            // statement journal (to undo that one statement); past 64 KiB
+            // SQLite spills it to a temporary file, created and deleted in
+            // every batch. In memory it stays (https://sqlite.org/tempfiles.html,
+            // "Statement Journals" and "Temporary File Storage Locations").
+            // It is never read for crash recovery, which is the WAL's job.
+            .pragma("temp_store", "memory");
         let pool = SqlitePoolOptions::new()
             .max_connections(max_connections.unwrap_or(4))
             .acquire_timeout(Duration::from_secs(5))
-            .connect_with(opts)
+            // No ping on each checkout: there is no server to hang up, and
+            // a crashed worker thread is still found on return, where the
+            // pool pings and drops a broken connection.
+            .test_before_acquire(false)
+            .connect_with(opts.clone())
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            writer: tokio::sync::Mutex::new(None),
+            opts,
+        })
+    }
+
+    /// Runs the group-commit writer's batch on a connection of its own.
+    /// From the pool it would get a different connection most times, and a
+    /// connection that finds the database written by another one since its
+    /// last transaction starts from an empty page cache: every b-tree page
+    /// of the batch read again (docs/design.md, "Thirteenth pass"). A
+    /// connection whose failure is not the database's answer (its worker
+    /// thread gone) is dropped, and the next batch opens a new one.
+    async fn on_writer<T>(
+        &self,
+        work: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut slot = self.writer.lock().await;
+        let conn = match &mut *slot {
+            Some(c) => c,
+            None => slot.insert(self.opts.connect().await?),
+        };
+        let done = work(conn).await;
+        if let Err(StoreError::Database(e)) = &done
+            && !matches!(e, sqlx::Error::Database(_))
+        {
+            *slot = None;
+        }
+        done
     }
 }
 
@@ -63,115 +107,8 @@ impl Ledger for SqliteLedger {
     }
 
     async fn record(&self, batch: &[NewEvent]) -> Result<Vec<Recorded>, StoreError> {
-        let repeats = first_occurrence(batch);
-        let mut tx = self.pool.begin().await?;
-        let mut out = Vec::with_capacity(batch.len());
-        // Per new event: its rows leased to this process (hand-off).
-        let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
-        // Every first occurrence in one statement, in batch order.
-        let firsts: Vec<&NewEvent> = batch
-            .iter()
-            .zip(&repeats)
-            .filter(|(_, rep)| rep.is_none())
-            .map(|(e, _)| e)
-            .collect();
-        let mut inserted = insert_events(&mut tx, &firsts).await?.into_iter();
-        for (e, rep) in batch.iter().zip(&repeats) {
-            leased.push(None);
-            if let Some(first) = rep {
-                out.push(Recorded::Duplicate {
-                    stored_sha256: batch[*first].body_sha256.to_vec(),
-                    expires_at: batch[*first].expires_at,
-                });
-                continue;
-            }
-            let mut pk = inserted.next().flatten();
-            if pk.is_none() {
-                // Past its window, the id is new again; the kept row is
-                // renamed (see postgres::record::readmit_expired).
-                let renamed = sqlx::query(
-                    "UPDATE hookgate_events SET event_id = event_id || '~expired~' || id
-                     WHERE source = ? AND event_id = ? AND expires_at <= ?",
-                )
-                .bind(&e.source)
-                .bind(&e.event_id)
-                .bind(e.received_at)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if renamed > 0 {
-                    pk = insert_events(&mut tx, &[e]).await?.pop().flatten();
-                }
-            }
-            match pk {
-                Some(pk) => {
-                    let mut handed = vec![];
-                    for (i, t) in e.targets.iter().enumerate() {
-                        let lease = e.lease(i);
-                        // Ordered target: the key's next number, in batch
-                        // (arrival) order; one writer, so also commit order.
-                        // No key found: unordered, sequence 0 (see NewEvent).
-                        let key = e.order_key(i).filter(|k| !k.is_empty());
-                        let seq: Option<i64> = match (e.order_key(i), key) {
-                            (_, Some(k)) => Some(
-                                sqlx::query_scalar(NEXT_SEQ_SQL)
-                                    .bind(t)
-                                    .bind(k)
-                                    .fetch_one(&mut *tx)
-                                    .await?,
-                            ),
-                            (Some(_), None) => Some(0),
-                            (None, None) => None,
-                        };
-                        let id: i64 = sqlx::query_scalar(
-                            "INSERT INTO hookgate_deliveries
-                                 (event_pk, source, target, next_attempt_at, updated_at,
-                                  lease_until, lease_token, order_key, order_seq)
-                             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                        )
-                        .bind(pk)
-                        .bind(&e.source)
-                        .bind(t)
-                        .bind(e.received_at)
-                        .bind(e.received_at)
-                        .bind(lease.map(|l| l.1))
-                        .bind(lease.map(|l| l.0))
-                        .bind(key)
-                        .bind(seq)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        if lease.is_some() {
-                            handed.push((i, id));
-                        }
-                    }
-                    *leased.last_mut().expect("pushed above") = Some(handed);
-                    out.push(Recorded::New);
-                }
-                None => {
-                    let (stored, expires_at): (Vec<u8>, Millis) = sqlx::query_as(
-                        "SELECT body_sha256, expires_at FROM hookgate_events
-                         WHERE source = ? AND event_id = ?",
-                    )
-                    .bind(&e.source)
-                    .bind(&e.event_id)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                    out.push(Recorded::Duplicate {
-                        stored_sha256: stored,
-                        expires_at,
-                    });
-                }
-            }
-        }
-        tx.commit().await?;
-        for (e, handed) in batch.iter().zip(&leased) {
-            if let Some(handed) = handed {
-                e.committed(handed);
-            }
-        }
-        Ok(out)
+        self.on_writer(async |conn| record(conn, batch).await).await
     }
-
     async fn claim_body(
         &self,
         c: &crate::store::body_hashes::BodyClaim<'_>,
@@ -487,10 +424,125 @@ fn last_key(keys: Vec<String>, after: &str) -> Option<String> {
     wrapped.or_else(|| keys.into_iter().max())
 }
 
-/// Inserts one event row unless its key exists; its new primary key.
 /// Rows of one multi-row event insert: 11 bound values each, far below
 /// SQLite's limit on variables in one statement.
 const EVENT_ROWS: usize = 128;
+
+/// One group-commit batch in one transaction on the writer's connection:
+/// the events' rows, the renamed rows of ids past their window, and each new
+/// event's delivery rows (leased to this process where it hands them off).
+async fn record(
+    conn: &mut SqliteConnection,
+    batch: &[NewEvent],
+) -> Result<Vec<Recorded>, StoreError> {
+    let repeats = first_occurrence(batch);
+    let mut tx = conn.begin().await?;
+    let mut out = Vec::with_capacity(batch.len());
+    // Per new event: its rows leased to this process (hand-off).
+    let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
+    // Every first occurrence in one statement, in batch order.
+    let firsts: Vec<&NewEvent> = batch
+        .iter()
+        .zip(&repeats)
+        .filter(|(_, rep)| rep.is_none())
+        .map(|(e, _)| e)
+        .collect();
+    let mut inserted = insert_events(&mut tx, &firsts).await?.into_iter();
+    for (e, rep) in batch.iter().zip(&repeats) {
+        leased.push(None);
+        if let Some(first) = rep {
+            out.push(Recorded::Duplicate {
+                stored_sha256: batch[*first].body_sha256.to_vec(),
+                expires_at: batch[*first].expires_at,
+            });
+            continue;
+        }
+        let mut pk = inserted.next().flatten();
+        if pk.is_none() {
+            // Past its window, the id is new again; the kept row is
+            // renamed (see postgres::record::readmit_expired).
+            let renamed = sqlx::query(
+                "UPDATE hookgate_events SET event_id = event_id || '~expired~' || id
+                 WHERE source = ? AND event_id = ? AND expires_at <= ?",
+            )
+            .bind(&e.source)
+            .bind(&e.event_id)
+            .bind(e.received_at)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if renamed > 0 {
+                pk = insert_events(&mut tx, &[e]).await?.pop().flatten();
+            }
+        }
+        match pk {
+            Some(pk) => {
+                let mut handed = vec![];
+                for (i, t) in e.targets.iter().enumerate() {
+                    let lease = e.lease(i);
+                    // Ordered target: the key's next number, in batch
+                    // (arrival) order; one writer, so also commit order.
+                    // No key found: unordered, sequence 0 (see NewEvent).
+                    let key = e.order_key(i).filter(|k| !k.is_empty());
+                    let seq: Option<i64> = match (e.order_key(i), key) {
+                        (_, Some(k)) => Some(
+                            sqlx::query_scalar(NEXT_SEQ_SQL)
+                                .bind(t)
+                                .bind(k)
+                                .fetch_one(&mut *tx)
+                                .await?,
+                        ),
+                        (Some(_), None) => Some(0),
+                        (None, None) => None,
+                    };
+                    let id: i64 = sqlx::query_scalar(
+                        "INSERT INTO hookgate_deliveries
+                             (event_pk, source, target, next_attempt_at, updated_at,
+                              lease_until, lease_token, order_key, order_seq)
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                    )
+                    .bind(pk)
+                    .bind(&e.source)
+                    .bind(t)
+                    .bind(e.received_at)
+                    .bind(e.received_at)
+                    .bind(lease.map(|l| l.1))
+                    .bind(lease.map(|l| l.0))
+                    .bind(key)
+                    .bind(seq)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    if lease.is_some() {
+                        handed.push((i, id));
+                    }
+                }
+                *leased.last_mut().expect("pushed above") = Some(handed);
+                out.push(Recorded::New);
+            }
+            None => {
+                let (stored, expires_at): (Vec<u8>, Millis) = sqlx::query_as(
+                    "SELECT body_sha256, expires_at FROM hookgate_events
+                     WHERE source = ? AND event_id = ?",
+                )
+                .bind(&e.source)
+                .bind(&e.event_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                out.push(Recorded::Duplicate {
+                    stored_sha256: stored,
+                    expires_at,
+                });
+            }
+        }
+    }
+    tx.commit().await?;
+    for (e, handed) in batch.iter().zip(&leased) {
+        if let Some(handed) = handed {
+            e.committed(handed);
+        }
+    }
+    Ok(out)
+}
 
 /// Inserts `events` (distinct keys) with one statement per [`EVENT_ROWS`],
 /// skipping ids already stored: each event's new primary key, in input
@@ -672,5 +724,101 @@ mod ordering_tests {
         assert_eq!(last_key(keys(&["c", "d"]), "b"), Some("d".into()));
         assert_eq!(last_key(keys(&["c", "d", "a"]), "b"), Some("a".into()));
         assert_eq!(last_key(vec![], "b"), None);
+    }
+}
+
+#[cfg(test)]
+mod writer_tests {
+    use super::ordering_tests::event;
+    use super::*;
+
+    async fn ledger(dir: &tempfile::TempDir) -> SqliteLedger {
+        let url = format!("sqlite://{}", dir.path().join("hg.db").display());
+        let l = SqliteLedger::connect(&url, Some(2)).await.unwrap();
+        l.migrate().await.unwrap();
+        l
+    }
+
+    /// Whether the writer's current connection is the one that made the
+    /// TEMP table `probe` (a TEMP table lives on its connection only).
+    async fn has_probe(l: &SqliteLedger) -> bool {
+        l.on_writer(async |c| {
+            Ok(sqlx::query("SELECT 1 FROM temp.probe")
+                .fetch_optional(&mut *c)
+                .await
+                .is_ok())
+        })
+        .await
+        .unwrap()
+    }
+
+    /// Batches go through one connection, kept across batches and across a
+    /// database's refusal; a failure of the connection itself replaces it.
+    #[tokio::test]
+    async fn the_writer_keeps_its_connection_until_the_connection_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        l.on_writer(async |c| {
+            sqlx::query("CREATE TEMP TABLE probe (x INTEGER)")
+                .execute(&mut *c)
+                .await?;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        l.record(&[event("evt_1", &[])]).await.unwrap();
+        l.record(&[event("evt_2", &[])]).await.unwrap();
+        assert!(has_probe(&l).await, "a batch took another connection");
+        // The database refusing a statement is not the connection failing.
+        let refused = l
+            .on_writer(async |c| {
+                sqlx::query("SELECT * FROM no_such_table")
+                    .execute(&mut *c)
+                    .await?;
+                Ok(())
+            })
+            .await;
+        assert!(matches!(
+            refused,
+            Err(StoreError::Database(sqlx::Error::Database(_)))
+        ));
+        assert!(has_probe(&l).await, "dropped after the database's refusal");
+        // A connection-level failure: the next batch opens a new connection,
+        // and it writes.
+        let lost = l
+            .on_writer(async |_| -> Result<(), StoreError> {
+                Err(StoreError::Database(sqlx::Error::WorkerCrashed))
+            })
+            .await;
+        assert!(lost.is_err());
+        assert!(!has_probe(&l).await, "kept a failed connection");
+        l.record(&[event("evt_3", &[])]).await.unwrap();
+        // What the writer committed, the pool's connections read.
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM hookgate_events")
+            .fetch_one(&l.pool)
+            .await
+            .unwrap();
+        assert_eq!(n, 3);
+    }
+
+    /// Statement journals stay in memory on the writer's and the pool's
+    /// connections (`temp_store` 2 = MEMORY).
+    #[tokio::test]
+    async fn temporary_files_stay_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let pool: i64 = sqlx::query_scalar("PRAGMA temp_store")
+            .fetch_one(&l.pool)
+            .await
+            .unwrap();
+        let writer: i64 = l
+            .on_writer(async |c| {
+                Ok(sqlx::query_scalar("PRAGMA temp_store")
+                    .fetch_one(&mut *c)
+                    .await?)
+            })
+            .await
+            .unwrap();
+        assert_eq!((pool, writer), (2, 2));
     }
 }

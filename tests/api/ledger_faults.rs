@@ -255,3 +255,43 @@ async fn one_refused_row_fails_only_its_own_event_not_the_rest_of_its_batch(b: B
     .await;
     assert!(all, "the rest of the batch is delivered");
 }
+
+/// Pooled connections are not pinged on every checkout (one round trip
+/// less before each ledger write), but one that sat idle is
+/// (src/store/postgres/mod.rs, `pool_options`): after the database dropped
+/// every connection of a quiet gateway (a restart, an operator's
+/// `pg_terminate_backend`), the next event is stored at the first try.
+/// The gateway's own background writes (stats every 200 ms, purge) also
+/// meet dropped connections and the pool discards those, so the pool is
+/// first grown well beyond what they can use up before the event comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_the_database_dropped_in_a_quiet_moment_are_replaced_before_use() {
+    let mut opts = Opts::new(Backend::Production);
+    opts.storage_extra = "max_connections = 30".into();
+    let app = Arc::new(spawn_app(opts).await);
+    assert_eq!(dedup_header(&app.post_stripe("evt_before").await), "new");
+    let mut reads = tokio::task::JoinSet::new();
+    for _ in 0..24 {
+        let app = app.clone();
+        reads.spawn(async move { app.rows("stripe", "evt_before").await });
+    }
+    while let Some(n) = reads.join_next().await {
+        assert_eq!(n.unwrap(), 1);
+    }
+    let mut admin = sqlx::PgConnection::connect(&app.db.url).await.unwrap();
+    let dropped: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (
+             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE datname = current_database() AND pid <> pg_backend_pid()
+         ) t",
+    )
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert!(dropped >= 10, "the pool had grown: {dropped} connections");
+    // Longer than PING_AFTER_IDLE.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = app.post_stripe("evt_after").await;
+    assert_eq!(r.status(), 200, "{:?}", r.text().await);
+    assert_eq!(app.rows("stripe", "evt_after").await, 1);
+}

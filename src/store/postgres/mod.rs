@@ -84,6 +84,33 @@ macro_rules! bounded {
     }};
 }
 
+/// How long a pooled connection may sit unused before it is pinged on its
+/// way out of the pool. Under load the writers take a connection back within
+/// milliseconds, so none is pinged; on a quiet gateway, where a round trip
+/// more costs nothing, nearly every checkout still is.
+const PING_AFTER_IDLE: Duration = Duration::from_millis(100);
+
+/// The pools' options. sqlx pings every connection it hands out by default,
+/// one more round trip before each ledger write, on the path every event
+/// waits on (docs/design.md, "Thirteenth pass"). A connection in steady use
+/// answered a moment ago; only one that sat idle for [`PING_AFTER_IDLE`]
+/// (the ones a database restart in a quiet hour leaves behind) is pinged, and
+/// dropped for a new one if the ping fails. A connection that breaks while in
+/// use fails its call, and the pool drops it when it comes back (sqlx pings
+/// every connection returned to it).
+fn pool_options() -> PgPoolOptions {
+    PgPoolOptions::new()
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for >= PING_AFTER_IDLE {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 impl PgLedger {
     /// Creates a lazy pool: the process starts even while the database is
     /// down, and requests then get 503 instead of hanging.
@@ -110,7 +137,7 @@ impl PgLedger {
         // grew (measured: 20 M rows read in 6 s of load, a quarter of
         // PostgreSQL's CPU per delivered event). With sequential scans
         // priced out, every plan of these statements uses the index.
-        let outbox = PgPoolOptions::new()
+        let outbox = pool_options()
             .max_connections(OUTBOX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(opts.clone().options([("enable_seqscan", "off")]));
@@ -125,14 +152,14 @@ impl PgLedger {
         // the WAL written before it, records included: a claim that saw a
         // row delivered (an ordered key's successor) is never durable
         // without that record.
-        let records = PgPoolOptions::new()
+        let records = pool_options()
             .max_connections(RECORD_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(
                 opts.clone()
                     .options([("enable_seqscan", "off"), ("synchronous_commit", "off")]),
             );
-        let pool = PgPoolOptions::new()
+        let pool = pool_options()
             .max_connections(max_connections.unwrap_or(10))
             .acquire_timeout(ACQUIRE_TIMEOUT)
             .connect_lazy_with(opts);
