@@ -30,7 +30,7 @@ mod events;
 
 pub struct SqliteLedger {
     pool: SqlitePool,
-    /// The group-commit writer's own connection (see [`SqliteLedger::writer`]).
+    /// The group-commit writer's own connection (see [`SqliteLedger::on_writer`]).
     writer: tokio::sync::Mutex<Option<SqliteConnection>>,
     opts: SqliteConnectOptions,
 }
@@ -59,6 +59,19 @@ impl SqliteLedger {
             // a crashed worker thread is still found on return, where the
             // pool pings and drops a broken connection.
             .test_before_acquire(false)
+            // A connection on which sqlx still counts a transaction as open
+            // (its ROLLBACK failed because SQLite had already ended the
+            // transaction, see `on_writer`) is closed, not reused: its next
+            // user's transaction would be a savepoint, and a failed one
+            // would leave SQLite's transaction open, holding the write lock
+            // against every other writer. The ping first lets a queued
+            // rollback run.
+            .after_release(|conn, _| {
+                Box::pin(async move {
+                    conn.ping().await?;
+                    Ok(!conn.is_in_transaction())
+                })
+            })
             .connect_with(opts.clone())
             .await?;
         Ok(Self {
@@ -72,9 +85,16 @@ impl SqliteLedger {
     /// From the pool it would get a different connection most times, and a
     /// connection that finds the database written by another one since its
     /// last transaction starts from an empty page cache: every b-tree page
-    /// of the batch read again (docs/design.md, "Thirteenth pass"). A
-    /// connection whose failure is not the database's answer (its worker
-    /// thread gone) is dropped, and the next batch opens a new one.
+    /// of the batch read again (docs/design.md, "Thirteenth pass").
+    ///
+    /// Any error drops the connection, and the next batch opens a new one.
+    /// A refused row is not only the database's answer: on some errors
+    /// (`SQLITE_FULL`, an I/O error, a trigger's `RAISE(ROLLBACK)`) SQLite
+    /// ends the transaction itself, sqlx's own `ROLLBACK` then fails, and
+    /// sqlx 0.9 still counts the transaction as open. Kept, the connection
+    /// would make the next batches savepoints inside a transaction that
+    /// never commits. Errors are rare; a cold cache after one costs
+    /// nothing that matters.
     async fn on_writer<T>(
         &self,
         work: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T, StoreError>,
@@ -85,9 +105,7 @@ impl SqliteLedger {
             None => slot.insert(self.opts.connect().await?),
         };
         let done = work(conn).await;
-        if let Err(StoreError::Database(e)) = &done
-            && !matches!(e, sqlx::Error::Database(_))
-        {
+        if done.is_err() {
             *slot = None;
         }
         done
@@ -752,10 +770,10 @@ mod writer_tests {
         .unwrap()
     }
 
-    /// Batches go through one connection, kept across batches and across a
-    /// database's refusal; a failure of the connection itself replaces it.
+    /// Batches go through one connection, kept across batches; any error
+    /// replaces it, and the next batch writes on a new one.
     #[tokio::test]
-    async fn the_writer_keeps_its_connection_until_the_connection_fails() {
+    async fn the_writer_keeps_its_connection_until_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let l = ledger(&dir).await;
         l.on_writer(async |c| {
@@ -769,7 +787,6 @@ mod writer_tests {
         l.record(&[event("evt_1", &[])]).await.unwrap();
         l.record(&[event("evt_2", &[])]).await.unwrap();
         assert!(has_probe(&l).await, "a batch took another connection");
-        // The database refusing a statement is not the connection failing.
         let refused = l
             .on_writer(async |c| {
                 sqlx::query("SELECT * FROM no_such_table")
@@ -778,20 +795,8 @@ mod writer_tests {
                 Ok(())
             })
             .await;
-        assert!(matches!(
-            refused,
-            Err(StoreError::Database(sqlx::Error::Database(_)))
-        ));
-        assert!(has_probe(&l).await, "dropped after the database's refusal");
-        // A connection-level failure: the next batch opens a new connection,
-        // and it writes.
-        let lost = l
-            .on_writer(async |_| -> Result<(), StoreError> {
-                Err(StoreError::Database(sqlx::Error::WorkerCrashed))
-            })
-            .await;
-        assert!(lost.is_err());
-        assert!(!has_probe(&l).await, "kept a failed connection");
+        assert!(refused.is_err());
+        assert!(!has_probe(&l).await, "kept the connection after an error");
         l.record(&[event("evt_3", &[])]).await.unwrap();
         // What the writer committed, the pool's connections read.
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM hookgate_events")
@@ -799,6 +804,75 @@ mod writer_tests {
             .await
             .unwrap();
         assert_eq!(n, 3);
+    }
+
+    /// A batch that SQLite rolls back by itself (here a trigger's
+    /// `RAISE(ROLLBACK)`; a full disk does the same), then a batch the
+    /// database refuses: the next batch is still committed, visible to
+    /// the pool's connections, and leaves the database free for other
+    /// writers. On a kept connection, sqlx would still count the first
+    /// transaction as open, and the last batch would only release a
+    /// savepoint inside it.
+    #[tokio::test]
+    async fn a_batch_after_one_that_sqlite_rolled_back_itself_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        sqlx::raw_sql(
+            "CREATE TRIGGER hgtest_rollback BEFORE INSERT ON hookgate_events
+             WHEN NEW.event_id = 'evt_rollback'
+             BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END;
+             CREATE TRIGGER hgtest_abort BEFORE INSERT ON hookgate_events
+             WHEN NEW.event_id = 'evt_abort'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .execute(&l.pool)
+        .await
+        .unwrap();
+        assert!(l.record(&[event("evt_rollback", &[])]).await.is_err());
+        assert!(l.record(&[event("evt_abort", &[])]).await.is_err());
+        l.record(&[event("evt_ok", &[])]).await.unwrap();
+        let stored: Vec<String> = sqlx::query_scalar("SELECT event_id FROM hookgate_events")
+            .fetch_all(&l.pool)
+            .await
+            .unwrap();
+        assert_eq!(stored, ["evt_ok"]);
+        // The write lock is free: another connection writes at once.
+        l.add_counters(&[("s".into(), "received".into(), 1)])
+            .await
+            .unwrap();
+    }
+
+    /// The same on the pool's connections (here through the counters'
+    /// writes, one pooled connection): after a write SQLite rolled back by
+    /// itself and a refused one, the next write is committed and seen by
+    /// another connection.
+    #[tokio::test]
+    async fn a_pooled_write_after_one_that_sqlite_rolled_back_itself_is_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("hg.db").display());
+        let l = SqliteLedger::connect(&url, Some(1)).await.unwrap();
+        l.migrate().await.unwrap();
+        sqlx::raw_sql(
+            "CREATE TRIGGER hgtest_rollback BEFORE INSERT ON hookgate_counters
+             WHEN NEW.name = 'rollback'
+             BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END;
+             CREATE TRIGGER hgtest_abort BEFORE INSERT ON hookgate_counters
+             WHEN NEW.name = 'abort'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
+        )
+        .execute(&l.pool)
+        .await
+        .unwrap();
+        for (name, ok) in [("rollback", false), ("abort", false), ("ok", true)] {
+            let r = l.add_counters(&[("s".into(), name.into(), 1)]).await;
+            assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
+        }
+        let mut other = SqliteConnection::connect(&url).await.unwrap();
+        let names: Vec<String> = sqlx::query_scalar("SELECT name FROM hookgate_counters")
+            .fetch_all(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(names, ["ok"]);
     }
 
     /// Statement journals stay in memory on the writer's and the pool's
