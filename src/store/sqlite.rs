@@ -32,7 +32,6 @@ pub struct SqliteLedger {
     pool: SqlitePool,
     /// The group-commit writer's own connection (see [`SqliteLedger::on_writer`]).
     writer: tokio::sync::Mutex<Option<SqliteConnection>>,
-    opts: SqliteConnectOptions,
 }
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -64,20 +63,16 @@ impl SqliteLedger {
             // transaction, see `on_writer`) is closed, not reused: its next
             // user's transaction would be a savepoint, and a failed one
             // would leave SQLite's transaction open, holding the write lock
-            // against every other writer. The ping first lets a queued
-            // rollback run.
-            .after_release(|conn, _| {
-                Box::pin(async move {
-                    conn.ping().await?;
-                    Ok(!conn.is_in_transaction())
-                })
-            })
-            .connect_with(opts.clone())
+            // against every other writer. A transaction dropped on an error
+            // path may still have its rollback queued at this point; that
+            // connection is closed too (rare, and harmless), so no extra
+            // round trip is spent on every release to tell the two apart.
+            .after_release(|conn, _| Box::pin(async move { Ok(!conn.is_in_transaction()) }))
+            .connect_with(opts)
             .await?;
         Ok(Self {
             pool,
             writer: tokio::sync::Mutex::new(None),
-            opts,
         })
     }
 
@@ -102,7 +97,8 @@ impl SqliteLedger {
         let mut slot = self.writer.lock().await;
         let conn = match &mut *slot {
             Some(c) => c,
-            None => slot.insert(self.opts.connect().await?),
+            // The pool's own options: the same file and pragmas.
+            None => slot.insert(self.pool.connect_options().connect().await?),
         };
         let done = work(conn).await;
         if done.is_err() {
@@ -757,6 +753,24 @@ mod writer_tests {
         l
     }
 
+    /// Triggers on `table` that make SQLite roll back the whole transaction
+    /// by itself for a row whose `column` is `rollback` (as a full disk
+    /// does), and refuse the statement for `abort`.
+    async fn refuse_rows(l: &SqliteLedger, table: &str, column: &str) {
+        let sql = format!(
+            "CREATE TRIGGER hgtest_rollback BEFORE INSERT ON {table}
+             WHEN NEW.{column} = 'rollback'
+             BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END;
+             CREATE TRIGGER hgtest_abort BEFORE INSERT ON {table}
+             WHEN NEW.{column} = 'abort'
+             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;"
+        );
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&l.pool)
+            .await
+            .unwrap();
+    }
+
     /// Whether the writer's current connection is the one that made the
     /// TEMP table `probe` (a TEMP table lives on its connection only).
     async fn has_probe(l: &SqliteLedger) -> bool {
@@ -817,19 +831,9 @@ mod writer_tests {
     async fn a_batch_after_one_that_sqlite_rolled_back_itself_is_committed() {
         let dir = tempfile::tempdir().unwrap();
         let l = ledger(&dir).await;
-        sqlx::raw_sql(
-            "CREATE TRIGGER hgtest_rollback BEFORE INSERT ON hookgate_events
-             WHEN NEW.event_id = 'evt_rollback'
-             BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END;
-             CREATE TRIGGER hgtest_abort BEFORE INSERT ON hookgate_events
-             WHEN NEW.event_id = 'evt_abort'
-             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
-        )
-        .execute(&l.pool)
-        .await
-        .unwrap();
-        assert!(l.record(&[event("evt_rollback", &[])]).await.is_err());
-        assert!(l.record(&[event("evt_abort", &[])]).await.is_err());
+        refuse_rows(&l, "hookgate_events", "event_id").await;
+        assert!(l.record(&[event("rollback", &[])]).await.is_err());
+        assert!(l.record(&[event("abort", &[])]).await.is_err());
         l.record(&[event("evt_ok", &[])]).await.unwrap();
         let stored: Vec<String> = sqlx::query_scalar("SELECT event_id FROM hookgate_events")
             .fetch_all(&l.pool)
@@ -852,17 +856,7 @@ mod writer_tests {
         let url = format!("sqlite://{}", dir.path().join("hg.db").display());
         let l = SqliteLedger::connect(&url, Some(1)).await.unwrap();
         l.migrate().await.unwrap();
-        sqlx::raw_sql(
-            "CREATE TRIGGER hgtest_rollback BEFORE INSERT ON hookgate_counters
-             WHEN NEW.name = 'rollback'
-             BEGIN SELECT RAISE(ROLLBACK, 'rolled back by the test'); END;
-             CREATE TRIGGER hgtest_abort BEFORE INSERT ON hookgate_counters
-             WHEN NEW.name = 'abort'
-             BEGIN SELECT RAISE(ABORT, 'refused by the test'); END;",
-        )
-        .execute(&l.pool)
-        .await
-        .unwrap();
+        refuse_rows(&l, "hookgate_counters", "name").await;
         for (name, ok) in [("rollback", false), ("abort", false), ("ok", true)] {
             let r = l.add_counters(&[("s".into(), name.into(), 1)]).await;
             assert_eq!(r.is_ok(), ok, "{name}: {r:?}");
