@@ -571,3 +571,88 @@ async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
         (200, "duplicate".into())
     );
 }
+
+/// Redis goes silent mid-connection (a frozen proxy: the socket stays open,
+/// no byte comes back). The gateway's own deadline (`redis_timeout`, 300 ms
+/// here) is the only one on a Redis call: the client library's response
+/// timeout is off (docs/design.md, "Fourteenth pass"). So a request still
+/// gets its answer within about that time, decided by the ledger, and once
+/// Redis answers again the provider's retry is a duplicate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_stops_answering_costs_a_request_no_more_than_its_timeout() {
+    let redis = RedisServer::start().await;
+    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
+    let app = spawn_app(opts).await;
+    // The connection is up and in use before Redis goes silent.
+    assert_eq!(app.post_stripe("evt_warm").await.status(), 200);
+
+    proxy.freeze();
+    let started = std::time::Instant::now();
+    let first = app.post_stripe("evt_silent").await;
+    let took = started.elapsed();
+    assert_eq!(
+        (first.status().as_u16(), dedup_header(&first)),
+        (200, "new".into())
+    );
+    assert!(
+        took < Duration::from_millis(1500),
+        "a silent Redis held the request for {took:?}"
+    );
+
+    proxy.restore();
+    let retry = eventually(Duration::from_secs(5), || async {
+        let r = app.post_stripe("evt_silent").await;
+        r.status() == 200 && dedup_header(&r) == "duplicate"
+    })
+    .await;
+    assert!(retry, "the retry was answered as a duplicate");
+    assert_eq!(app.rows("stripe", "evt_silent").await, 1);
+}
+
+/// The Standalone connection to Redis goes silent for good (a route lost
+/// under it: nothing comes back, nothing closes), while new connections get
+/// through. The first call to time out on it replaces the connection, so
+/// the gateway is back on its cache within a probe or two instead of
+/// answering from the ledger until the kernel gives up on the socket.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_connection_silent_for_good_is_replaced_after_a_timeout() {
+    let redis = RedisServer::start().await;
+    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
+    let app = spawn_app(opts).await;
+    assert_eq!(app.post_stripe("evt_warm").await.status(), 200);
+
+    proxy.silence_open();
+    let during = app.post_stripe("evt_during").await;
+    assert_eq!(
+        (during.status().as_u16(), dedup_header(&during)),
+        (200, "new".into())
+    );
+
+    // Redis itself, read directly: a new event's id reaches it again.
+    let direct = redis::Client::open(redis.url()).unwrap();
+    let mut n = 0;
+    let back = eventually(Duration::from_secs(5), || {
+        n += 1;
+        let id = format!("evt_after_{n}");
+        let direct = direct.clone();
+        let app = &app;
+        async move {
+            assert_eq!(app.post_stripe(&id).await.status(), 200);
+            let Ok(mut c) = direct.get_multiplexed_async_connection().await else {
+                return false;
+            };
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(format!("*{id}*"))
+                .query_async(&mut c)
+                .await
+                .unwrap_or_default();
+            !keys.is_empty()
+        }
+    })
+    .await;
+    assert!(back, "claims never reached Redis again");
+}

@@ -1,6 +1,8 @@
 //! One connection type per topology, behind one `query`.
 //!
-//! - Standalone: a `ConnectionManager`, which reconnects by itself.
+//! - Standalone: a `ConnectionManager`, which reconnects by itself after an
+//!   error that says the connection is gone, and is replaced by a new one
+//!   after a timeout (a connection gone silent gives no such error).
 //! - Sentinel: a multiplexed connection to the master the sentinels name. A
 //!   connection error, a timeout or `READONLY` (the old master came back as a
 //!   replica) drops it, and the next call asks the sentinels again, so claims
@@ -32,7 +34,7 @@ pub(super) enum Op<'a> {
 }
 
 pub(super) enum Conn {
-    Standalone(ConnectionManager),
+    Standalone(Managed),
     Sentinel(
         Cached<SentinelClient, MultiplexedConnection>,
         AsyncConnectionConfig,
@@ -44,13 +46,20 @@ impl Conn {
     pub(super) fn new(topology: RedisTopology, timeout: Duration) -> RedisResult<Self> {
         Ok(match topology {
             RedisTopology::Standalone(url) => {
+                // No response timeout of the client's own: every call is
+                // already bounded by `redis_timeout` (`RedisCache::bounded`),
+                // and a second timer per command cost a duplicate 1.6 % of
+                // its instructions (docs/design.md, "Fourteenth pass"). The
+                // manager itself never reconnected after its own timeout
+                // (redis 1.8 retries a timed-out call on the same
+                // connection); `bounded`'s timeout replaces it (`Managed`).
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout))
+                    .set_response_timeout(None)
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(1));
                 let client = redis::Client::open(url)?;
-                Self::Standalone(ConnectionManager::new_lazy_with_config(client, config)?)
+                Self::Standalone(Managed::new(client, config)?)
             }
             RedisTopology::Sentinel {
                 sentinels,
@@ -76,9 +85,10 @@ impl Conn {
                     Some(node),
                     SentinelServerType::Master,
                 )?;
+                // As for Standalone: `bounded` is the one deadline.
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(timeout))
-                    .set_response_timeout(Some(timeout));
+                    .set_response_timeout(None);
                 Self::Sentinel(Cached::new(client), config)
             }
             RedisTopology::Cluster { nodes, auth } => {
@@ -104,7 +114,7 @@ impl Conn {
 
     pub(super) async fn query<T: FromRedisValue>(&self, op: &Op<'_>) -> RedisResult<T> {
         let result = match self {
-            Self::Standalone(m) => return exec(op, &mut m.clone()).await,
+            Self::Standalone(m) => return exec(op, &mut m.current()).await,
             Self::Sentinel(cached, config) => {
                 let mut conn = match cached.current() {
                     Some(c) => c,
@@ -154,7 +164,7 @@ impl Conn {
     /// Forgets the connection (after an error or a timeout); the next call reconnects.
     pub(super) fn reset(&self) {
         match self {
-            Self::Standalone(_) => {}
+            Self::Standalone(m) => m.replace(),
             Self::Sentinel(c, _) => c.reset(),
             Self::Cluster(c) => c.reset(),
         }
@@ -176,6 +186,46 @@ async fn exec<T: FromRedisValue>(op: &Op<'_>, conn: &mut impl ConnectionLike) ->
         Op::Cmd(cmd) => cmd.query_async(conn).await,
         Op::Script(inv) => inv.invoke_async(conn).await,
         Op::Pipe(p) => p.query_async(conn).await,
+    }
+}
+
+/// Standalone Redis: a connection manager, shared, and replaced by a new
+/// one (connecting on first use) when a call times out. The manager
+/// reconnects by itself only after an error that says the connection is
+/// gone; a connection that went silent without closing (a blackholed route)
+/// gives none, and every call on it would time out until the kernel gave up
+/// on the socket, with the gateway on its ledger meanwhile.
+pub(super) struct Managed {
+    client: redis::Client,
+    config: ConnectionManagerConfig,
+    current: std::sync::Mutex<ConnectionManager>,
+}
+
+impl Managed {
+    fn new(client: redis::Client, config: ConnectionManagerConfig) -> RedisResult<Self> {
+        let current = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
+        Ok(Self {
+            client,
+            config,
+            current: std::sync::Mutex::new(current),
+        })
+    }
+
+    fn current(&self) -> ConnectionManager {
+        self.current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// A new manager for the next calls; calls under way keep the old one,
+    /// which closes once the last of them is done.
+    fn replace(&self) {
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(m) => *self.current.lock().unwrap_or_else(|p| p.into_inner()) = m,
+            // The same client and settings were accepted at start-up.
+            Err(e) => tracing::warn!(error = %e, "could not replace the Redis connection"),
+        }
     }
 }
 

@@ -104,9 +104,11 @@ impl ClaimCache for RedisCache {
             self.claim_script(key, &value, ttl_ms).await?
         } else {
             // Built in place: `cmd(..).arg(..).to_owned()` copies the
-            // command once more, on every request.
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key)
+            // command once more, on every request. Sized up front: grown
+            // argument by argument it was reallocated four times.
+            let mut cmd = redis::Cmd::with_capacity(7, 32 + key.len() + value.len());
+            cmd.arg("SET")
+                .arg(key)
                 .arg(&value)
                 .arg("NX")
                 .arg("PX")

@@ -163,12 +163,15 @@ impl Drop for RedisServer {
 /// While stalled, new connections are accepted and then never answered
 /// (a hung database). While frozen, every connection, open or new, stays
 /// open and silent: no byte is forwarded either way (a blackholed network).
+/// Connections silenced ([`ChaosProxy::silence_open`]) stay so for good,
+/// while later ones pass (a route lost under one connection).
 pub struct ChaosProxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
     stalled: Arc<AtomicBool>,
     frozen: Arc<AtomicBool>,
     generation: Arc<std::sync::atomic::AtomicU64>,
+    open: Arc<std::sync::Mutex<Vec<Arc<AtomicBool>>>>,
 }
 
 impl ChaosProxy {
@@ -179,8 +182,9 @@ impl ChaosProxy {
         let stalled = Arc::new(AtomicBool::new(false));
         let frozen = Arc::new(AtomicBool::new(false));
         let generation = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let open = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (c, st, g) = (cut.clone(), stalled.clone(), generation.clone());
-        let fr = frozen.clone();
+        let (fr, op) = (frozen.clone(), open.clone());
         tokio::spawn(async move {
             loop {
                 let Ok((inbound, _)) = listener.accept().await else {
@@ -202,11 +206,13 @@ impl ChaosProxy {
                 }
                 let born = g.load(Ordering::SeqCst);
                 let (c2, g2, fr2) = (c.clone(), g.clone(), fr.clone());
+                let silenced = Arc::new(AtomicBool::new(false));
+                op.lock().unwrap().push(silenced.clone());
                 tokio::spawn(async move {
                     let Ok(out) = TcpStream::connect(upstream).await else {
                         return;
                     };
-                    let copy = pump(inbound, out, fr2);
+                    let copy = pump(inbound, out, [fr2, silenced]);
                     let watch = async {
                         loop {
                             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -225,6 +231,15 @@ impl ChaosProxy {
             stalled,
             frozen,
             generation,
+            open,
+        }
+    }
+
+    /// Silences, for good, every connection open now (no byte either way,
+    /// none closed); connections opened later pass.
+    pub fn silence_open(&self) {
+        for c in self.open.lock().unwrap().iter() {
+            c.store(true, Ordering::SeqCst);
         }
     }
 
@@ -259,8 +274,8 @@ impl ChaosProxy {
 
 /// Copies bytes both ways (as `tokio::io::copy_bidirectional`, an end's
 /// EOF shuts the other's write side), but reads and writes nothing while
-/// `frozen` is set: the sockets stay open and silent.
-async fn pump(a: TcpStream, b: TcpStream, frozen: Arc<AtomicBool>) {
+/// either `frozen` flag is set: the sockets stay open and silent.
+async fn pump(a: TcpStream, b: TcpStream, frozen: [Arc<AtomicBool>; 2]) {
     let (ar, aw) = a.into_split();
     let (br, bw) = b.into_split();
     tokio::join!(one_way(ar, bw, frozen.clone()), one_way(br, aw, frozen));
@@ -269,11 +284,11 @@ async fn pump(a: TcpStream, b: TcpStream, frozen: Arc<AtomicBool>) {
 async fn one_way(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    frozen: Arc<AtomicBool>,
+    frozen: [Arc<AtomicBool>; 2],
 ) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let thawed = || async {
-        while frozen.load(Ordering::SeqCst) {
+        while frozen.iter().any(|f| f.load(Ordering::SeqCst)) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
