@@ -19,11 +19,10 @@ use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-/// Response header telling the caller what dedup decided.
-pub const DEDUP_HEADER: &str = "hookgate-dedup";
-/// [`DEDUP_HEADER`] as a header name built once: inserting by `&str` copies
-/// a non-standard name into a new allocation on every answer.
-const DEDUP: header::HeaderName = header::HeaderName::from_static(DEDUP_HEADER);
+/// Response header telling the caller what dedup decided. A header name
+/// built once: inserted by `&str`, a non-standard name is copied into a new
+/// allocation on every answer.
+const DEDUP_HEADER: header::HeaderName = header::HeaderName::from_static("hookgate-dedup");
 
 pub async fn receive(
     State(state): State<AppState>,
@@ -184,7 +183,7 @@ fn reply_response(r: Reply, dedup: Option<&'static str>) -> Response {
     let mut res = (status, r.body).into_response();
     let h = res.headers_mut();
     if let Some(d) = dedup {
-        h.insert(DEDUP, HeaderValue::from_static(d));
+        h.insert(DEDUP_HEADER, HeaderValue::from_static(d));
     }
     if let Some(ct) = r
         .content_type

@@ -572,6 +572,18 @@ async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
     );
 }
 
+/// A gateway whose throwaway Redis sits behind a proxy, its connection up
+/// and in use (one event stored).
+async fn app_with_redis_behind_a_proxy() -> (RedisServer, ChaosProxy, TestApp) {
+    let redis = RedisServer::start().await;
+    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
+    let mut opts = Opts::new(Backend::Production);
+    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
+    let app = spawn_app(opts).await;
+    assert_eq!(app.post_stripe("evt_warm").await.status(), 200);
+    (redis, proxy, app)
+}
+
 /// Redis goes silent mid-connection (a frozen proxy: the socket stays open,
 /// no byte comes back). The gateway's own deadline (`redis_timeout`, 300 ms
 /// here) is the only one on a Redis call: the client library's response
@@ -580,13 +592,7 @@ async fn a_claim_owned_before_the_cache_was_flagged_down_still_becomes_done() {
 /// Redis answers again the provider's retry is a duplicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_that_stops_answering_costs_a_request_no_more_than_its_timeout() {
-    let redis = RedisServer::start().await;
-    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
-    let mut opts = Opts::new(Backend::Production);
-    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
-    let app = spawn_app(opts).await;
-    // The connection is up and in use before Redis goes silent.
-    assert_eq!(app.post_stripe("evt_warm").await.status(), 200);
+    let (_redis, proxy, app) = app_with_redis_behind_a_proxy().await;
 
     proxy.freeze();
     let started = std::time::Instant::now();
@@ -618,12 +624,7 @@ async fn a_redis_that_stops_answering_costs_a_request_no_more_than_its_timeout()
 /// answering from the ledger until the kernel gives up on the socket.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_connection_silent_for_good_is_replaced_after_a_timeout() {
-    let redis = RedisServer::start().await;
-    let proxy = ChaosProxy::start(([127, 0, 0, 1], redis.port).into()).await;
-    let mut opts = Opts::new(Backend::Production);
-    opts.redis_url = Some(format!("redis://127.0.0.1:{}", proxy.port));
-    let app = spawn_app(opts).await;
-    assert_eq!(app.post_stripe("evt_warm").await.status(), 200);
+    let (redis, proxy, app) = app_with_redis_behind_a_proxy().await;
 
     proxy.silence_open();
     let during = app.post_stripe("evt_during").await;

@@ -34,7 +34,10 @@ pub(super) enum Op<'a> {
 }
 
 pub(super) enum Conn {
-    Standalone(Managed),
+    Standalone(
+        Cached<redis::Client, ConnectionManager>,
+        ConnectionManagerConfig,
+    ),
     Sentinel(
         Cached<SentinelClient, MultiplexedConnection>,
         AsyncConnectionConfig,
@@ -52,14 +55,14 @@ impl Conn {
                 // its instructions (docs/design.md, "Fourteenth pass"). The
                 // manager itself never reconnected after its own timeout
                 // (redis 1.8 retries a timed-out call on the same
-                // connection); `bounded`'s timeout replaces it (`Managed`).
+                // connection); `bounded`'s timeout replaces it (`reset`).
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(timeout))
                     .set_response_timeout(None)
                     .set_number_of_retries(1)
                     .set_max_delay(Duration::from_secs(1));
                 let client = redis::Client::open(url)?;
-                Self::Standalone(Managed::new(client, config)?)
+                Self::Standalone(Cached::new(client), config)
             }
             RedisTopology::Sentinel {
                 sentinels,
@@ -114,37 +117,31 @@ impl Conn {
 
     pub(super) async fn query<T: FromRedisValue>(&self, op: &Op<'_>) -> RedisResult<T> {
         let result = match self {
-            Self::Standalone(m) => return exec(op, &mut m.current()).await,
+            // The manager reconnects by itself after an error that says the
+            // connection is gone: only a timeout (`bounded`) replaces it.
+            Self::Standalone(cached, config) => {
+                let mut m = cached
+                    .get_or_connect(async |client| {
+                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    })
+                    .await?;
+                return exec(op, &mut m).await;
+            }
             Self::Sentinel(cached, config) => {
-                let mut conn = match cached.current() {
-                    Some(c) => c,
-                    None => {
-                        let mut client = cached.state.lock().await;
-                        match cached.current() {
-                            Some(c) => c,
-                            None => {
-                                let master = client.async_get_client().await?;
-                                let c = master
-                                    .get_multiplexed_async_connection_with_config(config)
-                                    .await?;
-                                cached.store(c)
-                            }
-                        }
-                    }
-                };
+                let mut conn = cached
+                    .get_or_connect(async |client| {
+                        let master = client.async_get_client().await?;
+                        master
+                            .get_multiplexed_async_connection_with_config(config)
+                            .await
+                    })
+                    .await?;
                 exec(op, &mut conn).await
             }
             Self::Cluster(cached) => {
-                let mut conn = match cached.current() {
-                    Some(c) => c,
-                    None => {
-                        let client = cached.state.lock().await;
-                        match cached.current() {
-                            Some(c) => c,
-                            None => cached.store(client.get_async_connection().await?),
-                        }
-                    }
-                };
+                let mut conn = cached
+                    .get_or_connect(async |client| client.get_async_connection().await)
+                    .await?;
                 exec(op, &mut conn).await
             }
         };
@@ -164,7 +161,7 @@ impl Conn {
     /// Forgets the connection (after an error or a timeout); the next call reconnects.
     pub(super) fn reset(&self) {
         match self {
-            Self::Standalone(m) => m.replace(),
+            Self::Standalone(c, _) => c.reset(),
             Self::Sentinel(c, _) => c.reset(),
             Self::Cluster(c) => c.reset(),
         }
@@ -189,46 +186,6 @@ async fn exec<T: FromRedisValue>(op: &Op<'_>, conn: &mut impl ConnectionLike) ->
     }
 }
 
-/// Standalone Redis: a connection manager, shared, and replaced by a new
-/// one (connecting on first use) when a call times out. The manager
-/// reconnects by itself only after an error that says the connection is
-/// gone; a connection that went silent without closing (a blackholed route)
-/// gives none, and every call on it would time out until the kernel gave up
-/// on the socket, with the gateway on its ledger meanwhile.
-pub(super) struct Managed {
-    client: redis::Client,
-    config: ConnectionManagerConfig,
-    current: std::sync::Mutex<ConnectionManager>,
-}
-
-impl Managed {
-    fn new(client: redis::Client, config: ConnectionManagerConfig) -> RedisResult<Self> {
-        let current = ConnectionManager::new_lazy_with_config(client.clone(), config.clone())?;
-        Ok(Self {
-            client,
-            config,
-            current: std::sync::Mutex::new(current),
-        })
-    }
-
-    fn current(&self) -> ConnectionManager {
-        self.current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// A new manager for the next calls; calls under way keep the old one,
-    /// which closes once the last of them is done.
-    fn replace(&self) {
-        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
-            Ok(m) => *self.current.lock().unwrap_or_else(|p| p.into_inner()) = m,
-            // The same client and settings were accepted at start-up.
-            Err(e) => tracing::warn!(error = %e, "could not replace the Redis connection"),
-        }
-    }
-}
-
 /// A connection made on first use and shared until reset; `state` (the
 /// client) is locked only while connecting, so one caller connects at a time.
 pub(super) struct Cached<S, C> {
@@ -242,6 +199,22 @@ impl<S, C: Clone> Cached<S, C> {
             state: tokio::sync::Mutex::new(state),
             current: std::sync::Mutex::new(None),
         }
+    }
+
+    /// The shared connection, or one made now by `connect` (one caller at a
+    /// time; the others then find it made).
+    async fn get_or_connect(
+        &self,
+        connect: impl AsyncFnOnce(&mut S) -> RedisResult<C>,
+    ) -> RedisResult<C> {
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        let mut state = self.state.lock().await;
+        if let Some(c) = self.current() {
+            return Ok(c);
+        }
+        Ok(self.store(connect(&mut state).await?))
     }
 
     fn current(&self) -> Option<C> {
