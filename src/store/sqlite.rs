@@ -450,10 +450,6 @@ async fn record(
     batch: &[NewEvent],
 ) -> Result<Vec<Recorded>, StoreError> {
     let repeats = first_occurrence(batch);
-    let mut tx = conn.begin().await?;
-    let mut out = Vec::with_capacity(batch.len());
-    // Per new event: its rows leased to this process (hand-off).
-    let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
     // Every first occurrence in one statement, in batch order.
     let firsts: Vec<&NewEvent> = batch
         .iter()
@@ -461,7 +457,31 @@ async fn record(
         .filter(|(_, rep)| rep.is_none())
         .map(|(e, _)| e)
         .collect();
-    let mut inserted = insert_events(&mut tx, &firsts).await?.into_iter();
+    // Without delivery rows the events' INSERT is the whole write, and on
+    // its own (autocommit) it is one implicit transaction: no BEGIN and
+    // COMMIT, each a round trip to sqlx's worker thread and a wake-up of
+    // this task behind the requests on the runtime (docs/design.md
+    // "Fifteenth pass"). Only ids that were stored already go on to the
+    // transaction below (renamed past their window, or read as duplicates).
+    let autocommitted = if firsts.len() <= EVENT_ROWS && firsts.iter().all(|e| e.targets.is_empty())
+    {
+        let pks = insert_events(&mut *conn, &firsts).await?;
+        if pks.iter().all(Option::is_some) {
+            return Ok(all_new(batch, &repeats));
+        }
+        Some(pks)
+    } else {
+        None
+    };
+    let mut tx = conn.begin().await?;
+    let mut out = Vec::with_capacity(batch.len());
+    // Per new event: its rows leased to this process (hand-off).
+    let mut leased: Vec<Option<Vec<(usize, i64)>>> = Vec::with_capacity(batch.len());
+    let mut inserted = match autocommitted {
+        Some(pks) => pks,
+        None => insert_events(&mut tx, &firsts).await?,
+    }
+    .into_iter();
     for (e, rep) in batch.iter().zip(&repeats) {
         leased.push(None);
         if let Some(first) = rep {
@@ -558,13 +578,33 @@ async fn record(
     Ok(out)
 }
 
+/// The outcome of a batch whose first occurrences were all inserted: new,
+/// and a repeat within the batch a duplicate of its first occurrence.
+/// Nothing was leased (no delivery rows).
+fn all_new(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
+    batch
+        .iter()
+        .zip(repeats)
+        .map(|(e, rep)| match rep {
+            Some(first) => Recorded::Duplicate {
+                stored_sha256: batch[*first].body_sha256.to_vec(),
+                expires_at: batch[*first].expires_at,
+            },
+            None => {
+                e.committed(&[]);
+                Recorded::New
+            }
+        })
+        .collect()
+}
+
 /// Inserts `events` (distinct keys) with one statement per [`EVENT_ROWS`],
 /// skipping ids already stored: each event's new primary key, in input
 /// order, `None` where its id was already there. One statement instead of
 /// one per event: each statement is a round trip to sqlx's SQLite worker
 /// thread (docs/design.md, "Fifth pass").
 async fn insert_events(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    conn: &mut SqliteConnection,
     events: &[&NewEvent],
 ) -> Result<Vec<Option<i64>>, StoreError> {
     let mut pks = Vec::with_capacity(events.len());
@@ -589,7 +629,7 @@ async fn insert_events(
                 .push_bind(e.facts.recovered);
         });
         q.push(" ON CONFLICT (source, event_id) DO NOTHING RETURNING id, source, event_id");
-        let rows: Vec<(i64, String, String)> = q.build_query_as().fetch_all(&mut **tx).await?;
+        let rows: Vec<(i64, String, String)> = q.build_query_as().fetch_all(&mut *conn).await?;
         let mut new: HashMap<(&str, &str), i64> = rows
             .iter()
             .map(|(id, s, e)| ((s.as_str(), e.as_str()), *id))
@@ -867,6 +907,62 @@ mod writer_tests {
             .await
             .unwrap();
         assert_eq!(names, ["ok"]);
+    }
+
+    /// A batch without delivery rows is written by its INSERT alone
+    /// (autocommit); the ids it finds stored go on to a transaction: a
+    /// stored id is a duplicate of the stored row, one past its window is
+    /// new again (the old row renamed), and a repeat within the batch is a
+    /// duplicate of its first occurrence. The new rows are committed, and
+    /// the next batch takes the short path again.
+    #[tokio::test]
+    async fn a_batch_without_targets_holding_stored_ids_is_decided_per_event() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = ledger(&dir).await;
+        let mut old = event("evt_old", &[]);
+        old.expires_at = Millis(5);
+        assert_eq!(
+            l.record(&[event("evt_stored", &[]), old]).await.unwrap(),
+            [Recorded::New, Recorded::New]
+        );
+        let mut again = event("evt_stored", &[]);
+        again.body_sha256 = [1; 32];
+        let mut old_again = event("evt_old", &[]);
+        old_again.received_at = Millis(10);
+        let batch = [
+            event("evt_new_1", &[]),
+            again,
+            old_again,
+            event("evt_new_1", &[]),
+            event("evt_new_2", &[]),
+        ];
+        let stored = Recorded::Duplicate {
+            stored_sha256: vec![0; 32],
+            expires_at: Millis(1_000_000),
+        };
+        assert_eq!(
+            l.record(&batch).await.unwrap(),
+            [
+                Recorded::New,
+                stored.clone(),
+                Recorded::New,
+                stored.clone(),
+                Recorded::New
+            ]
+        );
+        let mut ids: Vec<String> = sqlx::query_scalar("SELECT event_id FROM hookgate_events")
+            .fetch_all(&l.pool)
+            .await
+            .unwrap();
+        ids.sort();
+        assert_eq!(ids.len(), 5, "{ids:?}");
+        assert_eq!(ids[..3], ["evt_new_1", "evt_new_2", "evt_old"]);
+        assert!(ids[3].starts_with("evt_old~expired~"), "{ids:?}");
+        assert_eq!(ids[4], "evt_stored");
+        assert_eq!(
+            l.record(&[event("evt_new_3", &[])]).await.unwrap(),
+            [Recorded::New]
+        );
     }
 
     /// Statement journals stay in memory on the writer's and the pool's
