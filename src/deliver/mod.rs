@@ -105,6 +105,9 @@ struct TargetCtx {
     duration: metrics::Histogram,
     /// Rows that came by hand-off (no claim query).
     handed: metrics::Counter,
+    /// `rate`: tokens for the loop's claims and for the next row of an
+    /// ordering key (shared: both lease rows to send).
+    bucket: Option<std::sync::Mutex<rate::Bucket>>,
 }
 
 impl TargetCtx {
@@ -123,6 +126,9 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
+            bucket: target
+                .rate
+                .map(|r| std::sync::Mutex::new(rate::Bucket::new(r))),
             sink: Sink::new(&target, http),
             target,
             wake,
@@ -203,7 +209,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     // in batches rather than one row per freed slot.
     let mut backlog = false;
     // `rate`: only as many rows are claimed as may be sent now.
-    let mut bucket = t.target.rate.map(rate::Bucket::new);
+    let bucket = t.bucket.as_ref();
     // `order_by`: the last key leased; the next claim visits the keys
     // after it first (round-robin over keys).
     let mut order_cursor = String::new();
@@ -214,7 +220,10 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
             .min(MAX_CLAIM);
         let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
         let mut throttled = None;
-        if wants && let Some(b) = bucket.as_mut() {
+        if wants && let Some(b) = bucket {
+            let mut b = b
+                .lock()
+                .expect("the bucket's lock is never held across a panic");
             free = b.take(free, Instant::now());
             if free == 0 {
                 throttled = Some(b.wait());
@@ -249,8 +258,8 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     }
                     more = rows.len() == free;
                     backlog = more;
-                    if let Some(b) = bucket.as_mut() {
-                        b.give_back(free - rows.len());
+                    if let Some(b) = bucket {
+                        give_back(b, free - rows.len());
                     }
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
@@ -281,8 +290,8 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     }
                 }
                 Err(e) => {
-                    if let Some(b) = bucket.as_mut() {
-                        b.give_back(free);
+                    if let Some(b) = bucket {
+                        give_back(b, free);
                     }
                     if !failing {
                         failing = true;
@@ -506,6 +515,19 @@ impl Sending {
 /// every key. `None`: nothing due (a retry's backoff, or another replica
 /// took it); the loop's claims find it later.
 async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
+    // A rate-capped target: the next row needs a token like any claim.
+    // Without one the key waits; the loop claims its row (first of its key)
+    // once the bucket refills, so the key keeps its order.
+    if let Some(b) = &t.bucket {
+        let granted = b
+            .lock()
+            .expect("the bucket's lock is never held across a panic")
+            .take(1, Instant::now());
+        if granted == 0 {
+            t.wake.notify_one();
+            return None;
+        }
+    }
     let now = Millis::now();
     let lease_until = now + ctx.settings.lease;
     match ctx
@@ -513,13 +535,30 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
         .claim_successor(&t.target.name, key, now, lease_until, &ctx.token)
         .await
     {
-        Ok(row) => row,
+        Ok(row) => {
+            if row.is_none()
+                && let Some(b) = &t.bucket
+            {
+                give_back(b, 1);
+            }
+            row
+        }
         Err(e) => {
+            if let Some(b) = &t.bucket {
+                give_back(b, 1);
+            }
             tracing::debug!(error = %e, "could not claim the key's next row; the loop will");
             t.wake.notify_one();
             None
         }
     }
+}
+
+/// Returns tokens taken for rows that were not there to lease.
+fn give_back(b: &std::sync::Mutex<rate::Bucket>, n: usize) {
+    b.lock()
+        .expect("the bucket's lock is never held across a panic")
+        .give_back(n);
 }
 
 /// The target answered after being down: its retrying backlog is due now,
