@@ -1,8 +1,8 @@
 //! A target's `rate` cap: a token bucket its loop consults before each
 //! claim, and an ordered target's key before leasing its next row
-//! (`deliver::successor`), so only rows it may send now are leased. The backlog waits in the
-//! outbox (pending, unleased: another replica or a restart can take it),
-//! and nothing is dropped. The cap is per process.
+//! (`deliver::successor`), so only rows it may send now are leased. The
+//! backlog waits in the outbox (pending, unleased: another replica or a
+//! restart can take it), and nothing is dropped. The cap is per process.
 
 use std::time::{Duration, Instant};
 

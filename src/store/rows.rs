@@ -5,7 +5,8 @@
 //! `$N` placeholders, which both databases accept.
 
 use super::{
-    AttemptRecord, AttemptRow, DeliveryCount, DueDelivery, NewEvent, NextState, StoreError,
+    AttemptRecord, AttemptRow, DeliveryCount, DueDelivery, NewEvent, NextState, Recorded,
+    StoreError,
 };
 use crate::primitives::time::Millis;
 use sqlx::Row;
@@ -150,6 +151,23 @@ pub(crate) const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.status, a.error, a.la
 /// `$1` = source, `$2` = event id.
 pub(crate) const EVENT_COUNT_SQL: &str =
     "SELECT COUNT(*) FROM hookgate_events WHERE source = $1 AND event_id = $2";
+
+/// The outcome of a batch whose first occurrences were all inserted (and
+/// had no delivery rows to hand off): each new, and a repeat within the
+/// batch a duplicate of its first occurrence. `repeats` is
+/// [`first_occurrence`]'s.
+pub(crate) fn fresh_results(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
+    repeats
+        .iter()
+        .map(|rep| match rep {
+            Some(first) => Recorded::Duplicate {
+                stored_sha256: batch[*first].body_sha256.to_vec(),
+                expires_at: batch[*first].expires_at,
+            },
+            None => Recorded::New,
+        })
+        .collect()
+}
 
 /// In-batch duplicates: the index of the first event with the same key, for
 /// each event that repeats an earlier one.

@@ -12,7 +12,8 @@ mod idempotency;
 use super::rows::{
     ATTEMPTS_SQL, COUNTERS_SQL, COUNTS_SQL, EVENT_COUNT_SQL, FINISH_ATTEMPT_SQL,
     INSERT_ATTEMPT_SQL, NEXT_SEQ_SQL, ORDERED_CANDIDATES_SQL, OVERTAKEN_SQL, RELEASE_LEASES_SQL,
-    SUCCESSOR_SQL, attempt_from_row, count_from_row, due_from_row, first_occurrence, next_columns,
+    SUCCESSOR_SQL, attempt_from_row, count_from_row, due_from_row, first_occurrence, fresh_results,
+    next_columns,
 };
 use super::*;
 use sqlx::sqlite::{
@@ -467,7 +468,7 @@ async fn record(
     {
         let pks = insert_events(&mut *conn, &firsts).await?;
         if pks.iter().all(Option::is_some) {
-            return Ok(all_new(batch, &repeats));
+            return Ok(fresh_results(batch, &repeats));
         }
         Some(pks)
     } else {
@@ -576,26 +577,6 @@ async fn record(
         }
     }
     Ok(out)
-}
-
-/// The outcome of a batch whose first occurrences were all inserted: new,
-/// and a repeat within the batch a duplicate of its first occurrence.
-/// Nothing was leased (no delivery rows).
-fn all_new(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
-    batch
-        .iter()
-        .zip(repeats)
-        .map(|(e, rep)| match rep {
-            Some(first) => Recorded::Duplicate {
-                stored_sha256: batch[*first].body_sha256.to_vec(),
-                expires_at: batch[*first].expires_at,
-            },
-            None => {
-                e.committed(&[]);
-                Recorded::New
-            }
-        })
-        .collect()
 }
 
 /// Inserts `events` (distinct keys) with one statement per [`EVENT_ROWS`],

@@ -8,7 +8,7 @@
 //! written the usual way: one statement more, only then). Rows are
 //! locked in one global key order so concurrent batches cannot deadlock.
 
-use super::super::rows::first_occurrence;
+use super::super::rows::{first_occurrence, fresh_results};
 use super::super::{NewEvent, Recorded, StoreError};
 use super::NOTIFY_CHANNEL;
 use crate::primitives::time::Millis;
@@ -203,21 +203,6 @@ fn events<'q>(
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
-}
-
-/// Every first occurrence new; a repeat within the batch is a duplicate of
-/// its first occurrence (same shape as [`results`]).
-fn fresh_results(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
-    repeats
-        .iter()
-        .map(|rep| match rep {
-            Some(first) => Recorded::Duplicate {
-                stored_sha256: batch[*first].body_sha256.to_vec(),
-                expires_at: batch[*first].expires_at,
-            },
-            None => Recorded::New,
-        })
-        .collect()
 }
 
 fn key(e: &NewEvent) -> Key<'_> {
