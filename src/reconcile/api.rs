@@ -47,6 +47,38 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
+/// The wait an API asks for when this answer is a rate limit: its
+/// `Retry-After`, or, with `x-ratelimit-remaining: 0`, the time until
+/// `x-ratelimit-reset` (UTC epoch seconds; at least a second). GitHub
+/// limits with either header on a `403` or a `429`
+/// (<https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#exceeding-the-rate-limit>).
+fn asked_wait(headers: &HeaderMap, now_secs: u64) -> Option<Duration> {
+    if let Some(d) = retry_after(headers) {
+        return Some(d);
+    }
+    let header = |name: &str| headers.get(name)?.to_str().ok().map(str::trim);
+    if header("x-ratelimit-remaining")? != "0" {
+        return None;
+    }
+    let reset: u64 = header("x-ratelimit-reset")?.parse().ok()?;
+    Some(Duration::from_secs(reset.saturating_sub(now_secs).max(1)))
+}
+
+/// A `403` that is GitHub's secondary rate limit without either header: its
+/// message says so, and GitHub asks for at least a minute's wait (same page).
+/// The body is only looked at, never logged or returned.
+fn says_rate_limit(body: &[u8]) -> bool {
+    const NEEDLE: &[u8] = b"rate limit";
+    body.windows(NEEDLE.len())
+        .any(|w| w.eq_ignore_ascii_case(NEEDLE))
+}
+
+fn unix_now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// An answer that was not an error.
 pub struct Answer {
     pub headers: HeaderMap,
@@ -63,8 +95,12 @@ pub struct Api {
 
 impl Api {
     /// Sends the request `build` makes (called again per retry), retrying
-    /// `429`, `5xx` and transport errors. `401`/`403` are a credential
-    /// problem; other statuses fail at once.
+    /// `429`, `5xx`, a `403` that is a rate limit ([`asked_wait`],
+    /// [`says_rate_limit`]) and transport errors. Any other `401`/`403` is a
+    /// credential problem; other statuses fail at once. A wait the provider
+    /// asks for beyond `retry.max` ends the call with
+    /// [`ReconcileError::RateLimited`] instead of being cut short (the
+    /// next run resumes from the checkpoint).
     pub async fn send(
         &self,
         what: &'static str,
@@ -82,20 +118,41 @@ impl Api {
                         let body = res.bytes().await.map_err(|e| self.transport(what, &e))?;
                         return Ok(Answer { headers, body });
                     }
-                    if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+                    let mut after = asked_wait(res.headers(), unix_now_secs());
+                    let limited = if status == StatusCode::TOO_MANY_REQUESTS {
+                        true
+                    } else if status == StatusCode::FORBIDDEN && after.is_none() {
+                        let body = res.bytes().await.unwrap_or_default();
+                        if says_rate_limit(&body) {
+                            after = Some(Duration::from_secs(60));
+                        }
+                        after.is_some()
+                    } else {
+                        // A 403 with a rate-limit header.
+                        status == StatusCode::FORBIDDEN
+                    };
+                    if !limited
+                        && (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN)
+                    {
                         return Err(ReconcileError::Credential {
                             api: self.kind.as_str(),
                             status: status.as_u16(),
                         });
                     }
-                    if status != StatusCode::TOO_MANY_REQUESTS && !status.is_server_error() {
+                    if !limited && !status.is_server_error() {
                         return Err(ReconcileError::Status {
                             api: self.kind.as_str(),
                             what,
                             status: status.as_u16(),
                         });
                     }
-                    let after = retry_after(res.headers());
+                    if let Some(asked) = after.filter(|a| limited && *a > self.retry.max) {
+                        return Err(ReconcileError::RateLimited {
+                            api: self.kind.as_str(),
+                            what,
+                            wait_s: asked.as_secs(),
+                        });
+                    }
                     if last {
                         return Err(ReconcileError::Status {
                             api: self.kind.as_str(),
@@ -145,6 +202,133 @@ impl Api {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rate_limit_asks_its_wait_by_retry_after_or_by_the_reset_time() {
+        let h = |pairs: &[(&'static str, &str)]| {
+            let mut m = HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(*k, v.parse().unwrap());
+            }
+            m
+        };
+        let now = 1_700_000_000;
+        assert_eq!(
+            asked_wait(&h(&[("retry-after", "7")]), now),
+            Some(Duration::from_secs(7))
+        );
+        let reset = (now + 30).to_string();
+        assert_eq!(
+            asked_wait(
+                &h(&[
+                    ("x-ratelimit-remaining", "0"),
+                    ("x-ratelimit-reset", &reset)
+                ]),
+                now
+            ),
+            Some(Duration::from_secs(30))
+        );
+        // A reset already past still waits a second.
+        let past = (now - 5).to_string();
+        assert_eq!(
+            asked_wait(
+                &h(&[("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", &past)]),
+                now
+            ),
+            Some(Duration::from_secs(1))
+        );
+        // Requests left: not a rate limit (a 403 then is about the credential).
+        assert_eq!(
+            asked_wait(
+                &h(&[
+                    ("x-ratelimit-remaining", "12"),
+                    ("x-ratelimit-reset", &reset)
+                ]),
+                now
+            ),
+            None
+        );
+        assert_eq!(asked_wait(&HeaderMap::new(), now), None);
+        assert!(says_rate_limit(
+            br#"{"message":"You have exceeded a secondary rate limit."}"#
+        ));
+        assert!(!says_rate_limit(
+            br#"{"message":"Resource not accessible by integration"}"#
+        ));
+    }
+
+    /// A loopback API answering every call with `status`, `headers` and
+    /// `body`; returns its base URL.
+    async fn answering(
+        status: u16,
+        headers: Vec<(&'static str, String)>,
+        body: &'static str,
+    ) -> String {
+        use axum::response::IntoResponse;
+        let app = axum::Router::new().fallback(move || {
+            let headers = headers.clone();
+            async move {
+                let mut res = (StatusCode::from_u16(status).unwrap(), body).into_response();
+                for (k, v) in headers {
+                    res.headers_mut().insert(k, v.parse().unwrap());
+                }
+                res
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    fn github_api() -> Api {
+        Api {
+            client: reqwest::Client::new(),
+            kind: ApiKind::GitHub,
+            retry: Retry {
+                attempts: 3,
+                base: Duration::from_millis(10),
+                max: Duration::from_secs(2),
+            },
+        }
+    }
+
+    /// A rate limit whose reset is further away than the run waits ends
+    /// the call as rate-limited (not a credential error, not a wait cut
+    /// short); a 403 that is no rate limit is the credential's.
+    #[tokio::test]
+    async fn a_403_is_a_rate_limit_only_when_github_says_so() {
+        let api = github_api();
+        let reset = (unix_now_secs() + 3600).to_string();
+        let url = answering(
+            403,
+            vec![
+                ("x-ratelimit-remaining", "0".into()),
+                ("x-ratelimit-reset", reset),
+            ],
+            r#"{"message":"API rate limit exceeded"}"#,
+        )
+        .await;
+        let e = api
+            .send("list", || api.client.get(&url))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, ReconcileError::RateLimited { wait_s, .. } if wait_s > 3000),
+            "{e}"
+        );
+        let url = answering(403, vec![], r#"{"message":"Must have admin rights"}"#).await;
+        let e = api
+            .send("list", || api.client.get(&url))
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            matches!(e, ReconcileError::Credential { status: 403, .. }),
+            "{e}"
+        );
+    }
 
     #[test]
     fn waits_follow_retry_after_or_double_and_are_capped() {

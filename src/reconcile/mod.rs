@@ -96,6 +96,15 @@ pub enum ReconcileError {
         what: &'static str,
         status: u16,
     },
+    #[error(
+        "the {api} API is rate limiting `{what}` for {wait_s} s, longer than a run waits; \
+         the next run resumes from the checkpoint"
+    )]
+    RateLimited {
+        api: &'static str,
+        what: &'static str,
+        wait_s: u64,
+    },
     #[error("the {api} API could not be read (`{what}`): {why}")]
     Unreachable {
         api: &'static str,

@@ -76,7 +76,8 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
     assert_eq!(asked, wanted);
     assert_eq!(fake.redelivered().len(), 5);
     let calls: Vec<u16> = fake.list_calls().iter().map(|c| c.1).collect();
-    assert_eq!(calls, [200, 429, 200, 200], "{:?}", fake.list_calls());
+    // The 403 was GitHub's rate limit, waited out, not a bad key.
+    assert_eq!(calls, [200, 403, 200, 200], "{:?}", fake.list_calls());
     tokio::time::sleep(Duration::from_millis(300)).await;
     let counts = target.sends_per_id();
     assert_eq!(counts.len(), 20);

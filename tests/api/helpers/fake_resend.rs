@@ -171,7 +171,7 @@ async fn gh_list(
     let status = if !bearer(&headers, &inner.token) {
         401
     } else if inner.rate_limit.lock().unwrap().contains(&n) {
-        429
+        403
     } else {
         200
     };
@@ -188,7 +188,21 @@ async fn gh_list(
             )
                 .into_response();
         }
-        429 => return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "1")], "").into_response(),
+        // GitHub's primary rate limit: 403 with no requests left until the
+        // reset time (UTC epoch seconds), https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#exceeding-the-rate-limit
+        403 => {
+            let reset = (super::now() + 1).to_string();
+            return (
+                StatusCode::FORBIDDEN,
+                [
+                    ("x-ratelimit-limit", "5000".to_owned()),
+                    ("x-ratelimit-remaining", "0".to_owned()),
+                    ("x-ratelimit-reset", reset),
+                ],
+                r#"{"message":"API rate limit exceeded for user ID 1.","documentation_url":"https://docs.github.com/rest/overview/rate-limits-for-the-rest-api","status":"403"}"#,
+            )
+                .into_response();
+        }
         _ => {}
     }
     // GitHub allows up to 100; the fake pages by 8 so that a handful of
