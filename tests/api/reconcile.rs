@@ -221,6 +221,11 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
     let counts = target.sends_per_id();
     assert_eq!(counts.len(), 40);
     assert!(counts.values().all(|&n| n == 1), "{counts:?}");
+    // One `new` per event, whichever copy won: the webhooks' new ones
+    // (`unique`) and the run's recovered ones add up to 40.
+    let s = app.stats().await;
+    let unique = s["sources"]["stripe"]["unique"].as_u64().unwrap();
+    assert_eq!(unique + report.recovered, 40, "{report:?} {s}");
 }
 
 async fn dry_run_reports_and_changes_nothing(backend: Backend) {
