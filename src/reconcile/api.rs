@@ -5,6 +5,7 @@
 
 use super::ReconcileError;
 use crate::config::reconcile::ApiKind;
+use crate::primitives::time::Millis;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 use std::time::Duration;
@@ -52,7 +53,7 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// `x-ratelimit-reset` (UTC epoch seconds; at least a second). GitHub
 /// limits with either header on a `403` or a `429`
 /// (<https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api#exceeding-the-rate-limit>).
-fn asked_wait(headers: &HeaderMap, now_secs: u64) -> Option<Duration> {
+fn asked_wait(headers: &HeaderMap, now_secs: i64) -> Option<Duration> {
     if let Some(d) = retry_after(headers) {
         return Some(d);
     }
@@ -60,8 +61,10 @@ fn asked_wait(headers: &HeaderMap, now_secs: u64) -> Option<Duration> {
     if header("x-ratelimit-remaining")? != "0" {
         return None;
     }
-    let reset: u64 = header("x-ratelimit-reset")?.parse().ok()?;
-    Some(Duration::from_secs(reset.saturating_sub(now_secs).max(1)))
+    let reset: i64 = header("x-ratelimit-reset")?.parse().ok()?;
+    Some(Duration::from_secs(
+        reset.saturating_sub(now_secs).max(1) as u64
+    ))
 }
 
 /// A `403` that is GitHub's secondary rate limit without either header: its
@@ -71,12 +74,6 @@ fn says_rate_limit(body: &[u8]) -> bool {
     const NEEDLE: &[u8] = b"rate limit";
     body.windows(NEEDLE.len())
         .any(|w| w.eq_ignore_ascii_case(NEEDLE))
-}
-
-fn unix_now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// An answer that was not an error.
@@ -118,7 +115,7 @@ impl Api {
                         let body = res.bytes().await.map_err(|e| self.transport(what, &e))?;
                         return Ok(Answer { headers, body });
                     }
-                    let mut after = asked_wait(res.headers(), unix_now_secs());
+                    let mut after = asked_wait(res.headers(), Millis::now().as_secs());
                     let limited = if status == StatusCode::TOO_MANY_REQUESTS {
                         true
                     } else if status == StatusCode::FORBIDDEN && after.is_none() {
@@ -299,7 +296,7 @@ mod tests {
     #[tokio::test]
     async fn a_403_is_a_rate_limit_only_when_github_says_so() {
         let api = github_api();
-        let reset = (unix_now_secs() + 3600).to_string();
+        let reset = (Millis::now().as_secs() + 3600).to_string();
         let url = answering(
             403,
             vec![
