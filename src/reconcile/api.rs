@@ -290,6 +290,14 @@ mod tests {
         }
     }
 
+    /// The error one `GET url` ends with.
+    async fn error_of(api: &Api, url: &str) -> ReconcileError {
+        match api.send("list", || api.client.get(url)).await {
+            Ok(_) => panic!("{url} answered 2xx"),
+            Err(e) => e,
+        }
+    }
+
     /// A rate limit whose reset is further away than the run waits ends
     /// the call as rate-limited (not a credential error, not a wait cut
     /// short); a 403 that is no rate limit is the credential's.
@@ -306,21 +314,13 @@ mod tests {
             r#"{"message":"API rate limit exceeded"}"#,
         )
         .await;
-        let e = api
-            .send("list", || api.client.get(&url))
-            .await
-            .err()
-            .unwrap();
+        let e = error_of(&api, &url).await;
         assert!(
             matches!(e, ReconcileError::RateLimited { wait_s, .. } if wait_s > 3000),
             "{e}"
         );
         let url = answering(403, vec![], r#"{"message":"Must have admin rights"}"#).await;
-        let e = api
-            .send("list", || api.client.get(&url))
-            .await
-            .err()
-            .unwrap();
+        let e = error_of(&api, &url).await;
         assert!(
             matches!(e, ReconcileError::Credential { status: 403, .. }),
             "{e}"
