@@ -107,7 +107,7 @@ struct TargetCtx {
     handed: metrics::Counter,
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
-    bucket: Option<std::sync::Mutex<rate::Bucket>>,
+    bucket: Option<rate::Shared>,
 }
 
 impl TargetCtx {
@@ -126,9 +126,7 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
-            bucket: target
-                .rate
-                .map(|r| std::sync::Mutex::new(rate::Bucket::new(r))),
+            bucket: target.rate.map(rate::Shared::new),
             sink: Sink::new(&target, http),
             target,
             wake,
@@ -221,13 +219,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
         let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
         let mut throttled = None;
         if wants && let Some(b) = bucket {
-            let mut b = b
-                .lock()
-                .expect("the bucket's lock is never held across a panic");
-            free = b.take(free, Instant::now());
-            if free == 0 {
-                throttled = Some(b.wait());
-            }
+            (free, throttled) = b.take(free);
         }
         if wants && free > 0 {
             let now = Millis::now();
@@ -259,7 +251,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                     more = rows.len() == free;
                     backlog = more;
                     if let Some(b) = bucket {
-                        give_back(b, free - rows.len());
+                        b.give_back(free - rows.len());
                     }
                     for row in rows {
                         let local = local.clone().acquire_owned().await;
@@ -291,7 +283,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                 }
                 Err(e) => {
                     if let Some(b) = bucket {
-                        give_back(b, free);
+                        b.give_back(free);
                     }
                     if !failing {
                         failing = true;
@@ -518,15 +510,11 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
     // A rate-capped target: the next row needs a token like any claim.
     // Without one the key waits; the loop claims its row (first of its key)
     // once the bucket refills, so the key keeps its order.
-    if let Some(b) = &t.bucket {
-        let granted = b
-            .lock()
-            .expect("the bucket's lock is never held across a panic")
-            .take(1, Instant::now());
-        if granted == 0 {
-            t.wake.notify_one();
-            return None;
-        }
+    if let Some(b) = &t.bucket
+        && b.take(1).0 == 0
+    {
+        t.wake.notify_one();
+        return None;
     }
     let now = Millis::now();
     let lease_until = now + ctx.settings.lease;
@@ -539,26 +527,19 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
             if row.is_none()
                 && let Some(b) = &t.bucket
             {
-                give_back(b, 1);
+                b.give_back(1);
             }
             row
         }
         Err(e) => {
             if let Some(b) = &t.bucket {
-                give_back(b, 1);
+                b.give_back(1);
             }
             tracing::debug!(error = %e, "could not claim the key's next row; the loop will");
             t.wake.notify_one();
             None
         }
     }
-}
-
-/// Returns tokens taken for rows that were not there to lease.
-fn give_back(b: &std::sync::Mutex<rate::Bucket>, n: usize) {
-    b.lock()
-        .expect("the bucket's lock is never held across a panic")
-        .give_back(n);
 }
 
 /// The target answered after being down: its retrying backlog is due now,

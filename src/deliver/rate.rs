@@ -4,7 +4,37 @@
 //! backlog waits in the outbox (pending, unleased: another replica or a
 //! restart can take it), and nothing is dropped. The cap is per process.
 
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// A target's bucket, shared by its loop's claims and its ordered keys'
+/// next-row leases (each takes its tokens under a short lock, never held
+/// across an await).
+pub struct Shared(Mutex<Bucket>);
+
+impl Shared {
+    pub fn new(per_sec: f64) -> Self {
+        Self(Mutex::new(Bucket::new(per_sec)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Bucket> {
+        // A panic cannot leave a bucket half-updated in a way that matters.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes up to `want` tokens now: how many it took and, when none,
+    /// how long until one is there.
+    pub fn take(&self, want: usize) -> (usize, Option<Duration>) {
+        let mut b = self.lock();
+        let n = b.take(want, Instant::now());
+        (n, (n == 0).then(|| b.wait()))
+    }
+
+    /// Returns tokens taken for rows that were not there to lease.
+    pub fn give_back(&self, n: usize) {
+        self.lock().give_back(n);
+    }
+}
 
 pub struct Bucket {
     per_sec: f64,

@@ -67,6 +67,9 @@ fn asked_wait(headers: &HeaderMap, now_secs: i64) -> Option<Duration> {
     ))
 }
 
+/// GitHub's wait for a secondary rate limit that names none (same page).
+const SECONDARY_LIMIT_WAIT: Duration = Duration::from_secs(60);
+
 /// A `403` that is GitHub's secondary rate limit without either header: its
 /// message says so, and GitHub asks for at least a minute's wait (same page).
 /// The body is only looked at, never logged or returned.
@@ -116,18 +119,14 @@ impl Api {
                         return Ok(Answer { headers, body });
                     }
                     let mut after = asked_wait(res.headers(), Millis::now().as_secs());
-                    let limited = if status == StatusCode::TOO_MANY_REQUESTS {
-                        true
-                    } else if status == StatusCode::FORBIDDEN && after.is_none() {
-                        let body = res.bytes().await.unwrap_or_default();
-                        if says_rate_limit(&body) {
-                            after = Some(Duration::from_secs(60));
-                        }
-                        after.is_some()
-                    } else {
-                        // A 403 with a rate-limit header.
-                        status == StatusCode::FORBIDDEN
-                    };
+                    if status == StatusCode::FORBIDDEN
+                        && after.is_none()
+                        && says_rate_limit(&res.bytes().await.unwrap_or_default())
+                    {
+                        after = Some(SECONDARY_LIMIT_WAIT);
+                    }
+                    let limited = status == StatusCode::TOO_MANY_REQUESTS
+                        || (status == StatusCode::FORBIDDEN && after.is_some());
                     if !limited
                         && (status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN)
                     {

@@ -464,6 +464,8 @@ async fn record(
     // this task behind the requests on the runtime (docs/design.md
     // "Fifteenth pass"). Only ids that were stored already go on to the
     // transaction below (renamed past their window, or read as duplicates).
+    // One statement only: a batch longer than `EVENT_ROWS` (never, with
+    // ingest's batches of at most as many) keeps the transaction.
     let autocommitted = if firsts.len() <= EVENT_ROWS && firsts.iter().all(|e| e.targets.is_empty())
     {
         let pks = insert_events(&mut *conn, &firsts).await?;
