@@ -7,7 +7,7 @@
 
 use crate::primitives::duration::Dur;
 use crate::verify::schemes::{braintree, paypal, plaid};
-use crate::verify::spec::{EventIdSpec, SignatureOverrides};
+use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -235,6 +235,10 @@ pub struct RawSource {
     pub signature: Option<SignatureOverrides>,
     /// Replaces the provider's `[event_id]` rule.
     pub event_id: Option<EventIdSpec>,
+    /// Replaces (or, for the generic providers, supplies) where the event
+    /// type is: a locator, or a list whose values are joined with `.`.
+    /// Routing (`events`) matches on it.
+    pub event_type: Option<OneOrMany>,
     // The schemes' own tables; each is documented (and checked) in its
     // scheme's file under `verify/schemes/`.
     /// PayPal: webhook id and certificate settings.

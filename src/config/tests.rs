@@ -538,3 +538,20 @@ public_key = "pub"
             .any(|w| w.contains("bt.braintree.public_key"))
     );
 }
+
+#[test]
+fn a_source_may_say_where_its_event_type_is() {
+    let text = GOOD.replace(
+        "tolerance = \"2m\"",
+        "tolerance = \"2m\"\nevent_type = [\"json:/data/object/object\", \"json:/type\"]",
+    );
+    let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
+    let rule = c.sources["stripe"].provider.event_type.as_ref().unwrap();
+    assert_eq!(rule.parts.len(), 2);
+    let p = problems(&GOOD.replace(
+        "tolerance = \"2m\"",
+        "tolerance = \"2m\"\nevent_type = \"body:/type\"",
+    ));
+    assert_eq!(p[0].0, "sources.stripe.event_type");
+    assert!(p[0].1.contains("unknown locator kind `body`"), "{p:?}");
+}

@@ -26,6 +26,7 @@ struct Delivery {
     guid: String,
     delivered_at: Option<String>,
     event: Option<String>,
+    action: Option<String>,
 }
 
 fn request(
@@ -78,7 +79,11 @@ pub async fn page(
         }
         items.push(Found {
             event_id: d.guid,
-            event_type: d.event,
+            // As the provider file types a webhook: `issues.opened`.
+            event_type: d.event.map(|e| match d.action.filter(|a| !a.is_empty()) {
+                Some(a) => format!("{e}.{a}"),
+                None => e,
+            }),
             created: at,
             action: Action::Resend(d.id.to_string()),
         });

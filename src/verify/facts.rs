@@ -13,10 +13,30 @@ use super::spec::TimeUnit;
 /// Longest event type kept, in characters.
 pub const MAX_EVENT_TYPE: usize = 128;
 
-/// The event type per the provider's `event_type` locator: trimmed,
+/// The event type per the provider's `event_type` rule: the first part's
+/// value, then `.` and the value of each later part that is present
+/// (GitHub's `issues.opened`; `push` has no action). Without a rule, the
+/// scheme's own reading of its envelope (Braintree's `<kind>`). Trimmed,
 /// control characters dropped, at most [`MAX_EVENT_TYPE`] characters.
 pub fn event_type(provider: &Provider, fields: &Fields<'_>) -> Option<String> {
-    let raw = fields.lookup(provider.event_type.as_ref()?, &[])?;
+    let raw = match &provider.event_type {
+        Some(rule) => {
+            let (first, rest) = rule.parts.split_first()?;
+            let mut t = fields.lookup(first, &[])?;
+            for part in rest {
+                if let Some(v) = fields.lookup(part, &[]).filter(|v| !v.trim().is_empty()) {
+                    t.push('.');
+                    t.push_str(v.trim());
+                }
+            }
+            t
+        }
+        None => provider.signature.scheme.event_type(fields)?,
+    };
+    clean(raw)
+}
+
+fn clean(raw: String) -> Option<String> {
     let trimmed = raw.trim();
     // The usual type (`invoice.paid`) is kept as it came, without a copy
     // built character by character.
@@ -84,5 +104,95 @@ mod tests {
         let long = format!(r#"{{"type":"{}"}}"#, "a".repeat(300));
         let f = Fields::new(&h, long.as_bytes());
         assert_eq!(event_type(&p, &f).unwrap().len(), MAX_EVENT_TYPE);
+    }
+
+    fn builtin(name: &str) -> std::sync::Arc<Provider> {
+        crate::verify::registry::Registry::builtin()
+            .get(name)
+            .unwrap()
+    }
+
+    fn type_of(p: &Provider, headers: &[(&'static str, &str)], body: &[u8]) -> Option<String> {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, v.parse().unwrap());
+        }
+        event_type(p, &Fields::new(&h, body))
+    }
+
+    #[test]
+    fn a_joined_type_adds_each_later_part_that_is_present() {
+        let gh = builtin("github");
+        let ev = [("x-github-event", "issues")];
+        assert_eq!(
+            type_of(&gh, &ev, br#"{"action":"opened","issue":{}}"#).as_deref(),
+            Some("issues.opened")
+        );
+        // `push` has no action; a blank one adds nothing either.
+        let push = [("x-github-event", "push")];
+        assert_eq!(type_of(&gh, &push, br#"{"ref":"x"}"#).as_deref(), Some("push"));
+        assert_eq!(type_of(&gh, &push, br#"{"action":" "}"#).as_deref(), Some("push"));
+        // Without the first part there is no type, whatever follows.
+        assert_eq!(type_of(&gh, &[], br#"{"action":"opened"}"#), None);
+        let cp = builtin("cloudpayments");
+        assert_eq!(
+            type_of(&cp, &[], b"TransactionId=1&OperationType=Payment&Status=Completed").as_deref(),
+            Some("Payment.Completed")
+        );
+        assert_eq!(
+            type_of(&cp, &[], br#"{"TransactionId":2,"OperationType":"Refund","Status":"Completed"}"#)
+                .as_deref(),
+            Some("Refund.Completed")
+        );
+    }
+
+    #[test]
+    fn every_shipped_provider_says_where_its_type_is_or_why_it_has_none() {
+        use crate::verify::schemes::Scheme;
+        // Robokassa's ResultURL reports one thing (a paid invoice); the
+        // generic providers leave the type to the source (`event_type`).
+        let untyped = ["robokassa", "basic", "bearer", "hmac"];
+        let registry = crate::verify::registry::Registry::builtin();
+        for name in registry.names() {
+            let p = registry.get(name).unwrap();
+            let typed = p.event_type.is_some() || p.signature.scheme == Scheme::Braintree;
+            assert_eq!(typed, !untyped.contains(&name), "{name}");
+        }
+        assert_eq!(
+            type_of(&builtin("tbank"), &[], br#"{"PaymentId":1,"Status":"CONFIRMED"}"#).as_deref(),
+            Some("CONFIRMED")
+        );
+        assert_eq!(
+            type_of(&builtin("twilio"), &[], b"MessageSid=SM1&MessageStatus=delivered").as_deref(),
+            Some("delivered")
+        );
+    }
+
+    #[test]
+    fn a_source_names_the_type_of_a_generic_provider() {
+        use crate::verify::provider::SourceOverrides;
+        use crate::verify::spec::OneOrMany;
+        let hmac = builtin("hmac");
+        assert_eq!(type_of(&hmac, &[], br#"{"type":"a"}"#), None);
+        let joined = OneOrMany::Many(vec!["json:/kind".into(), "header:x-action".into()]);
+        let p = hmac
+            .customized(&SourceOverrides {
+                event_type: Some(&joined),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            type_of(&p, &[("x-action", "done")], br#"{"kind":"job"}"#).as_deref(),
+            Some("job.done")
+        );
+        for bad in [OneOrMany::Many(vec![]), OneOrMany::One("nowhere".into())] {
+            let e = hmac
+                .customized(&SourceOverrides {
+                    event_type: Some(&bad),
+                    ..Default::default()
+                })
+                .unwrap_err();
+            assert!(e.starts_with("event_type: "), "{e}");
+        }
     }
 }

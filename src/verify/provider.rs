@@ -19,6 +19,39 @@ use std::time::Duration;
 
 // ---------- the checked model ----------
 
+/// What a source replaces in its provider's definition
+/// (`[sources.<name>.signature]`, `.event_id`, `event_type`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SourceOverrides<'a> {
+    pub signature: Option<&'a SignatureOverrides>,
+    pub event_id: Option<&'a EventIdSpec>,
+    pub event_type: Option<&'a OneOrMany>,
+}
+
+/// Where an event's type is: the first part names it, each later part
+/// found adds `.<value>` (GitHub's `issues` + `opened`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypeRule {
+    pub parts: Vec<Lookup>,
+}
+
+impl TypeRule {
+    pub fn parse(spec: OneOrMany) -> Result<Self, String> {
+        let texts = match spec {
+            OneOrMany::One(t) => vec![t],
+            OneOrMany::Many(v) => v,
+        };
+        if texts.is_empty() {
+            return Err("needs at least one locator".into());
+        }
+        let parts = texts
+            .iter()
+            .map(|t| Lookup::parse(t))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self { parts })
+    }
+}
+
 /// A checked provider definition.
 #[derive(Debug)]
 pub struct Provider {
@@ -28,8 +61,9 @@ pub struct Provider {
     pub signature: Signature,
     pub timestamp: Option<Timestamp>,
     pub event_id: EventIdRule,
-    /// Where the event type is, if the provider defines one.
-    pub event_type: Option<Lookup>,
+    /// Where the event type is, if the provider (or the source) defines
+    /// one: one lookup, or several whose values are joined with `.`.
+    pub event_type: Option<TypeRule>,
     pub response: Response,
     pub controls: Vec<Control>,
     /// The JSON pointers read from every request (event id, type,
@@ -103,24 +137,21 @@ pub struct Control {
 impl Provider {
     /// Parses and checks one provider file.
     pub fn from_toml(text: &str) -> Result<Self, String> {
-        Self::build(text, None, None)
+        Self::build(text, None)
     }
 
     /// This provider with a source's overrides applied and checked again.
-    pub fn customized(
-        &self,
-        signature: Option<&SignatureOverrides>,
-        event_id: Option<&EventIdSpec>,
-    ) -> Result<Self, String> {
-        Self::build(&self.text, signature, event_id)
+    pub fn customized(&self, o: &SourceOverrides<'_>) -> Result<Self, String> {
+        Self::build(&self.text, Some(o))
     }
 
-    fn build(
-        text: &str,
-        overrides: Option<&SignatureOverrides>,
-        event_id: Option<&EventIdSpec>,
-    ) -> Result<Self, String> {
+    fn build(text: &str, source: Option<&SourceOverrides<'_>>) -> Result<Self, String> {
         let mut f: ProviderFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let o = source.copied().unwrap_or_default();
+        let (overrides, event_id) = (o.signature, o.event_id);
+        if let Some(t) = o.event_type {
+            f.event_type = Some(t.clone());
+        }
         if let Some(o) = overrides {
             let s = &mut f.signature;
             s.header = o.header.clone().or(s.header.take());
@@ -152,8 +183,7 @@ impl Provider {
         let event_id = check_event_id(&f.event_id)?;
         let event_type = f
             .event_type
-            .as_deref()
-            .map(Lookup::parse)
+            .map(TypeRule::parse)
             .transpose()
             .map_err(|e| format!("event_type: {e}"))?;
         let response = check_response(
@@ -181,7 +211,7 @@ impl Provider {
                 .from
                 .iter()
                 .chain(&event_id.composite)
-                .chain(&event_type)
+                .chain(event_type.iter().flat_map(|t| &t.parts))
                 .chain(timestamp.as_ref().map(|t| &t.from))
                 .chain(controls.iter().map(|c| &c.when)),
         );
@@ -381,19 +411,19 @@ mod tests {
             algorithm: Some(Algorithm::HmacSha512),
             ..Default::default()
         };
-        let c = p.customized(Some(&o), None).unwrap();
+        let c = p.customized(&SourceOverrides { signature: Some(&o), ..Default::default() }).unwrap();
         assert_eq!(c.signature.headers, vec!["x-other"]);
         assert_eq!(c.signature.algorithm, Algorithm::HmacSha512);
         let bad = SignatureOverrides {
             signed_content: Some("{nope".into()),
             ..Default::default()
         };
-        assert!(p.customized(Some(&bad), None).is_err());
+        assert!(p.customized(&SourceOverrides { signature: Some(&bad), ..Default::default() }).is_err());
         let id = EventIdSpec {
             body_hash: true,
             ..Default::default()
         };
-        let c = p.customized(None, Some(&id)).unwrap();
+        let c = p.customized(&SourceOverrides { event_id: Some(&id), ..Default::default() }).unwrap();
         assert!(c.event_id.from.is_none() && c.event_id.body_hash);
     }
 }

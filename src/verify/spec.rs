@@ -18,9 +18,11 @@ pub(super) struct ProviderFile {
     /// Where the provider documents its signature.
     #[serde(default)]
     pub(super) docs: String,
-    /// Where the provider's event type lives (`json:/type`,
-    /// `header:X-GitHub-Event`); shown by the admin console, never verified.
-    pub(super) event_type: Option<String>,
+    /// Where the provider's event type lives (`json:/type`), or several
+    /// places whose values are joined with `.` (GitHub:
+    /// `["header:X-GitHub-Event", "json:/action"]` gives `issues.opened`).
+    /// Routed on and shown by the admin console, never verified.
+    pub(super) event_type: Option<OneOrMany>,
     pub(super) signature: SignatureSpec,
     pub(super) timestamp: Option<TimestampSpec>,
     pub(super) event_id: EventIdSpec,

@@ -176,7 +176,7 @@ fn check_targets(
     }
 }
 
-/// The source's provider, with its `[signature]` / `[event_id]` overrides
+/// The source's provider, with its `[signature]` / `[event_id]` / `event_type` overrides
 /// applied and checked.
 fn source_provider(
     s: &raw::RawSource,
@@ -195,13 +195,22 @@ fn source_provider(
         );
         return None;
     };
-    if s.signature.is_none() && s.event_id.is_none() {
+    if s.signature.is_none() && s.event_id.is_none() && s.event_type.is_none() {
         return Some(base);
     }
-    match base.customized(s.signature.as_ref(), s.event_id.as_ref()) {
+    let overrides = SourceOverrides {
+        signature: s.signature.as_ref(),
+        event_id: s.event_id.as_ref(),
+        event_type: s.event_type.as_ref(),
+    };
+    match base.customized(&overrides) {
         Ok(p) => Some(Arc::new(p)),
         Err(e) => {
-            let k = if s.signature.is_some() {
+            // The error names what it is about (`event_type: …`); the key is
+            // the first override the source wrote.
+            let k = if e.starts_with("event_type") {
+                "event_type"
+            } else if s.signature.is_some() {
                 "signature"
             } else {
                 "event_id"

@@ -10,6 +10,7 @@ use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
 use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
+use crate::verify::request::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{GetAnswer, VerifyError};
@@ -63,6 +64,48 @@ impl SchemeDef for Braintree {
             Err(why) => GetAnswer::Bad(why),
         }
     }
+
+    /// The notification's `<kind>` (`subscription_went_past_due`, …): the
+    /// payload is base64 XML, `<notification><timestamp/><kind/><subject/>`
+    /// (https://developer.paypal.com/braintree/docs/reference/general/webhooks/overview).
+    fn event_type(fields: &Fields<'_>) -> Option<String> {
+        let payload = fields.form_value("bt_payload")?;
+        let compact: String = payload.split_ascii_whitespace().collect();
+        let xml = base64::engine::general_purpose::STANDARD
+            .decode(compact)
+            .ok()?;
+        notification_kind(std::str::from_utf8(&xml).ok()?)
+    }
+}
+
+/// The text of the `<kind>` element directly inside the root element. A
+/// subject may hold its own `<kind>` (a dispute's), deeper down, which is
+/// not the notification's. Declarations, comments and self-closing tags are
+/// skipped; anything else odd gives `None`.
+fn notification_kind(xml: &str) -> Option<String> {
+    let mut depth = 0usize;
+    let mut rest = xml;
+    while let Some(open) = rest.find('<') {
+        let after = &rest[open + 1..];
+        let close = after.find('>')?;
+        let tag = &after[..close];
+        rest = &after[close + 1..];
+        if tag.starts_with('?') || tag.starts_with('!') || tag.ends_with('/') {
+            continue;
+        }
+        if tag.starts_with('/') {
+            depth = depth.checked_sub(1)?;
+            continue;
+        }
+        depth += 1;
+        let name = tag.split_ascii_whitespace().next()?;
+        if depth == 2 && name == "kind" {
+            let end = rest.find("</kind>")?;
+            let kind = rest[..end].trim();
+            return (!kind.is_empty() && !kind.contains('<')).then(|| kind.to_owned());
+        }
+    }
+    None
 }
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
@@ -219,6 +262,46 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_kind_is_the_root_elements_own_not_a_subjects() {
+        // Shaped like the SDKs' sample notifications (braintree_node
+        // lib/braintree/webhook_testing_gateway.js, `sampleXml`).
+        let xml = "<?xml version=\"1.0\"?>\n<notification>\n\
+            <timestamp type=\"datetime\">2026-11-26T09:00:00Z</timestamp>\n\
+            <subject><dispute><kind>chargeback</kind><id>d1</id></dispute></subject>\n\
+            <kind>dispute_opened</kind>\n</notification>";
+        assert_eq!(notification_kind(xml).as_deref(), Some("dispute_opened"));
+        let first = "<notification><kind>check</kind><subject><check type=\"boolean\">true</check></subject></notification>";
+        assert_eq!(notification_kind(first).as_deref(), Some("check"));
+        for odd in [
+            "<notification><subject><kind>x</kind></subject></notification>",
+            "<notification><kind></kind></notification>",
+            "<notification><kind>unclosed",
+            "</a></b><kind>x</kind>",
+            "not xml",
+        ] {
+            assert_eq!(notification_kind(odd), None, "{odd}");
+        }
+    }
+
+    #[test]
+    fn a_signed_notifications_type_is_its_kind() {
+        let p = Registry::builtin().get("braintree").unwrap();
+        let xml = "<notification><timestamp type=\"datetime\">2026-11-26T09:00:00Z</timestamp>\
+            <kind>subscription_went_past_due</kind><subject/></notification>";
+        let payload = base64::engine::general_purpose::STANDARD.encode(xml) + "\n";
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("bt_signature", "k|00")
+            .append_pair("bt_payload", &payload)
+            .finish();
+        let h = http::HeaderMap::new();
+        let f = Fields::new(&h, body.as_bytes());
+        assert_eq!(
+            crate::verify::facts::event_type(&p, &f).as_deref(),
+            Some("subscription_went_past_due")
+        );
     }
 
     #[test]

@@ -48,6 +48,14 @@ pub trait SchemeDef {
         let _ = (source, query);
         GetAnswer::NotOffered
     }
+
+    /// The event type, for a scheme whose envelope hides it from locators
+    /// (Braintree's base64 XML). Used only when the provider file names
+    /// no `event_type`; read after verification, never decides acceptance.
+    fn event_type(fields: &Fields<'_>) -> Option<String> {
+        let _ = fields;
+        None
+    }
 }
 
 /// Declares the scheme modules and the [`Scheme`] enum, and dispatches each
@@ -109,6 +117,13 @@ macro_rules! schemes {
             ) -> Result<Option<FetchedKey>, VerifyError> {
                 match self {
                     $(Self::$variant => <$module::$def as SchemeDef>::fetch(source, incoming, now).await,)*
+                }
+            }
+
+            /// The scheme's own event type; see [`SchemeDef::event_type`].
+            pub fn event_type(self, fields: &Fields<'_>) -> Option<String> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::event_type(fields),)*
                 }
             }
 
