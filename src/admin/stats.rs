@@ -54,6 +54,16 @@ pub async fn snapshot(
             .map(|s| (s.source.clone(), s))
             .collect()
     };
+    // `types.<type>` counters, per source (stats::TypeCounts).
+    let mut by_type: HashMap<&str, Map<String, Value>> = HashMap::new();
+    for ((source, name), n) in &totals {
+        if let Some(t) = name.strip_prefix(crate::stats::TYPE_PREFIX) {
+            by_type
+                .entry(source.as_str())
+                .or_default()
+                .insert(t.to_owned(), json!(n));
+        }
+    }
     let mut sources = Map::new();
     for src in config.sources.values() {
         let name = src.name.as_str();
@@ -81,6 +91,7 @@ pub async fn snapshot(
                 "rejected_by_reason": rejected,
                 "unique": get(name, "unique"),
                 "unrouted": get(name, "unrouted"),
+                "unique_by_type": by_type.remove(name).unwrap_or_default(),
                 "duplicates": dc + dl + db,
                 "duplicates_by_layer": { "cache": dc, "ledger": dl, "body": db },
                 "conflicts": get(name, "conflicts"),

@@ -46,10 +46,14 @@ pub enum Layer {
 }
 
 /// The answer for a verified request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
-    /// `unrouted`: no target's routes want it (stored, delivered nowhere).
-    New { unrouted: bool },
+    /// `unrouted`: no target's routes want it (stored, delivered nowhere);
+    /// `event_type`: as stored, for the per-type counts.
+    New {
+        unrouted: bool,
+        event_type: Option<String>,
+    },
     /// `conflict`: the stored body differs from this one (provider bug or attack).
     Duplicate { layer: Layer, conflict: bool },
 }
@@ -339,6 +343,7 @@ impl Dedup {
         // Read only now that the event may be stored (verify::Facts).
         let facts = v.take_facts();
         let unrouted = facts.routed.targets.is_empty();
+        let event_type = facts.event_type.clone();
         let handoff = (!unrouted).then(|| self.handoff.reserve(&facts.routed.targets, now_ms));
         let event = NewEvent {
             source: source.name.clone(),
@@ -368,7 +373,10 @@ impl Dedup {
                 // sees our claim and waits for it.
                 let ttl = within(cache_ttl, expires_at);
                 u.settle(Owed::Done { hash, ttl }).await;
-                Ok(Outcome::New { unrouted })
+                Ok(Outcome::New {
+                    unrouted,
+                    event_type,
+                })
             }
             Ok(Recorded::Duplicate {
                 stored_sha256,

@@ -146,7 +146,11 @@ async fn handle(
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
         // The store handed the new event's deliveries to their loops, or
         // woke them (store::handoff).
-        Ok(dedup::Outcome::New { unrouted }) => {
+        Ok(dedup::Outcome::New {
+            unrouted,
+            event_type,
+        }) => {
+            state.counters.typed(source_name, event_type.as_deref());
             // Routing (verify/route.rs) chose no target: stored, counted `unrouted`.
             if unrouted {
                 state.counters.unrouted(source_name);

@@ -55,6 +55,7 @@ struct TargetCounters {
 
 struct SourceCounters {
     fixed: [AtomicI64; COUNTERS.len()],
+    types: TypeCounts,
     /// Indexed by `RejectReason as usize`.
     rejected: [AtomicI64; RejectReason::ALL.len()],
     targets: HashMap<String, TargetCounters>,
@@ -79,6 +80,7 @@ impl Counters {
             .map(|(name, targets)| {
                 let sc = SourceCounters {
                     fixed: Default::default(),
+                    types: TypeCounts::default(),
                     rejected: Default::default(),
                     targets: targets
                         .iter()
@@ -135,6 +137,13 @@ impl Counters {
     pub fn unrouted(&self, source: &str) {
         if let Some(s) = self.sources.get(source) {
             s.fixed[Counter::Unrouted as usize].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a new event under its type (`/stats` `unique_by_type`).
+    pub fn typed(&self, source: &str, event_type: Option<&str>) {
+        if let Some(s) = self.sources.get(source) {
+            s.types.add(event_type.unwrap_or(UNTYPED), 1);
         }
     }
 
@@ -209,6 +218,9 @@ impl Counters {
                     push(o.counter_name(target), read(&t.by_outcome[o as usize]));
                 }
             }
+            for (t, v) in s.types.read(take) {
+                push(format!("{TYPE_PREFIX}{t}"), v);
+            }
         }
         self.collect_apis(&read, &mut out);
         out
@@ -235,9 +247,55 @@ impl Counters {
 
     fn restore(&self, deltas: &[Delta]) {
         for (source, name, v) in deltas {
-            if let Some(c) = self.cell(source, name) {
+            if let (Some(t), Some(s)) = (name.strip_prefix(TYPE_PREFIX), self.sources.get(source)) {
+                s.types.add(t, *v);
+            } else if let Some(c) = self.cell(source, name) {
                 c.fetch_add(*v, Ordering::Relaxed);
             }
+        }
+    }
+}
+
+/// Counter names of the per-type counts: `types.<event type>`.
+pub const TYPE_PREFIX: &str = "types.";
+/// The type counted for an event whose provider names none.
+pub const UNTYPED: &str = "untyped";
+/// Most distinct types one source counts between two flushes; later new
+/// types are counted under [`OTHER_TYPES`]. Types are read only from
+/// verified requests, so only a holder of the source's secret can mint
+/// them, but a flood of made-up types must still not grow memory.
+pub const MAX_TYPES: usize = 256;
+/// Where types beyond [`MAX_TYPES`] are counted.
+pub const OTHER_TYPES: &str = "other";
+
+/// New events per event type. The vocabulary is open (the provider's), so
+/// unlike the atomics above this is a map behind a lock; it is taken once
+/// per new event, not per request, and held for one map update.
+#[derive(Default)]
+struct TypeCounts(std::sync::Mutex<HashMap<String, i64>>);
+
+impl TypeCounts {
+    fn add(&self, event_type: &str, n: i64) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = map.get_mut(event_type) {
+            *v += n;
+            return;
+        }
+        let key = if map.len() < MAX_TYPES {
+            event_type
+        } else {
+            OTHER_TYPES
+        };
+        *map.entry(key.to_owned()).or_default() += n;
+    }
+
+    /// The counts (with `take`, drained).
+    fn read(&self, take: bool) -> Vec<(String, i64)> {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if take {
+            map.drain().collect()
+        } else {
+            map.iter().map(|(k, v)| (k.clone(), *v)).collect()
         }
     }
 }

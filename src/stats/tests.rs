@@ -85,3 +85,42 @@ async fn a_failed_flush_keeps_the_deltas_for_the_next_one() {
         ]
     );
 }
+
+#[test]
+fn new_events_are_counted_by_type_and_a_failed_flush_puts_them_back() {
+    let c = counters();
+    c.typed("stripe", Some("invoice.paid"));
+    c.typed("stripe", Some("invoice.paid"));
+    c.typed("stripe", None);
+    c.typed("unknown", Some("x"));
+    let mut got = c.collect(false);
+    got.sort();
+    let want: Vec<Delta> = vec![
+        ("stripe".into(), "types.invoice.paid".into(), 2),
+        ("stripe".into(), "types.untyped".into(), 1),
+    ];
+    assert_eq!(got, want);
+    let taken = c.collect(true);
+    assert!(c.collect(false).is_empty());
+    c.restore(&taken);
+    let mut back = c.collect(false);
+    back.sort();
+    assert_eq!(back, want);
+}
+
+#[test]
+fn types_beyond_the_cap_are_counted_as_other() {
+    let c = counters();
+    for i in 0..MAX_TYPES + 10 {
+        c.typed("stripe", Some(&format!("t{i}")));
+    }
+    c.typed("stripe", Some("t0"));
+    let got = c.collect(true);
+    assert_eq!(got.len(), MAX_TYPES + 1);
+    let count = |n: &str| got.iter().find(|d| d.1 == n).map(|d| d.2);
+    assert_eq!(count("types.other"), Some(10));
+    assert_eq!(count("types.t0"), Some(2));
+    // The cap is per flush interval: a drained map takes new names again.
+    c.typed("stripe", Some("late"));
+    assert_eq!(c.collect(false)[0].1, "types.late");
+}

@@ -9,6 +9,7 @@ both_backends!(
     invoice_events_go_to_billing_and_disputes_to_risk_only,
     a_filter_on_a_body_field_selects_the_events_a_target_gets,
     an_event_no_target_wants_is_stored_counted_unrouted_and_sent_nowhere,
+    github_events_are_routed_by_event_and_action,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -71,6 +72,23 @@ async fn invoice_events_go_to_billing_and_disputes_to_risk_only(b: Backend) {
         s["pending"], 0,
         "no delivery row for unmatched targets: {stats}"
     );
+    // A duplicate adds to no type; the types are what was stored.
+    let r = app
+        .post_stripe_body(&event("evt_r1", "invoice.paid", "eur"))
+        .await;
+    assert_eq!(dedup_header(&r), "duplicate");
+    let by_type = &app.stats().await["sources"]["stripe"]["unique_by_type"];
+    assert_eq!(
+        *by_type,
+        serde_json::json!({
+            "invoice.paid": 1,
+            "invoice.payment_failed": 1,
+            "charge.dispute.created": 1,
+            "radar.early_fraud_warning.created": 1,
+            "charge.succeeded": 1,
+        }),
+        "{stats}"
+    );
 }
 
 async fn a_filter_on_a_body_field_selects_the_events_a_target_gets(b: Backend) {
@@ -129,4 +147,48 @@ async fn an_event_no_target_wants_is_stored_counted_unrouted_and_sent_nowhere(b:
     // is checked: at least ours (the recorder is process-wide, parallel
     // tests may add theirs; the exact count is /stats' job).
     assert!(app.metric_value(UNROUTED).await > unrouted_before);
+}
+
+/// GitHub's type is the event plus the payload's action (providers/github.toml):
+/// `issues.*` takes opened and closed issues, never a push.
+async fn github_events_are_routed_by_event_and_action(b: Backend) {
+    let issues = TestTarget::start().await;
+    let mut opts = Opts::new(b);
+    opts.extra = format!(
+        "[sources.gh_routed]\nprovider = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n\
+         targets = [\"issues\"]\n{}",
+        target("issues", &issues, r#"events = ["issues.*"]"#)
+    );
+    let app = spawn_app(opts).await;
+    for (guid, event, body) in [
+        ("d-1", "issues", r#"{"action":"opened","issue":{"number":1}}"#),
+        ("d-2", "push", r#"{"ref":"refs/heads/main"}"#),
+        ("d-3", "issues", r#"{"action":"closed","issue":{"number":1}}"#),
+        ("d-4", "pull_request", r#"{"action":"opened","number":2}"#),
+    ] {
+        let mut h = signers::github(GITHUB_SECRET, guid, body.as_bytes());
+        h.retain(|(k, _)| k != "X-GitHub-Event");
+        h.push(("X-GitHub-Event".into(), event.into()));
+        let r = app.post("gh_routed", &h, body.as_bytes()).await;
+        assert_eq!(dedup_header(&r), "new");
+    }
+    let done = eventually(WAIT, || async { issues.count() == 2 }).await;
+    assert!(done, "issues got {}", issues.count());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got: Vec<String> = issues
+        .received()
+        .iter()
+        .map(|r| r.headers["x-github-delivery"].to_str().unwrap().to_owned())
+        .collect();
+    let mut got = got;
+    got.sort();
+    assert_eq!(got, ["d-1", "d-3"]);
+    let stats = app.stats().await;
+    let s = &stats["sources"]["gh_routed"];
+    assert_eq!(s["unrouted"], 2, "{stats}");
+    assert_eq!(
+        s["unique_by_type"],
+        serde_json::json!({"issues.opened": 1, "issues.closed": 1, "push": 1, "pull_request.opened": 1}),
+        "{stats}"
+    );
 }
