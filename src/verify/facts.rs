@@ -130,18 +130,33 @@ mod tests {
         );
         // `push` has no action; a blank one adds nothing either.
         let push = [("x-github-event", "push")];
-        assert_eq!(type_of(&gh, &push, br#"{"ref":"x"}"#).as_deref(), Some("push"));
-        assert_eq!(type_of(&gh, &push, br#"{"action":" "}"#).as_deref(), Some("push"));
+        assert_eq!(
+            type_of(&gh, &push, br#"{"ref":"x"}"#).as_deref(),
+            Some("push")
+        );
+        assert_eq!(
+            type_of(&gh, &push, br#"{"action":" "}"#).as_deref(),
+            Some("push")
+        );
         // Without the first part there is no type, whatever follows.
         assert_eq!(type_of(&gh, &[], br#"{"action":"opened"}"#), None);
         let cp = builtin("cloudpayments");
         assert_eq!(
-            type_of(&cp, &[], b"TransactionId=1&OperationType=Payment&Status=Completed").as_deref(),
+            type_of(
+                &cp,
+                &[],
+                b"TransactionId=1&OperationType=Payment&Status=Completed"
+            )
+            .as_deref(),
             Some("Payment.Completed")
         );
         assert_eq!(
-            type_of(&cp, &[], br#"{"TransactionId":2,"OperationType":"Refund","Status":"Completed"}"#)
-                .as_deref(),
+            type_of(
+                &cp,
+                &[],
+                br#"{"TransactionId":2,"OperationType":"Refund","Status":"Completed"}"#
+            )
+            .as_deref(),
             Some("Refund.Completed")
         );
     }
@@ -159,11 +174,21 @@ mod tests {
             assert_eq!(typed, !untyped.contains(&name), "{name}");
         }
         assert_eq!(
-            type_of(&builtin("tbank"), &[], br#"{"PaymentId":1,"Status":"CONFIRMED"}"#).as_deref(),
+            type_of(
+                &builtin("tbank"),
+                &[],
+                br#"{"PaymentId":1,"Status":"CONFIRMED"}"#
+            )
+            .as_deref(),
             Some("CONFIRMED")
         );
         assert_eq!(
-            type_of(&builtin("twilio"), &[], b"MessageSid=SM1&MessageStatus=delivered").as_deref(),
+            type_of(
+                &builtin("twilio"),
+                &[],
+                b"MessageSid=SM1&MessageStatus=delivered"
+            )
+            .as_deref(),
             Some("delivered")
         );
     }

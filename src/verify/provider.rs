@@ -411,19 +411,35 @@ mod tests {
             algorithm: Some(Algorithm::HmacSha512),
             ..Default::default()
         };
-        let c = p.customized(&SourceOverrides { signature: Some(&o), ..Default::default() }).unwrap();
+        let c = p
+            .customized(&SourceOverrides {
+                signature: Some(&o),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(c.signature.headers, vec!["x-other"]);
         assert_eq!(c.signature.algorithm, Algorithm::HmacSha512);
         let bad = SignatureOverrides {
             signed_content: Some("{nope".into()),
             ..Default::default()
         };
-        assert!(p.customized(&SourceOverrides { signature: Some(&bad), ..Default::default() }).is_err());
+        assert!(
+            p.customized(&SourceOverrides {
+                signature: Some(&bad),
+                ..Default::default()
+            })
+            .is_err()
+        );
         let id = EventIdSpec {
             body_hash: true,
             ..Default::default()
         };
-        let c = p.customized(&SourceOverrides { event_id: Some(&id), ..Default::default() }).unwrap();
+        let c = p
+            .customized(&SourceOverrides {
+                event_id: Some(&id),
+                ..Default::default()
+            })
+            .unwrap();
         assert!(c.event_id.from.is_none() && c.event_id.body_hash);
     }
 }

@@ -57,6 +57,7 @@ scope = "header:X-User-ID"
         ),
         "{out}"
     );
+    assert!(out.contains("    event type: json:/type\n"), "{out}");
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
     for secret in [
         "super-secret-admin",

@@ -161,9 +161,17 @@ async fn github_events_are_routed_by_event_and_action(b: Backend) {
     );
     let app = spawn_app(opts).await;
     for (guid, event, body) in [
-        ("d-1", "issues", r#"{"action":"opened","issue":{"number":1}}"#),
+        (
+            "d-1",
+            "issues",
+            r#"{"action":"opened","issue":{"number":1}}"#,
+        ),
         ("d-2", "push", r#"{"ref":"refs/heads/main"}"#),
-        ("d-3", "issues", r#"{"action":"closed","issue":{"number":1}}"#),
+        (
+            "d-3",
+            "issues",
+            r#"{"action":"closed","issue":{"number":1}}"#,
+        ),
         ("d-4", "pull_request", r#"{"action":"opened","number":2}"#),
     ] {
         let mut h = signers::github(GITHUB_SECRET, guid, body.as_bytes());

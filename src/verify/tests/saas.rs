@@ -250,7 +250,13 @@ fn linear_checks_the_body_timestamp_in_milliseconds() {
 
 fn generic(provider: &str, secrets: &[&str], sig: spec::SignatureOverrides) -> Arc<Source> {
     let base = Registry::builtin().get(provider).unwrap();
-    let p = Arc::new(base.customized(&crate::verify::provider::SourceOverrides { signature: Some(&sig), ..Default::default() }).unwrap());
+    let p = Arc::new(
+        base.customized(&crate::verify::provider::SourceOverrides {
+            signature: Some(&sig),
+            ..Default::default()
+        })
+        .unwrap(),
+    );
     assert!(p.incomplete.is_none());
     let keys = secrets
         .iter()
