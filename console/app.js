@@ -236,7 +236,7 @@ function deliveriesCell(e) {
 function eventRow(e) {
   return el('tr', {}, td(when(e.received_at)), td(e.source),
     el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id), class: 'event-link' }, e.event_id),
-      e.recovered ? el('span', { class: 'recovered', title: 'recovered from the provider API by reconciliation' }, ' recovered') : ''),
+      e.recovered ? el('span', { class: 'recovered', title: 'recovered by reconciliation (read from the provider API, or resent by the provider on request)' }, ' recovered') : ''),
     td(e.type || '—'), td(e.body_size, 'num'),
     td(e.duplicates ? `${e.duplicates}${e.conflicts ? ' (' + e.conflicts + ' conflict)' : ''}` : '', 'num'),
     deliveriesCell(e));
@@ -286,7 +286,7 @@ async function loadEvent(source, id) {
   $('#event-title').textContent = `${e.source} / ${e.event_id}`;
   const dl = $('#event-facts'); dl.replaceChildren();
   fact(dl, 'type', e.type);
-  fact(dl, 'origin', e.recovered ? 'recovered by reconciliation (from the provider API)' : 'received');
+  fact(dl, 'origin', e.recovered ? 'recovered by reconciliation (read from the provider API, or resent on request)' : 'received');
   fact(dl, 'received', when(e.received_at));
   fact(dl, 'body size', e.body_size + ' bytes');
   fact(dl, 'secret matched', e.verification.key_index == null ? null : '#' + e.verification.key_index);

@@ -34,7 +34,8 @@ pub struct FilterArgs {
     /// Exact event id.
     #[arg(long)]
     pub event_id: Option<String>,
-    /// `true`: only events recovered by reconciliation; `false`: only received ones.
+    /// `true`: only events recovered by reconciliation (read from the
+    /// provider API, or resent on its request); `false`: only received ones.
     #[arg(long)]
     pub recovered: Option<String>,
 }

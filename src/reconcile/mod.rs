@@ -8,7 +8,14 @@
 //! [`Dedup::admit`](crate::dedup::Dedup::admit), so a webhook racing its
 //! recovered copy still yields one `new`. GitHub and PayPal are asked to
 //! send the missing ones again; those arrive signed at `POST /webhooks/…`
-//! and are verified like any other request.
+//! and are verified like any other request. Each resend the provider
+//! accepted is recorded (`hookgate_resends`), and the run marks the events
+//! it brings recovered afterwards ([`Reconciler::mark_resent`]), so ingest
+//! pays nothing for it.
+//!
+//! A non-dry run holds its source's lease and renews it after every page
+//! (and within a long page); a renewal that finds another owner stops the
+//! run ([`ReconcileError::LeaseLost`]).
 //!
 //! Layering: beside `ingest`, above `dedup`, `deliver`, `store` and
 //! `config`; nothing below imports it.
@@ -31,12 +38,28 @@ use api::{Api, Retry};
 use bytes::Bytes;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 /// How long a run owns its source without showing progress (renewed after
 /// every page). A replica that died mid-run blocks the others this long.
 pub const LEASE: Duration = Duration::from_secs(300);
+
+/// Within a page, the lease is also renewed before recovering an event
+/// once this much time has passed since the last renewal: a page of
+/// resends, each call waiting out rate limits, can outlast [`LEASE`].
+const RENEW_EVERY: Duration = Duration::from_secs(60);
+
+/// How long a requested resend waits for its event to be marked recovered.
+/// Providers send at once or retry for a while (GitHub redelivers once;
+/// PayPal retries a failed delivery); the resends of these three days are
+/// the most the table holds.
+pub const RESEND_MARK_TTL: Duration = Duration::from_secs(3 * 24 * 3600);
+
+/// After its resends, a run waits at most this long for them to arrive and
+/// marks them; the ones still on their way are marked by a later run.
+const RESEND_WAIT: Duration = Duration::from_secs(5);
+const RESEND_POLL: Duration = Duration::from_millis(200);
 
 /// One event (or delivery) the provider lists.
 #[derive(Debug, Clone)]
@@ -73,7 +96,8 @@ pub struct Report {
     pub found: u64,
     /// Already in the ledger (or arrived while we recovered it).
     pub already: u64,
-    /// Recovered (dry run: would be), or resent by the provider on request.
+    /// Recovered (dry run: would be), or resends the provider accepted
+    /// (GitHub, PayPal: counted when asked, marked when they arrive).
     pub recovered: u64,
     /// Could not be recovered this run.
     pub failed: u64,
@@ -85,6 +109,11 @@ pub enum ReconcileError {
     NotConfigured(String),
     #[error("another replica is reconciling this source right now")]
     Busy,
+    #[error(
+        "another replica took this source's lease over mid-run (this run did not renew it \
+         in time); the run stopped so that only one replica reconciles the source"
+    )]
+    LeaseLost,
     #[error(
         "the {api} API refused the credential (HTTP {status}): check `reconcile.api_key` \
          (it must be valid and allowed to read events)"
@@ -135,6 +164,16 @@ pub struct RunOptions {
     pub scheduled: bool,
 }
 
+/// The lease a non-dry run holds, as it renews it.
+struct Hold<'a> {
+    source: &'a str,
+    owner: &'a str,
+    /// A scheduled run: a renewal after a page also stores the cursor.
+    checkpoint: bool,
+    /// The last renewal (or the start).
+    renewed: Instant,
+}
+
 /// Everything a run needs; shared by the background runner and the CLI.
 #[derive(Clone)]
 pub struct Reconciler {
@@ -178,7 +217,7 @@ impl Reconciler {
         let window_start = now - opts.window;
         if opts.dry_run {
             let mut report = Report::default();
-            self.walk(&rec, window_start, None, true, None, &mut report)
+            self.walk(&rec, window_start, None, None, &mut report)
                 .await?;
             return Ok(Some(report));
         }
@@ -206,9 +245,15 @@ impl Reconciler {
             );
         }
         let mut report = Report::default();
-        let save = opts.scheduled.then_some(owner.as_str());
+        let mut hold = Hold {
+            source,
+            owner: &owner,
+            checkpoint: opts.scheduled,
+            renewed: Instant::now(),
+        };
+        let cursor = resume.map(|c| c.cursor);
         let result = tokio::select! {
-            r = self.walk(&rec, since, resume.map(|c| c.cursor), false, save, &mut report) => r,
+            r = self.pass(&rec, since, cursor, &mut hold, &mut report) => r,
             _ = self.stop.cancelled() => Err(ReconcileError::Stopped),
         };
         let recovered = i64::try_from(report.recovered).unwrap_or(i64::MAX);
@@ -234,16 +279,92 @@ impl Reconciler {
         result.map(|()| Some(report))
     }
 
+    /// A leased run: marks the resends of earlier runs that have arrived,
+    /// walks the window, then waits briefly for this run's resends.
+    async fn pass(
+        &self,
+        rec: &Reconcile,
+        since: Millis,
+        cursor: Option<String>,
+        hold: &mut Hold<'_>,
+        report: &mut Report,
+    ) -> Result<(), ReconcileError> {
+        let resends = matches!(rec.kind, ApiKind::GitHub | ApiKind::PayPal);
+        if resends {
+            self.mark_resent(&rec.source, None).await?;
+        }
+        let started = Millis::now();
+        self.walk(rec, since, cursor, Some(hold), report).await?;
+        if resends && report.recovered > 0 {
+            self.mark_resent(&rec.source, Some(started)).await?;
+        }
+        Ok(())
+    }
+
+    /// Marks recovered the events resends of `source` brought, and forgets
+    /// the resends applied, moot or expired (`store::reconcile`). With
+    /// `since` (this run's start), polls for up to [`RESEND_WAIT`] until
+    /// every resend this run asked for has arrived.
+    async fn mark_resent(&self, source: &str, since: Option<Millis>) -> Result<(), ReconcileError> {
+        let store = self.ledger.reconcile();
+        let deadline = Instant::now() + RESEND_WAIT;
+        let mut marked = 0;
+        let waiting = loop {
+            let now = Millis::now();
+            let applied = store
+                .apply_resends(source, now, since.unwrap_or(now))
+                .await?;
+            marked += applied.marked;
+            if since.is_none() || applied.waiting == 0 || Instant::now() >= deadline {
+                break applied.waiting;
+            }
+            tokio::time::sleep(RESEND_POLL).await;
+        };
+        if marked > 0 || waiting > 0 {
+            tracing::info!(
+                marked,
+                waiting,
+                "resent events marked recovered; the ones still on their way are marked by a later run"
+            );
+        }
+        Ok(())
+    }
+
+    /// Extends the run's lease (a scheduled run's also stores `checkpoint`,
+    /// the next page's cursor). Another owner: [`ReconcileError::LeaseLost`].
+    async fn renew(
+        &self,
+        hold: &mut Hold<'_>,
+        checkpoint: Option<Checkpoint>,
+    ) -> Result<(), ReconcileError> {
+        let store = self.ledger.reconcile();
+        let until = Millis::now() + LEASE;
+        let held = match checkpoint {
+            Some(c) if hold.checkpoint => {
+                store
+                    .save_cursor(hold.source, hold.owner, &c, until)
+                    .await?
+            }
+            _ => store.renew(hold.source, hold.owner, until).await?,
+        };
+        if !held {
+            return Err(ReconcileError::LeaseLost);
+        }
+        hold.renewed = Instant::now();
+        Ok(())
+    }
+
     /// Lists the window page by page from `cursor`, recovering what the
-    /// ledger lacks. With `save`, the cursor is stored after each page so a
-    /// run cut short resumes after the last finished page.
+    /// ledger lacks. With `hold` (a non-dry run) the lease is renewed after
+    /// each page and, for a scheduled run, the cursor stored, so a run cut
+    /// short resumes after the last finished page. Without it (a dry run)
+    /// nothing is written or resent.
     async fn walk(
         &self,
         rec: &Reconcile,
         since: Millis,
         mut cursor: Option<String>,
-        dry_run: bool,
-        save: Option<&str>,
+        mut hold: Option<&mut Hold<'_>>,
         report: &mut Report,
     ) -> Result<(), ReconcileError> {
         let api = Api {
@@ -265,21 +386,22 @@ impl Reconciler {
                     paypal::page(&api, rec, token, since, cursor.as_deref()).await?
                 }
             };
-            self.settle(rec, &api, session.as_ref(), page.items, dry_run, report)
-                .await?;
+            self.settle(
+                rec,
+                &api,
+                session.as_ref(),
+                page.items,
+                hold.as_deref_mut(),
+                report,
+            )
+            .await?;
             cursor = page.next;
-            let Some(next) = &cursor else {
+            if let Some(h) = hold.as_deref_mut() {
+                let c = cursor.clone().map(|cursor| Checkpoint { since, cursor });
+                self.renew(h, c).await?;
+            }
+            if cursor.is_none() {
                 return Ok(());
-            };
-            if let Some(owner) = save {
-                let c = Checkpoint {
-                    since,
-                    cursor: next.clone(),
-                };
-                self.ledger
-                    .reconcile()
-                    .save_cursor(&rec.source, owner, &c, Millis::now() + LEASE)
-                    .await?;
             }
         }
     }
@@ -291,7 +413,7 @@ impl Reconciler {
         api: &Api,
         session: Option<&String>,
         items: Vec<Found>,
-        dry_run: bool,
+        mut hold: Option<&mut Hold<'_>>,
         report: &mut Report,
     ) -> Result<(), ReconcileError> {
         let source = &rec.source;
@@ -309,9 +431,13 @@ impl Reconciler {
                 report.already += 1;
                 continue;
             }
-            if dry_run {
+            let Some(h) = hold.as_deref_mut() else {
+                // A dry run.
                 report.recovered += 1;
                 continue;
+            };
+            if h.renewed.elapsed() >= RENEW_EVERY {
+                self.renew(h, None).await?;
             }
             match self.recover(rec, api, session, item).await {
                 Ok(true) => report.recovered += 1,
@@ -346,6 +472,9 @@ impl Reconciler {
                     .await
             }
             Action::Resend(handle) => {
+                // Taken before asking: an event received earlier came by
+                // itself and is never marked recovered.
+                let requested_at = Millis::now();
                 match rec.kind {
                     ApiKind::GitHub => github::redeliver(api, rec, &handle).await?,
                     ApiKind::PayPal => {
@@ -355,6 +484,17 @@ impl Reconciler {
                     }
                     ApiKind::Stripe => {}
                 }
+                // Accepted: the event it brings is marked recovered later
+                // (`mark_resent`), off the ingest path.
+                self.ledger
+                    .reconcile()
+                    .resend_requested(
+                        &rec.source,
+                        &item.event_id,
+                        requested_at,
+                        requested_at + RESEND_MARK_TTL,
+                    )
+                    .await?;
                 tracing::info!(
                     event.id = item.event_id,
                     "asked the provider to send a missing event again"

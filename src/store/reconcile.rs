@@ -1,9 +1,10 @@
 //! Reconciliation's rows (`hookgate_reconcile`, migration 0007): one per
 //! reconciled source, holding the lease that lets one replica at a time
 //! run it, when the next run is due, the cursor an interrupted run resumes
-//! from, and the last run's outcome. Shared SQL (`$N` placeholders, which
-//! both backends accept), implemented for each backend by
-//! [`impl_reconcile_store!`].
+//! from, and the last run's outcome; and the resends it asked for
+//! (`hookgate_resends`, migration 0013), until the events they bring are
+//! marked recovered. Shared SQL (`$N` placeholders, which both backends
+//! accept), implemented for each backend by [`impl_reconcile_store!`].
 
 use super::StoreError;
 use crate::primitives::time::Millis;
@@ -48,6 +49,16 @@ pub struct Finish<'a> {
     pub checkpointed: bool,
 }
 
+/// What [`ReconcileStore::apply_resends`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Events newly marked recovered.
+    pub marked: u64,
+    /// The source's resends requested at or after the given time whose
+    /// event has not arrived yet.
+    pub waiting: u64,
+}
+
 /// The last run of a source, for `/stats` and `/metrics`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Status {
@@ -68,13 +79,38 @@ pub trait ReconcileStore: Send + Sync {
     /// interval. `Some(checkpoint)`: ours, resuming there if a run stopped.
     async fn start(&self, lease: &Lease<'_>) -> Result<Option<Option<Checkpoint>>, StoreError>;
     /// Records the cursor after a page is done, and extends the lease.
+    /// `false`: `owner` no longer holds the lease (nothing was written).
     async fn save_cursor(
         &self,
         source: &str,
         owner: &str,
         checkpoint: &Checkpoint,
         lease_until: Millis,
+    ) -> Result<bool, StoreError>;
+    /// Extends the lease to `until` while `owner` holds it. `false`:
+    /// another replica took it (ours had expired), or it was released.
+    async fn renew(&self, source: &str, owner: &str, until: Millis) -> Result<bool, StoreError>;
+    /// Records that the provider accepted a resend of `event_id`, asked for
+    /// at `requested_at` (a repeated request keeps the first time and moves
+    /// `expires_at` on).
+    async fn resend_requested(
+        &self,
+        source: &str,
+        event_id: &str,
+        requested_at: Millis,
+        expires_at: Millis,
     ) -> Result<(), StoreError>;
+    /// Marks recovered the events of `source` received at or after their
+    /// resend was requested; forgets the resends applied, the moot ones
+    /// (the event was received before the request: it came by itself) and,
+    /// for every source, those expired at `now`. Counts what still waits
+    /// among the resends requested at or after `since`.
+    async fn apply_resends(
+        &self,
+        source: &str,
+        now: Millis,
+        since: Millis,
+    ) -> Result<Applied, StoreError>;
     /// Ends the run: releases the lease, adds `recovered`; on success clears
     /// the cursor and the last error, on failure keeps the cursor (the next
     /// run resumes there) and records `error`.
@@ -109,6 +145,42 @@ pub(crate) const START_SQL: &str = "UPDATE hookgate_reconcile
 pub(crate) const CURSOR_SQL: &str = "UPDATE hookgate_reconcile
      SET cursor_since = $3, cursor = $4, lease_until = $5
      WHERE source = $1 AND lease_owner = $2";
+
+/// `$1` source, `$2` owner, `$3` lease until.
+pub(crate) const RENEW_SQL: &str = "UPDATE hookgate_reconcile
+     SET lease_until = $3
+     WHERE source = $1 AND lease_owner = $2";
+
+/// `$1` source, `$2` event id, `$3` requested at, `$4` expires at.
+pub(crate) const RESEND_SQL: &str =
+    "INSERT INTO hookgate_resends (source, event_id, requested_at, expires_at)
+     VALUES ($1, $2, $3, $4)
+     ON CONFLICT (source, event_id) DO UPDATE SET expires_at = excluded.expires_at";
+
+/// `$1` source. Driven by the few resend rows (the ledger's unique key
+/// finds each event); an event received before its request is left alone.
+pub(crate) const MARK_SQL: &str = "UPDATE hookgate_events SET recovered = TRUE
+     WHERE source = $1
+       AND event_id IN (SELECT r.event_id FROM hookgate_resends r WHERE r.source = $1)
+       AND NOT recovered
+       AND received_at >= (SELECT r.requested_at FROM hookgate_resends r
+                           WHERE r.source = hookgate_events.source
+                             AND r.event_id = hookgate_events.event_id)";
+
+/// `$1` source, `$2` now. Runs after [`MARK_SQL`] committed: an event that
+/// arrived since is neither recovered nor received before its request, so
+/// its row stays for the next pass instead of being lost.
+pub(crate) const FORGET_SQL: &str = "DELETE FROM hookgate_resends
+     WHERE expires_at <= $2
+        OR (source = $1 AND EXISTS (
+              SELECT 1 FROM hookgate_events e
+              WHERE e.source = hookgate_resends.source
+                AND e.event_id = hookgate_resends.event_id
+                AND (e.recovered OR e.received_at < hookgate_resends.requested_at)))";
+
+/// `$1` source, `$2` requested since.
+pub(crate) const WAITING_SQL: &str =
+    "SELECT COUNT(*) FROM hookgate_resends WHERE source = $1 AND requested_at >= $2";
 
 /// `$1` source, `$2` owner, `$3` now, `$4` recovered, `$5` checkpointed.
 pub(crate) const SUCCESS_SQL: &str = "UPDATE hookgate_reconcile
@@ -204,8 +276,8 @@ macro_rules! impl_reconcile_store {
                 owner: &str,
                 c: &$crate::store::reconcile::Checkpoint,
                 lease_until: $crate::primitives::time::Millis,
-            ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query($crate::store::reconcile::CURSOR_SQL)
+            ) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query($crate::store::reconcile::CURSOR_SQL)
                     .bind(source)
                     .bind(owner)
                     .bind(c.since)
@@ -213,7 +285,69 @@ macro_rules! impl_reconcile_store {
                     .bind(lease_until)
                     .execute(&self.pool)
                     .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn renew(
+                &self,
+                source: &str,
+                owner: &str,
+                until: $crate::primitives::time::Millis,
+            ) -> Result<bool, $crate::store::StoreError> {
+                let done = sqlx::query($crate::store::reconcile::RENEW_SQL)
+                    .bind(source)
+                    .bind(owner)
+                    .bind(until)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn resend_requested(
+                &self,
+                source: &str,
+                event_id: &str,
+                requested_at: $crate::primitives::time::Millis,
+                expires_at: $crate::primitives::time::Millis,
+            ) -> Result<(), $crate::store::StoreError> {
+                sqlx::query($crate::store::reconcile::RESEND_SQL)
+                    .bind(source)
+                    .bind(event_id)
+                    .bind(requested_at)
+                    .bind(expires_at)
+                    .execute(&self.pool)
+                    .await?;
                 Ok(())
+            }
+
+            async fn apply_resends(
+                &self,
+                source: &str,
+                now: $crate::primitives::time::Millis,
+                since: $crate::primitives::time::Millis,
+            ) -> Result<$crate::store::reconcile::Applied, $crate::store::StoreError> {
+                use $crate::store::reconcile as r;
+                // Three statements in this order, each committed on its own:
+                // FORGET_SQL keeps whatever MARK_SQL has not seen yet.
+                let marked = sqlx::query(r::MARK_SQL)
+                    .bind(source)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                sqlx::query(r::FORGET_SQL)
+                    .bind(source)
+                    .bind(now)
+                    .execute(&self.pool)
+                    .await?;
+                let waiting: i64 = sqlx::query_scalar(r::WAITING_SQL)
+                    .bind(source)
+                    .bind(since)
+                    .fetch_one(&self.pool)
+                    .await?;
+                Ok(r::Applied {
+                    marked,
+                    waiting: u64::try_from(waiting).unwrap_or(0),
+                })
             }
 
             async fn finish(

@@ -3,11 +3,13 @@
 //! once, through the same dedup path as webhooks.
 
 use crate::both_backends;
-use crate::helpers::fake_stripe::FakeStripe;
+use crate::helpers::fake_stripe::{FakeEvent, FakeStripe};
 use crate::helpers::*;
 use hookgate::config::reconcile::{ApiKind, Reconcile};
 use hookgate::primitives::secret::Secret;
-use hookgate::reconcile::{Reconciler, RunOptions};
+use hookgate::primitives::time::Millis;
+use hookgate::reconcile::{LEASE, ReconcileError, Reconciler, RunOptions};
+use hookgate::store::reconcile::{Checkpoint, Lease};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,13 +57,88 @@ async fn post_all(app: &TestApp, bodies: Vec<String>) {
 }
 
 /// The CLI with `config_text` written to a temporary config file.
-fn cli(config_text: &str, args: &[&str]) -> (bool, String, String) {
+pub(crate) fn cli(config_text: &str, args: &[&str]) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hookgate.toml");
     std::fs::write(&path, config_text).unwrap();
     let mut all = vec!["--config", path.to_str().unwrap()];
     all.extend_from_slice(args);
     crate::cli::hookgate(&all, dir.path())
+}
+
+/// Runs `hookgate serve` as a child process on `opts` and `db`, with debug
+/// logs, until `ready` holds; returns its `/stats` then and its log. Ends
+/// only the process it started, by its id.
+pub(crate) async fn serve_until<F, Fut>(
+    opts: &Opts,
+    db: &TestDb,
+    mut ready: F,
+) -> (serde_json::Value, String)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookgate.toml");
+    let port = process::free_port();
+    std::fs::write(
+        &path,
+        opts.toml(db, &unique_prefix(), &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let log = dir.path().join("log.txt");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("--config")
+        .arg(&path)
+        .arg("serve")
+        .env("RUST_LOG", "debug,sqlx=warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let was_ready = eventually(Duration::from_secs(20), &mut ready).await;
+    let stats = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{port}/stats"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .map(|b| serde_json::from_slice(&b).unwrap())
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(was_ready, "{text}");
+    (stats, text)
+}
+
+/// A reconciler for the `stripe` source against `fake`, on `app`'s own
+/// dedup and ledger (the app itself does not reconcile).
+fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
+    let mut config = (*app.state.config).clone();
+    config.reconcile.insert(
+        "stripe".into(),
+        Arc::new(Reconcile {
+            source: "stripe".into(),
+            kind: ApiKind::Stripe,
+            api_key: Secret::new(KEY),
+            interval: Duration::from_secs(3600),
+            lookback: Duration::from_secs(86_400),
+            api_base: fake.url.clone(),
+            hook: None,
+        }),
+    );
+    Reconciler {
+        config: Arc::new(config),
+        dedup: app.state.dedup.clone(),
+        ledger: app.state.ledger.clone(),
+        wake: app.state.wake.clone(),
+        client: Reconciler::http_client(),
+        retry: Default::default(),
+        stop: Default::default(),
+    }
 }
 
 /// The CLI table's row as (found, already, recovered, failed).
@@ -181,28 +258,7 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
     let target = TestTarget::start().await;
     let app = spawn_app(with_target(backend, &target)).await;
     // A reconciler on the running gateway's own dedup and ledger.
-    let mut config = (*app.state.config).clone();
-    config.reconcile.insert(
-        "stripe".into(),
-        Arc::new(Reconcile {
-            source: "stripe".into(),
-            kind: ApiKind::Stripe,
-            api_key: Secret::new(KEY),
-            interval: Duration::from_secs(3600),
-            lookback: Duration::from_secs(86_400),
-            api_base: fake.url.clone(),
-            hook: None,
-        }),
-    );
-    let r = Reconciler {
-        config: Arc::new(config),
-        dedup: app.state.dedup.clone(),
-        ledger: app.state.ledger.clone(),
-        wake: app.state.wake.clone(),
-        client: Reconciler::http_client(),
-        retry: Default::default(),
-        stop: Default::default(),
-    };
+    let r = reconciler(&app, &fake);
     let opts = RunOptions {
         window: Duration::from_secs(86_400),
         dry_run: false,
@@ -259,10 +315,246 @@ async fn dry_run_reports_and_changes_nothing(backend: Backend) {
     );
 }
 
+async fn events_older_than_the_window_are_not_recovered(backend: Backend) {
+    // Arrange: none of these reached us; ten were created in the last hour,
+    // ten three hours ago. Stripe filters the list on `created[gte]`
+    // (https://docs.stripe.com/api/events/list), and so does the fake.
+    let now = now();
+    let recent: Vec<FakeEvent> = (0..10)
+        .map(|i| FakeEvent::new(&format!("evt_win_new_{i:02}"), now - 60 - i))
+        .collect();
+    let old: Vec<FakeEvent> = (0..10)
+        .map(|i| FakeEvent::new(&format!("evt_win_old_{i:02}"), now - 3 * 3600 - i))
+        .collect();
+    let fake = FakeStripe::with_events(KEY, [recent.clone(), old.clone()].concat()).await;
+    let target = TestTarget::start().await;
+    let opts = with_target(backend, &target);
+    let app = spawn_app(opts.clone()).await;
+
+    // Act: a run over the last hour (the configured lookback is 2d).
+    let mut cli_opts = opts.clone();
+    cli_opts.extra.push_str(&reconcile_table(&fake, KEY, "1h"));
+    let config = cli_opts.toml(&app.db, &app.prefix, "127.0.0.1:0");
+    let before = crate::helpers::now();
+    let (ok, out, err) = cli(
+        &config,
+        &["reconcile", "--source", "stripe", "--since", "1h"],
+    );
+    let after = crate::helpers::now();
+
+    // Assert: the window started an hour back; only the recent ten were
+    // found and recovered, the old ones never written nor delivered.
+    assert!(ok, "{out}\n{err}");
+    assert_eq!(row(&out), (10, 0, 10, 0), "{out}");
+    let gte = fake.calls()[0].created_gte.expect("created[gte] sent");
+    assert!(
+        (before - 3600..=after - 3600).contains(&gte),
+        "{gte} {before}"
+    );
+    for e in &old {
+        assert_eq!(app.rows("stripe", &e.id).await, 0, "{} was written", e.id);
+    }
+    for e in &recent {
+        assert_eq!(app.rows("stripe", &e.id).await, 1, "{} is missing", e.id);
+    }
+    assert!(eventually(Duration::from_secs(20), || async { target.count() >= 10 }).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let sent: HashSet<String> = target.sends_per_id().into_keys().collect();
+    let wanted: HashSet<String> = recent.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(sent, wanted);
+}
+
+/// `start` with `now` and a lease of one second (`until = now + 1000`).
+fn lease(owner: &str, now: i64) -> Lease<'_> {
+    Lease {
+        source: "stripe",
+        owner,
+        now: Millis(now),
+        until: Millis(now + 1000),
+        next_run_at: Millis(now),
+        force: true,
+    }
+}
+
+async fn a_lease_is_renewed_by_its_owner_and_by_no_one_else(backend: Backend) {
+    let app = spawn_app(Opts::new(backend)).await;
+    let store = app.state.ledger.reconcile();
+    let cursor = Checkpoint {
+        since: Millis(0),
+        cursor: "evt_x".into(),
+    };
+
+    // `a` runs until 11_000 and renews to 15_000.
+    assert!(store.start(&lease("a", 10_000)).await.unwrap().is_some());
+    assert!(store.renew("stripe", "a", Millis(15_000)).await.unwrap());
+    // Past the first `until`, before the renewed one: still a's.
+    assert!(store.start(&lease("b", 12_000)).await.unwrap().is_none());
+    // A stranger renews nothing, and moves nothing.
+    assert!(!store.renew("stripe", "b", Millis(60_000)).await.unwrap());
+    assert!(
+        !store
+            .save_cursor("stripe", "b", &cursor, Millis(60_000))
+            .await
+            .unwrap()
+    );
+    // Past 15_000 the lease is free: `b` takes it (until 16_001)...
+    assert!(store.start(&lease("b", 15_001)).await.unwrap().is_some());
+    // ...and `a`'s renewals find it lost, without touching b's.
+    assert!(!store.renew("stripe", "a", Millis(90_000)).await.unwrap());
+    assert!(
+        !store
+            .save_cursor("stripe", "a", &cursor, Millis(90_000))
+            .await
+            .unwrap()
+    );
+    assert!(store.start(&lease("c", 16_000)).await.unwrap().is_none());
+    assert!(
+        store
+            .save_cursor("stripe", "b", &cursor, Millis(20_000))
+            .await
+            .unwrap()
+    );
+}
+
+/// A run whose lease another replica took while a page was on its way
+/// stops at its next renewal instead of going on.
+async fn a_run_that_lost_its_lease_stops(backend: Backend, scheduled: bool) {
+    // Arrange: three pages (100, 100, 50); the second is held 1.5 s.
+    let fake = FakeStripe::start(KEY, "lost", 250).await;
+    fake.delay_call(1, Duration::from_millis(1500));
+    let app = spawn_app(Opts::new(backend)).await;
+    let r = reconciler(&app, &fake);
+    let opts = RunOptions {
+        window: Duration::from_secs(86_400),
+        dry_run: false,
+        scheduled,
+    };
+    let run = tokio::spawn(async move { r.run("stripe", opts).await });
+
+    // Act: while page two is on its way, the lease is past (as seen from a
+    // replica whose clock is beyond it) and that replica takes it.
+    assert!(eventually(Duration::from_secs(20), || async { fake.holding() }).await);
+    let store = app.state.ledger.reconcile();
+    let later = Millis::now() + LEASE + Duration::from_secs(1);
+    let thief = Lease {
+        source: "stripe",
+        owner: "thief",
+        now: later,
+        until: later + LEASE,
+        next_run_at: later,
+        force: true,
+    };
+    assert!(store.start(&thief).await.unwrap().is_some());
+
+    // Assert: the run stops with the lease error after page two; the third
+    // page is never asked for, and the thief's lease is left alone.
+    let result = run.await.unwrap();
+    match result {
+        Err(ReconcileError::LeaseLost) => {}
+        other => panic!("{other:?}"),
+    }
+    let text = ReconcileError::LeaseLost.to_string();
+    assert!(text.contains("lease over mid-run"), "{text}");
+    assert_eq!(fake.calls().len(), 2, "{:?}", fake.calls());
+    let events = fake.events();
+    for e in &events[200..] {
+        assert_eq!(app.rows("stripe", &e.id).await, 0, "{} was recovered", e.id);
+    }
+    let other = Lease {
+        owner: "other",
+        now: Millis::now() + LEASE + Duration::from_secs(10),
+        ..thief
+    };
+    assert!(store.start(&other).await.unwrap().is_none());
+}
+
+async fn an_unscheduled_run_that_lost_its_lease_stops(backend: Backend) {
+    a_run_that_lost_its_lease_stops(backend, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_run_that_lost_its_lease_stops() {
+    a_run_that_lost_its_lease_stops(Backend::Embedded, true).await;
+}
+
+/// The ids `GET /admin/events?source=stripe&recovered=true` lists.
+async fn marked(app: &TestApp) -> HashSet<String> {
+    admin_events(app, "source=stripe&recovered=true&limit=100").await["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn only_events_received_after_their_resend_request_are_marked(backend: Backend) {
+    let app = spawn_app(Opts::new(backend)).await;
+    let store = app.state.ledger.reconcile();
+    let day = Duration::from_secs(86_400);
+    // Arrived by itself before anyone asked.
+    assert_eq!(app.post_stripe("evt_mark_before").await.status(), 200);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let asked = Millis::now();
+    for id in ["evt_mark_before", "evt_mark_after", "evt_mark_late"] {
+        store
+            .resend_requested("stripe", id, asked, asked + day)
+            .await
+            .unwrap();
+    }
+    // A resend whose mark expires before its event arrives.
+    store
+        .resend_requested(
+            "stripe",
+            "evt_mark_gone",
+            asked,
+            asked + Duration::from_millis(1),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(app.post_stripe("evt_mark_after").await.status(), 200);
+
+    // The one that came after its request is marked; the one that came
+    // before is not (and its mark is dropped); the late one waits.
+    let applied = store
+        .apply_resends("stripe", Millis::now(), asked)
+        .await
+        .unwrap();
+    assert_eq!((applied.marked, applied.waiting), (1, 1), "{applied:?}");
+    assert_eq!(
+        marked(&app).await,
+        HashSet::from(["evt_mark_after".to_owned()])
+    );
+
+    // Asked again later: the first request's time still counts.
+    let again = Millis::now() + Duration::from_secs(3600);
+    store
+        .resend_requested("stripe", "evt_mark_late", again, again + day)
+        .await
+        .unwrap();
+    for id in ["evt_mark_late", "evt_mark_gone", "evt_mark_before"] {
+        assert_eq!(app.post_stripe(id).await.status(), 200);
+    }
+    let applied = store
+        .apply_resends("stripe", Millis::now(), Millis(0))
+        .await
+        .unwrap();
+    // Nothing is left behind: applied, moot and expired marks are gone.
+    assert_eq!((applied.marked, applied.waiting), (1, 0), "{applied:?}");
+    let want: HashSet<String> = ["evt_mark_after", "evt_mark_late"]
+        .map(str::to_owned)
+        .into();
+    assert_eq!(marked(&app).await, want);
+}
+
 both_backends!(
     recovers_exactly_the_events_that_never_arrived,
     a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once,
     dry_run_reports_and_changes_nothing,
+    events_older_than_the_window_are_not_recovered,
+    a_lease_is_renewed_by_its_owner_and_by_no_one_else,
+    an_unscheduled_run_that_lost_its_lease_stops,
+    only_events_received_after_their_resend_request_are_marked,
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -409,48 +701,11 @@ async fn a_wrong_api_key_is_a_clear_error_and_the_key_is_never_printed() {
 
     // A serving gateway: the failure is logged once, counted, and visible
     // in /stats, never with the key.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("hookgate.toml");
-    let port = process::free_port();
-    std::fs::write(
-        &path,
-        opts.toml(&db, &unique_prefix(), &format!("127.0.0.1:{port}")),
-    )
-    .unwrap();
-    let log = dir.path().join("log.txt");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .arg("--config")
-        .arg(&path)
-        .arg("serve")
-        .env("RUST_LOG", "debug,sqlx=warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    assert!(
-        eventually(Duration::from_secs(20), || async {
-            fake.calls().len() >= 3
-        })
-        .await
-    );
-    let stats: serde_json::Value = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/stats"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
-    // End only the process this test started, by its id.
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let (stats, text) = serve_until(&opts, &db, || async { fake.calls().len() >= 3 }).await;
     let s = &stats["sources"]["stripe"];
     let last_error = s["reconcile_last_error"].as_str().unwrap_or_default();
     assert!(last_error.contains("HTTP 401"), "{s}");
     assert!(s["reconcile_failed_runs"].as_i64().unwrap() >= 2, "{s}");
-    let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         !text.contains(wrong) && !text.contains("never_print"),
         "{text}"

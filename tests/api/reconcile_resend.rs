@@ -1,6 +1,8 @@
 //! Reconciliation by resend (GitHub, PayPal): deliveries the gateway never
-//! accepted are asked for again, and arrive signed through the normal path.
+//! accepted are asked for again, arrive signed through the normal path, and
+//! are then marked recovered.
 
+use crate::both_backends;
 use crate::helpers::fake_resend::*;
 use crate::helpers::*;
 use std::collections::HashSet;
@@ -10,8 +12,23 @@ const GH_TOKEN: &str = "ghp_reconcileTestToken0123456789";
 const PP_CLIENT: &str = "AVpp-client-id";
 const PP_SECRET: &str = "EPpp-client-secret-never-printed";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
+/// The event ids `GET /admin/events` lists for `source` with
+/// `recovered=<recovered>`.
+async fn listed(app: &TestApp, source: &str, recovered: bool) -> HashSet<String> {
+    let path = format!("/admin/events?source={source}&recovered={recovered}&limit=500");
+    let page: serde_json::Value = serde_json::from_str(&app.admin_text(&path).await).unwrap();
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            assert_eq!(e["recovered"], recovered, "{e}");
+            e["event_id"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backend: Backend) {
     // Arrange: 20 deliveries at GitHub, newest first; 5 never accepted here
     // (one GitHub saw fail with 503), one received event also redelivered.
     let now = now();
@@ -38,7 +55,7 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
     let fake = FakeGitHub::start("gh", GH_TOKEN, GITHUB_SECRET, deliveries.clone()).await;
     fake.rate_limit_call(1);
     let target = TestTarget::start().await;
-    let mut opts = Opts::new(Backend::Production);
+    let mut opts = Opts::new(backend);
     opts.extra = format!(
         "[targets.t]\nurl = \"{}\"\n[sources.gh]\nprovider = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\ntargets = [\"t\"]\n",
         target.url
@@ -92,10 +109,34 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified() {
         "{}",
         app.stats().await
     );
+    // The five that came because reconciliation asked are marked recovered
+    // (the run marks them once they arrived); the fifteen that arrived by
+    // themselves are not.
+    let resent: HashSet<String> = deliveries
+        .iter()
+        .skip(1)
+        .enumerate()
+        .filter(|(i, _)| missing.contains(i))
+        .map(|(_, d)| d.guid.clone())
+        .collect();
+    let arrived: HashSet<String> = deliveries
+        .iter()
+        .skip(1)
+        .map(|d| d.guid.clone())
+        .filter(|g| !resent.contains(g))
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            listed(&app, "gh", true).await == resent
+        })
+        .await,
+        "{:?}",
+        listed(&app, "gh", true).await
+    );
+    assert_eq!(listed(&app, "gh", false).await, arrived);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paypal_events_we_never_received_are_resent_and_verified() {
+async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backend) {
     let now = now();
     let events: Vec<PpEvent> = (0..12)
         .map(|i| {
@@ -119,7 +160,7 @@ async fn paypal_events_we_never_received_are_resent_and_verified() {
     .await;
     fake.rate_limit_call(1);
     let target = TestTarget::start().await;
-    let mut opts = Opts::new(Backend::Embedded);
+    let mut opts = Opts::new(backend);
     opts.extra = format!(
         "[targets.t]\nurl = \"{}\"\n[sources.pp]\nprovider = \"paypal\"\ntargets = [\"t\"]\n\
          [sources.pp.paypal]\nwebhook_id = \"WH-HTTP\"\ncert = \"file:tests/fixtures/paypal/test-cert.pem\"\n",
@@ -170,4 +211,152 @@ async fn paypal_events_we_never_received_are_resent_and_verified() {
         app.stats().await
     );
     assert!(!app.stats().await.to_string().contains(PP_SECRET));
+    let resent: HashSet<String> = wanted;
+    let arrived: HashSet<String> = events
+        .iter()
+        .map(|e| e.id.clone())
+        .filter(|id| !resent.contains(id))
+        .collect();
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            listed(&app, "pp", true).await == resent
+        })
+        .await,
+        "{:?}",
+        listed(&app, "pp", true).await
+    );
+    assert_eq!(listed(&app, "pp", false).await, arrived);
+}
+
+both_backends!(
+    github_deliveries_we_never_accepted_are_redelivered_and_verified,
+    paypal_events_we_never_received_are_resent_and_verified,
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn github_deliveries_older_than_the_window_are_not_redelivered() {
+    // Arrange: none of these reached us; ten deliveries of the last hour
+    // and ten of two hours ago, newest first. GitHub's list has no time
+    // filter (`per_page`, `cursor`, `redelivery` only:
+    // https://docs.github.com/en/rest/repos/webhooks#list-deliveries-for-a-repository-webhook),
+    // so the fake lists them all and the run must stop at the window.
+    let now = now();
+    let deliveries: Vec<GhDelivery> = (0..20)
+        .map(|i| GhDelivery {
+            id: 7000 + 20 - i,
+            guid: uuid::Uuid::new_v4().to_string(),
+            delivered_at: if i < 10 {
+                now - 60 - 10 * i
+            } else {
+                now - 7200 - 10 * i
+            },
+            status_code: 503,
+            redelivery: false,
+            body: format!(r#"{{"action":"opened","issue":{{"number":{i}}}}}"#),
+        })
+        .collect();
+    let fake = FakeGitHub::start("gh", GH_TOKEN, GITHUB_SECRET, deliveries.clone()).await;
+    let target = TestTarget::start().await;
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = format!(
+        "[targets.t]\nurl = \"{}\"\n[sources.gh]\nprovider = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\ntargets = [\"t\"]\n\
+         [sources.gh.reconcile]\napi_key = \"{GH_TOKEN}\"\nhook = \"{}\"\napi_base = \"{}\"\ninterval = \"1h\"\nlookback = \"1h\"\n",
+        target.url,
+        fake.hook(),
+        fake.url
+    );
+
+    // Act: the gateway's first scheduled run.
+    let app = spawn_app(opts).await;
+    fake.set_gateway(&app.url(""));
+
+    // Assert: the ten recent ones were redelivered and accepted; none of
+    // the old ones, and the list was not read past the window (page one
+    // holds deliveries 0-7, page two reaches the old ones at 10).
+    assert!(
+        eventually(Duration::from_secs(20), || async {
+            let s = app.stats().await;
+            s["sources"]["gh"]["reconcile_last_success"].is_string()
+        })
+        .await,
+        "{}",
+        app.stats().await
+    );
+    let wanted: HashSet<i64> = deliveries.iter().take(10).map(|d| d.id).collect();
+    assert_eq!(
+        fake.redelivered().into_iter().collect::<HashSet<_>>(),
+        wanted
+    );
+    assert_eq!(fake.list_calls().len(), 2, "{:?}", fake.list_calls());
+    assert!(eventually(Duration::from_secs(20), || async { target.count() >= 10 }).await);
+    for d in &deliveries[10..] {
+        assert_eq!(app.rows("gh", &d.guid).await, 0, "{} was recovered", d.id);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(target.count(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_paypal_secret_is_a_clear_error_and_is_never_printed() {
+    // Arrange: PayPal's token call refuses the app's `client_id:secret`
+    // with 401 (https://developer.paypal.com/api/rest/authentication/).
+    let fake = FakePayPal::start(
+        "pp",
+        PP_CLIENT,
+        PP_SECRET,
+        "WH-HTTP",
+        vec![],
+        crate::providers::paypal::paypal_headers,
+    )
+    .await;
+    let wrong = "EPpp-WRONG-secret-never_print_me";
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("{PP_CLIENT}:{wrong}"))
+    };
+    let cert = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/paypal/test-cert.pem"
+    );
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = format!(
+        "[sources.pp]\nprovider = \"paypal\"\n[sources.pp.paypal]\nwebhook_id = \"WH-HTTP\"\n\
+         cert = \"file:{cert}\"\n[sources.pp.reconcile]\napi_key = \"{PP_CLIENT}:{wrong}\"\n\
+         interval = \"1s\"\napi_base = \"{}\"\n",
+        fake.url
+    );
+    let db = TestDb::create(Backend::Embedded).await;
+    let config = opts.toml(&db, &unique_prefix(), "127.0.0.1:0");
+    let leaks =
+        |text: &str| text.contains(wrong) || text.contains("never_print") || text.contains(&basic);
+
+    // The CLI: a clear error, non-zero exit, the secret nowhere.
+    let (ok, out, err) = crate::reconcile::cli(&config, &["reconcile", "--source", "pp"]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("the paypal API refused the credential (HTTP 401)"),
+        "{err}"
+    );
+    assert!(!leaks(&out) && !leaks(&err), "{out}\n{err}");
+    assert_eq!(fake.token_calls(), [401]);
+    assert!(fake.list_calls().is_empty());
+
+    // A serving gateway: logged once, counted, in /stats, never the secret.
+    let (stats, text) =
+        crate::reconcile::serve_until(&opts, &db, || async { fake.token_calls().len() >= 3 }).await;
+    let s = &stats["sources"]["pp"];
+    let last_error = s["reconcile_last_error"].as_str().unwrap_or_default();
+    assert!(
+        last_error.contains("paypal API refused the credential (HTTP 401)"),
+        "{s}"
+    );
+    assert!(s["reconcile_failed_runs"].as_i64().unwrap() >= 2, "{s}");
+    assert!(!leaks(&text), "{text}");
+    assert_eq!(
+        text.matches("reconciliation run failed").count(),
+        1,
+        "{text}"
+    );
+    assert!(!leaks(&stats.to_string()));
+    assert!(fake.resent().is_empty());
 }

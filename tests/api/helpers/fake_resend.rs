@@ -317,6 +317,8 @@ struct PpInner {
     /// Newest first.
     events: Mutex<Vec<PpEvent>>,
     resent: Mutex<Vec<String>>,
+    /// The status of each `POST /v1/oauth2/token`.
+    token_calls: Mutex<Vec<u16>>,
     list_calls: Mutex<Vec<u16>>,
     rate_limit: Mutex<Vec<usize>>,
     gateway: Arc<Gateway>,
@@ -352,6 +354,7 @@ impl FakePayPal {
             webhook_id: webhook_id.into(),
             events: Mutex::new(events),
             resent: Mutex::default(),
+            token_calls: Mutex::default(),
             list_calls: Mutex::default(),
             rate_limit: Mutex::default(),
             gateway: Arc::default(),
@@ -381,6 +384,10 @@ impl FakePayPal {
         self.inner.list_calls.lock().unwrap().clone()
     }
 
+    pub fn token_calls(&self) -> Vec<u16> {
+        self.inner.token_calls.lock().unwrap().clone()
+    }
+
     pub fn rate_limit_call(&self, n: usize) {
         self.inner.rate_limit.lock().unwrap().push(n);
     }
@@ -392,12 +399,16 @@ async fn pp_token(State(inner): State<Arc<PpInner>>, headers: HeaderMap, body: S
     let auth_ok = headers.get("authorization").and_then(|v| v.to_str().ok())
         == Some(&format!("Basic {basic}"));
     if !auth_ok || body != "grant_type=client_credentials" {
+        inner.token_calls.lock().unwrap().push(401);
+        // PayPal's answer to a wrong client id or secret
+        // (https://developer.paypal.com/api/rest/authentication/).
         return (
             StatusCode::UNAUTHORIZED,
             r#"{"error":"invalid_client","error_description":"Client Authentication failed"}"#,
         )
             .into_response();
     }
+    inner.token_calls.lock().unwrap().push(200);
     axum::Json(serde_json::json!({
         "scope": "https://uri.paypal.com/services/webhooks",
         "access_token": inner.token,

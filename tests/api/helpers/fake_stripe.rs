@@ -1,7 +1,8 @@
 //! A loopback Stripe API with the subset reconciliation uses:
-//! `GET /v1/events` with `Authorization: Bearer <key>`, `created[gte]`,
-//! `starting_after`, `limit` (default 10, at most 100), newest first, and
-//! `has_more` (<https://docs.stripe.com/api/events/list>); `401` with Stripe's
+//! `GET /v1/events` with `Authorization: Bearer <key>`, `created[gte]`
+//! (only events created at or after it: the list filters on it server
+//! side), `starting_after`, `limit` (default 10, at most 100), newest first,
+//! and `has_more` (<https://docs.stripe.com/api/events/list>); `401` with Stripe's
 //! error shape for a wrong key (<https://docs.stripe.com/api/errors>) and
 //! `429` + `Retry-After` on request (<https://docs.stripe.com/rate-limits>).
 //! Event objects are shaped from <https://docs.stripe.com/api/events/object>.
@@ -41,6 +42,10 @@ struct Inner {
     rate_limit: Mutex<Vec<usize>>,
     /// Answer every list request from number n on with 400.
     fail_from: Mutex<Option<usize>>,
+    /// Hold list request number n (0-based) this long before answering.
+    delay: Mutex<Option<(usize, std::time::Duration)>>,
+    /// The held request has arrived.
+    held: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Clone)]
@@ -85,16 +90,13 @@ impl FakeStripe {
     pub async fn start(key: &str, tag: &str, n: usize) -> Self {
         let now = super::now();
         let events = (0..n)
-            .map(|i| {
-                let id = format!("evt_{tag}_{i:05}");
-                let created = now - 60 - i as i64;
-                FakeEvent {
-                    json: event_json(&id, created),
-                    id,
-                    created,
-                }
-            })
+            .map(|i| FakeEvent::new(&format!("evt_{tag}_{i:05}"), now - 60 - i as i64))
             .collect();
+        Self::with_events(key, events).await
+    }
+
+    /// A fake holding `events` (newest first).
+    pub async fn with_events(key: &str, events: Vec<FakeEvent>) -> Self {
         let inner = Arc::new(Inner {
             key: key.to_owned(),
             events: Mutex::new(events),
@@ -123,6 +125,27 @@ impl FakeStripe {
 
     pub fn fail_from(&self, n: Option<usize>) {
         *self.inner.fail_from.lock().unwrap() = n;
+    }
+
+    /// Holds list request number `n` (0-based) for `wait` before answering.
+    pub fn delay_call(&self, n: usize, wait: std::time::Duration) {
+        *self.inner.delay.lock().unwrap() = Some((n, wait));
+    }
+
+    /// Whether the request held by [`FakeStripe::delay_call`] has arrived.
+    pub fn holding(&self) -> bool {
+        self.inner.held.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl FakeEvent {
+    /// A `charge.succeeded` event created at `created` (unix seconds).
+    pub fn new(id: &str, created: i64) -> Self {
+        Self {
+            id: id.to_owned(),
+            created,
+            json: event_json(id, created),
+        }
     }
 }
 
@@ -165,6 +188,11 @@ async fn list(
         );
     }
     let n = inner.calls.lock().unwrap().len();
+    let delay = *inner.delay.lock().unwrap();
+    if let Some((_, wait)) = delay.filter(|(at, _)| *at == n) {
+        inner.held.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(wait).await;
+    }
     if inner.rate_limit.lock().unwrap().contains(&n) {
         record(429);
         return (
