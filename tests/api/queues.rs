@@ -174,3 +174,47 @@ async fn every_acked_event_is_in_the_stream_exactly_once_across_a_kill_9() {
     assert!(n.values().all(|&c| c == 1), "an id was added twice: {n:?}");
     drop_keys(&url, &format!("{prefix}:*")).await;
 }
+
+/// `maxlen` trims the stream as it grows (`XADD … MAXLEN ~ n`): Redis
+/// trims whole internal nodes only (https://redis.io/docs/latest/commands/xadd/,
+/// "Capped streams"), so the length stays above `n` but far below what was
+/// added, and the newest entries are the ones kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn maxlen_trims_the_stream_keeping_the_newest_entries() {
+    const N: usize = 250;
+    let prefix = unique_prefix();
+    let url = redis_url();
+    let stream = format!("{prefix}:capped");
+    let app = spawn_app(stream_opts(
+        Backend::Production,
+        &url,
+        &stream,
+        "maxlen = 10",
+    ))
+    .await;
+    for i in 0..N {
+        let r = app.post_stripe(&format!("evt_cap_{i:03}")).await;
+        assert_eq!(dedup_header(&r), "new");
+    }
+    let delivered = eventually(WAIT, || async {
+        app.stats().await["sources"]["stripe"]["delivered"] == N
+    })
+    .await;
+    assert!(delivered, "{}", app.stats().await);
+    let kept = entries(&url, &stream).await;
+    assert!(
+        (10..N - 100).contains(&kept.len()),
+        "{} entries kept of {N} added with maxlen 10",
+        kept.len()
+    );
+    let ids: Vec<String> = kept.iter().map(|e| text(e, "event_id")).collect();
+    assert!(
+        ids.iter().any(|id| id == "evt_cap_249"),
+        "the newest entry is kept: {ids:?}"
+    );
+    assert!(
+        !ids.iter().any(|id| id == "evt_cap_000"),
+        "the oldest is trimmed"
+    );
+    drop_keys(&url, &format!("{prefix}:*")).await;
+}

@@ -399,3 +399,64 @@ async fn a_nats_url_with_credentials_logs_in_and_no_error_shows_the_password() {
     assert_eq!(stream.messages().await[0].subject, format!("{prefix}.ok"));
     stream.delete().await;
 }
+
+/// A broker target keeps the outbox's dead letters and replay (issue #11:
+/// "the same retries, backoff, dead letters, replay and stats as HTTP
+/// targets"): a publish nothing captures is retried until it is dead,
+/// counted dead in `/stats`, and once a stream exists an admin replay
+/// publishes it, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_publish_is_replayed_once_a_stream_captures_it() {
+    let prefix = unique_prefix();
+    let subject = format!("{prefix}.hooks");
+    let mut opts = nats_opts(
+        Backend::Production,
+        &nats_url(),
+        &subject,
+        "timeout = \"2s\"\nmax_attempts = 2",
+    );
+    opts.backoff_max = "200ms";
+    let app = spawn_app(opts).await;
+    assert_eq!(app.post_stripe("evt_nats_dead").await.status(), 200);
+    let dead = eventually(WAIT, || async {
+        delivery(&app, "evt_nats_dead").await["state"] == "dead"
+    })
+    .await;
+    let d = delivery(&app, "evt_nats_dead").await;
+    assert!(dead, "{d}");
+    assert_eq!(d["attempts"], 2, "{d}");
+    let stats = app.stats().await;
+    let q = &stats["sources"]["stripe"]["targets"]["q"];
+    assert_eq!(q["dead"], 1, "{stats}");
+    assert_eq!(q["delivered"], 0, "{stats}");
+
+    let stream = TestStream::create(&prefix).await;
+    let replay = app
+        .client
+        .post(app.url("/admin/replay"))
+        .bearer_auth(ADMIN_TOKEN)
+        .body(r#"{"source":"stripe","target":"q"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replay.status(), 200);
+    assert_eq!(replay.text().await.unwrap(), r#"{"replayed":1}"#);
+    let delivered = eventually(WAIT, || async {
+        delivery(&app, "evt_nats_dead").await["state"] == "delivered"
+    })
+    .await;
+    assert!(delivered, "{}", delivery(&app, "evt_nats_dead").await);
+    let messages = stream.messages().await;
+    assert_eq!(
+        per_id(&messages),
+        HashMap::from([("evt_nats_dead".to_owned(), 1)])
+    );
+    let stats = app.stats().await;
+    let q = &stats["sources"]["stripe"]["targets"]["q"];
+    assert_eq!(
+        (q["dead"].as_i64(), q["delivered"].as_i64()),
+        (Some(0), Some(1)),
+        "{stats}"
+    );
+    stream.delete().await;
+}
