@@ -192,6 +192,7 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
             lookback: Duration::from_secs(86_400),
             api_base: fake.url.clone(),
             hook: None,
+            app: None,
         }),
     );
     let r = Reconciler {
