@@ -329,10 +329,13 @@ impl Reconciler {
                 Ok(false) => report.already += 1,
                 Err(e) => {
                     report.failed += 1;
-                    // A credential refused mid-run fails every later call too.
+                    // A credential refused (or an App JWT unsigned) mid-run
+                    // fails every later call too.
                     if matches!(
                         e,
-                        ReconcileError::Credential { .. } | ReconcileError::Store(_)
+                        ReconcileError::Credential { .. }
+                            | ReconcileError::AppJwt
+                            | ReconcileError::Store(_)
                     ) {
                         return Err(e);
                     }
