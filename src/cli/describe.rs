@@ -55,19 +55,24 @@ pub fn describe(c: &Config) -> String {
                 .map(|u| format!(" public_url={u}"))
                 .unwrap_or_default()
         );
-        // The API key is a secret: only that one is set.
+        // The API key (an App hook's private key) is a secret: only that
+        // one is set. The App's id is not.
         if let Some(r) = c.reconcile.get(&s.name) {
+            let mut hook = r
+                .hook
+                .as_deref()
+                .map(|h| format!(" hook={h}"))
+                .unwrap_or_default();
+            if let Some(app) = &r.app {
+                hook.push_str(&format!(" app_id={}", app.id));
+            }
             let _ = writeln!(
                 o,
-                "  {:<16} reconcile every {} over {} via {}{} (api_key set)",
+                "  {:<16} reconcile every {} over {} via {}{hook} (api_key set)",
                 "",
                 show(r.interval),
                 show(r.lookback),
                 r.api_base,
-                r.hook
-                    .as_deref()
-                    .map(|h| format!(" hook={h}"))
-                    .unwrap_or_default()
             );
         }
         describe_routes(&mut o, s);

@@ -5,7 +5,11 @@
 
 use crate::primitives::duration::Dur;
 use crate::primitives::secret::Secret;
+use rsa::pkcs1::DecodeRsaPrivateKey;
+use rsa::pkcs8::DecodePrivateKey;
 use serde::Deserialize;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Deserialize, Clone)]
@@ -13,8 +17,10 @@ use std::time::Duration;
 pub struct RawReconcile {
     /// API credential (secret: `env:`, `file:` or literal). Stripe: a
     /// restricted key with read access to events. GitHub: a token that may
-    /// read and redeliver the hook's deliveries. PayPal: `client_id:secret`
-    /// of the REST app (exchanged for an OAuth token).
+    /// read and redeliver the hook's deliveries; for an App hook, the App's
+    /// private key (PEM, PKCS#1 as GitHub hands it out, or PKCS#8) that
+    /// signs the JWT. PayPal: `client_id:secret` of the REST app (exchanged
+    /// for an OAuth token).
     pub api_key: String,
     /// How often a replica looks. Default 10m.
     #[serde(default = "default_interval")]
@@ -28,10 +34,13 @@ pub struct RawReconcile {
     /// `https://api-m.paypal.com`).
     pub api_base: Option<String>,
     /// GitHub only: the hook whose deliveries are listed, as its API path
-    /// below `api_base`: `repos/<owner>/<repo>/hooks/<id>` or
-    /// `orgs/<org>/hooks/<id>` (App hooks are not supported: their API
-    /// needs a JWT signed with the App's private key).
+    /// below `api_base`: `repos/<owner>/<repo>/hooks/<id>`,
+    /// `orgs/<org>/hooks/<id>` or `app/hook` (the GitHub App's own hook).
     pub hook: Option<String>,
+    /// GitHub App hooks only (`hook = "app/hook"`), required there: the
+    /// App's client id (GitHub's recommendation) or its numeric app id, the
+    /// JWT's `iss`.
+    pub app_id: Option<String>,
 }
 
 fn default_interval() -> Dur {
@@ -88,6 +97,37 @@ pub struct Reconcile {
     pub api_base: String,
     /// GitHub: the hook's API path, without leading or trailing `/`.
     pub hook: Option<String>,
+    /// GitHub App hooks: the App whose JWT authenticates the calls (then
+    /// `api_key` holds the private key's PEM and is not sent anywhere).
+    pub app: Option<GitHubApp>,
+}
+
+/// A GitHub App, as its JWT needs it: the issuer and the RS256 key.
+#[derive(Clone)]
+pub struct GitHubApp {
+    /// The App's client id or app id (the JWT's `iss`).
+    pub id: String,
+    /// The App's private key, parsed at load, as an RS256 signer.
+    pub key: Arc<rsa::pkcs1v15::SigningKey<rsa::sha2::Sha256>>,
+}
+
+/// The key's own `Debug` prints its private numbers.
+impl fmt::Debug for GitHubApp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GitHubApp")
+            .field("id", &self.id)
+            .field("key", &"[redacted]")
+            .finish()
+    }
+}
+
+/// An RSA private key in PEM: PKCS#1 (`BEGIN RSA PRIVATE KEY`, what GitHub
+/// hands out) or PKCS#8 (`BEGIN PRIVATE KEY`). `None` for anything else; the
+/// parser's error is dropped, so no part of the text reaches a message.
+fn rsa_private_key(pem: &str) -> Option<rsa::RsaPrivateKey> {
+    rsa::RsaPrivateKey::from_pkcs1_pem(pem)
+        .or_else(|_| rsa::RsaPrivateKey::from_pkcs8_pem(pem))
+        .ok()
 }
 
 /// Validates one source's table; `problem(key, message)` reports under
@@ -129,20 +169,16 @@ pub(super) fn validate(
     match (kind, &hook) {
         (ApiKind::GitHub, None) => problem(
             &format!("{key}.hook"),
-            "required for github: `repos/<owner>/<repo>/hooks/<id>` or `orgs/<org>/hooks/<id>`"
+            "required for github: `repos/<owner>/<repo>/hooks/<id>`, `orgs/<org>/hooks/<id>` \
+             or `app/hook`"
                 .into(),
         ),
         (ApiKind::GitHub, Some(h)) if !valid_hook(h) => problem(
             &format!("{key}.hook"),
-            format!("`{h}` is not `repos/<owner>/<repo>/hooks/<id>` or `orgs/<org>/hooks/<id>`"),
-        ),
-        // An App hook's deliveries need a JWT signed with the App's private
-        // key, which hookgate does not hold.
-        (ApiKind::GitHub, Some(h)) if h == "app/hook" => problem(
-            &format!("{key}.hook"),
-            "GitHub App hooks need a JWT signed with the App's private key, which \
-             reconciliation does not support yet: use a repository or organisation hook"
-                .into(),
+            format!(
+                "`{h}` is not `repos/<owner>/<repo>/hooks/<id>`, `orgs/<org>/hooks/<id>` \
+                 or `app/hook`"
+            ),
         ),
         (ApiKind::Stripe | ApiKind::PayPal, Some(_)) => problem(
             &format!("{key}.hook"),
@@ -159,6 +195,17 @@ pub(super) fn validate(
             "paypal needs `client_id:secret` of the REST app".into(),
         );
     }
+    let app = if kind == ApiKind::GitHub && hook.as_deref() == Some("app/hook") {
+        github_app(&key, raw.app_id, api_key.as_ref(), problem)
+    } else {
+        if raw.app_id.is_some() {
+            problem(
+                &format!("{key}.app_id"),
+                "only a GitHub App hook (`hook = \"app/hook\"`) takes an app_id".into(),
+            );
+        }
+        None
+    };
     Some(Reconcile {
         source: source.to_owned(),
         kind,
@@ -167,6 +214,53 @@ pub(super) fn validate(
         lookback: raw.lookback.0,
         api_base: api_base.trim_end_matches('/').to_owned(),
         hook,
+        app,
+    })
+}
+
+/// An App hook's `app_id` and private key (`api_key`, already resolved when
+/// `Some`). Messages name the key, never its value.
+fn github_app(
+    key: &str,
+    app_id: Option<String>,
+    api_key: Option<&Secret>,
+    problem: &mut dyn FnMut(&str, String),
+) -> Option<GitHubApp> {
+    let id = match app_id.map(|a| a.trim().to_owned()) {
+        None => {
+            problem(
+                &format!("{key}.app_id"),
+                "required for `hook = \"app/hook\"`: the GitHub App's client id (recommended) \
+                 or app id, from the App's settings page"
+                    .into(),
+            );
+            None
+        }
+        Some(id)
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.') =>
+        {
+            problem(
+                &format!("{key}.app_id"),
+                "must be the App's client id (`Iv…`) or numeric app id".into(),
+            );
+            None
+        }
+        Some(id) => Some(id),
+    };
+    let pem = api_key?;
+    let Some(private) = rsa_private_key(pem.expose()) else {
+        problem(
+            &format!("{key}.api_key"),
+            "for a GitHub App hook this is the App's private key, and it does not parse as \
+             an RSA private key in PEM (`-----BEGIN RSA PRIVATE KEY-----` or \
+             `-----BEGIN PRIVATE KEY-----`)"
+                .into(),
+        );
+        return None;
+    };
+    Some(GitHubApp {
+        id: id?,
+        key: Arc::new(rsa::pkcs1v15::SigningKey::new(private)),
     })
 }
 
@@ -190,6 +284,7 @@ fn valid_hook(h: &str) -> bool {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use rsa::traits::PrivateKeyParts;
     use std::path::Path;
 
     fn load(extra: &str) -> Result<Config, String> {
@@ -218,8 +313,6 @@ mod tests {
         );
         let e = load("[sources.g.reconcile]\napi_key = \"k\"\n").unwrap_err();
         assert!(e.contains("sources.g.reconcile.hook"), "{e}");
-        let e = load("[sources.g.reconcile]\napi_key = \"k\"\nhook = \"app/hook\"\n").unwrap_err();
-        assert!(e.contains("JWT"), "{e}");
         let e = load(
             "[sources.s.reconcile]\napi_key = \"k\"\ninterval = \"0s\"\napi_base = \"ftp://x\"\n",
         )
@@ -232,6 +325,84 @@ mod tests {
             load("[sources.s.reconcile]\napi_key = \"env:HOOKGATE_TEST_UNSET_RECONCILE_KEY\"\n")
                 .unwrap_err();
         assert!(e.contains("sources.s.reconcile.api_key"), "{e}");
+    }
+
+    const APP_KEY: &str = "file:tests/fixtures/github-app/app-key.pem";
+    const APP_PEM: &str = include_str!("../../tests/fixtures/github-app/app-key.pem");
+
+    /// A base64 line of the test key's body: text that must never show.
+    fn key_line() -> &'static str {
+        APP_PEM.lines().find(|l| l.len() == 64).unwrap()
+    }
+
+    fn app_table(api_key: &str, app_id: Option<&str>) -> String {
+        let id = app_id
+            .map(|i| format!("app_id = \"{i}\"\n"))
+            .unwrap_or_default();
+        format!("[sources.g.reconcile]\napi_key = '''{api_key}'''\nhook = \"app/hook\"\n{id}")
+    }
+
+    #[test]
+    fn an_app_hook_takes_the_apps_private_key_and_id() {
+        // PKCS#1, as GitHub hands the key out, from a file.
+        let c = load(&app_table(APP_KEY, Some("Iv23liTestClient0"))).unwrap();
+        let r = &c.reconcile["g"];
+        let app = r.app.as_ref().expect("an App hook has its App");
+        assert_eq!(app.id, "Iv23liTestClient0");
+        assert_eq!(r.hook.as_deref(), Some("app/hook"));
+        // Debug shows neither the PEM nor the key's private numbers.
+        let shown = format!("{c:?}");
+        assert!(shown.contains("key: \"[redacted]\""), "{shown}");
+        let private = rsa::RsaPrivateKey::from_pkcs1_pem(APP_PEM).unwrap();
+        let prime = private.primes()[0].to_string();
+        assert!(!shown.contains(key_line()) && !shown.contains(&prime[..30]));
+
+        // PKCS#8 too, here as a literal; a numeric app id.
+        use rsa::pkcs8::EncodePrivateKey;
+        let pkcs8 = rsa::RsaPrivateKey::from_pkcs1_pem(APP_PEM)
+            .unwrap()
+            .to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
+            .unwrap();
+        assert!(pkcs8.starts_with("-----BEGIN PRIVATE KEY-----"));
+        let c = load(&app_table(&pkcs8, Some("1234567"))).unwrap();
+        assert_eq!(c.reconcile["g"].app.as_ref().unwrap().id, "1234567");
+    }
+
+    #[test]
+    fn an_app_hook_without_a_valid_key_or_id_is_refused_and_the_key_never_shown() {
+        let e = load(&app_table(APP_KEY, None)).unwrap_err();
+        assert!(
+            e.contains("sources.g.reconcile.app_id") && e.contains("client id"),
+            "{e}"
+        );
+        let e = load(&app_table(APP_KEY, Some("12 34"))).unwrap_err();
+        assert!(e.contains("sources.g.reconcile.app_id"), "{e}");
+
+        // A token is no RSA private key, nor is a damaged PEM.
+        let token = "ghp_notAKey_never_print_me_01";
+        let e = load(&app_table(token, Some("1"))).unwrap_err();
+        assert!(
+            e.contains("sources.g.reconcile.api_key") && e.contains("RSA private key"),
+            "{e}"
+        );
+        assert!(!e.contains(token), "{e}");
+        let line = key_line();
+        let damaged = APP_PEM.replacen(line, &line.replace(['A', 'g'], "Q"), 1);
+        assert_ne!(damaged, APP_PEM);
+        let e = load(&app_table(&damaged, Some("1"))).unwrap_err();
+        assert!(e.contains("RSA private key"), "{e}");
+        for l in damaged.lines().filter(|l| l.len() == 64) {
+            assert!(!e.contains(l), "{e}");
+        }
+
+        // app_id belongs to App hooks only.
+        let e = load(
+            "[sources.g.reconcile]\napi_key = \"k\"\nhook = \"orgs/o/hooks/1\"\napp_id = \"1\"\n",
+        )
+        .unwrap_err();
+        assert!(e.contains("sources.g.reconcile.app_id"), "{e}");
+        let e = load("[sources.s.reconcile]\napi_key = \"k\"\napp_id = \"1\"\n").unwrap_err();
+        assert!(e.contains("sources.s.reconcile.app_id"), "{e}");
     }
 
     #[test]

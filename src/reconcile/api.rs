@@ -106,11 +106,22 @@ impl Api {
         what: &'static str,
         build: impl Fn() -> reqwest::RequestBuilder,
     ) -> Result<Answer, ReconcileError> {
+        self.try_send(what, || Ok(build())).await
+    }
+
+    /// [`Api::send`] for a request whose building may fail: its credential
+    /// is made per try (a GitHub App's JWT, fresh however long the retries
+    /// wait), and an error there ends the call.
+    pub async fn try_send(
+        &self,
+        what: &'static str,
+        build: impl Fn() -> Result<reqwest::RequestBuilder, ReconcileError>,
+    ) -> Result<Answer, ReconcileError> {
         let mut n = 0;
         loop {
             n += 1;
             let last = n >= self.retry.attempts;
-            let (wait, why) = match build().send().await {
+            let (wait, why) = match build()?.send().await {
                 Ok(res) => {
                     let status = res.status();
                     if status.is_success() {

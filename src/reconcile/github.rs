@@ -7,7 +7,12 @@
 //! <https://docs.github.com/en/rest/repos/webhooks#list-deliveries-for-a-repository-webhook>
 //! and "Redeliver a delivery for a repository webhook"
 //! <https://docs.github.com/en/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook>
-//! (organisation hooks: <https://docs.github.com/en/rest/orgs/webhooks>);
+//! (organisation hooks: <https://docs.github.com/en/rest/orgs/webhooks>;
+//! the App's own hook, `app/hook`: "List deliveries for an app webhook" and
+//! "Redeliver a delivery for an app webhook",
+//! <https://docs.github.com/en/rest/apps/webhooks>, same paths below the
+//! hook and same shapes, authenticated with the App's JWT, see
+//! [`super::github_app`]);
 //! `per_page` ≤ 100, the next page in the `Link` header
 //! (<https://docs.github.com/en/rest/using-the-rest-api/using-pagination-in-the-rest-api>),
 //! redelivery answers `202`; rate limits (`429`/`403` + `Retry-After`):
@@ -15,10 +20,37 @@
 //! Deliveries are kept 3 days.
 
 use super::api::Api;
+use super::github_app::AppJwt;
 use super::{Action, Found, Page, ReconcileError};
 use crate::config::reconcile::Reconcile;
+use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
 use serde::Deserialize;
+
+/// How a run's calls authenticate; the only difference between the kinds
+/// of hook.
+pub enum Auth {
+    /// A repository or organisation hook: the configured token.
+    Token(Secret),
+    /// The App's own hook: its JWT, minted per run and renewed near expiry.
+    App(AppJwt),
+}
+
+impl Auth {
+    pub fn of(rec: &Reconcile) -> Self {
+        match &rec.app {
+            Some(app) => Self::App(AppJwt::new(app.clone())),
+            None => Self::Token(rec.api_key.clone()),
+        }
+    }
+
+    fn bearer(&self) -> Result<String, ReconcileError> {
+        match self {
+            Self::Token(t) => Ok(t.expose().to_owned()),
+            Self::App(jwt) => jwt.bearer(Millis::now().as_secs()),
+        }
+    }
+}
 
 #[derive(Deserialize)]
 struct Delivery {
@@ -29,23 +61,26 @@ struct Delivery {
     action: Option<String>,
 }
 
+/// One try of a call; the credential is taken per try.
 fn request(
     api: &Api,
-    rec: &Reconcile,
+    auth: &Auth,
     method: reqwest::Method,
     url: &str,
-) -> reqwest::RequestBuilder {
-    api.client
+) -> Result<reqwest::RequestBuilder, ReconcileError> {
+    Ok(api
+        .client
         .request(method, url)
-        .bearer_auth(rec.api_key.expose())
+        .bearer_auth(auth.bearer()?)
         .header("accept", "application/vnd.github+json")
-        .header("x-github-api-version", "2022-11-28")
+        .header("x-github-api-version", "2022-11-28"))
 }
 
 /// One page of deliveries; `cursor` is the previous page's `next` link.
 pub async fn page(
     api: &Api,
     rec: &Reconcile,
+    auth: &Auth,
     since: Millis,
     cursor: Option<&str>,
 ) -> Result<Page, ReconcileError> {
@@ -55,8 +90,8 @@ pub async fn page(
         None => format!("{}/{hook}/deliveries?per_page=100", rec.api_base),
     };
     let answer = api
-        .send("list deliveries", || {
-            request(api, rec, reqwest::Method::GET, &url)
+        .try_send("list deliveries", || {
+            request(api, auth, reqwest::Method::GET, &url)
         })
         .await?;
     let bad = |_| ReconcileError::BadResponse {
@@ -97,11 +132,16 @@ pub async fn page(
 }
 
 /// Asks GitHub to send delivery `id` again.
-pub async fn redeliver(api: &Api, rec: &Reconcile, id: &str) -> Result<(), ReconcileError> {
+pub async fn redeliver(
+    api: &Api,
+    rec: &Reconcile,
+    auth: &Auth,
+    id: &str,
+) -> Result<(), ReconcileError> {
     let hook = rec.hook.as_deref().unwrap_or_default();
     let url = format!("{}/{hook}/deliveries/{id}/attempts", rec.api_base);
-    api.send("redeliver", || {
-        request(api, rec, reqwest::Method::POST, &url)
+    api.try_send("redeliver", || {
+        request(api, auth, reqwest::Method::POST, &url)
     })
     .await?;
     Ok(())

@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod github;
+pub mod github_app;
 pub mod paypal;
 pub mod runner;
 pub mod stripe;
@@ -145,10 +146,22 @@ pub enum ReconcileError {
         api: &'static str,
         what: &'static str,
     },
+    #[error("the GitHub App's JWT could not be signed with `reconcile.api_key`")]
+    AppJwt,
     #[error("stopped by shutdown")]
     Stopped,
     #[error("ledger unavailable: {0}")]
     Store(#[from] StoreError),
+}
+
+/// How a run authenticates beyond what the config holds.
+enum Session {
+    /// Stripe: the configured key on every call.
+    Key,
+    /// GitHub: the configured token, or an App's JWT minted as the run goes.
+    GitHub(github::Auth),
+    /// PayPal: the OAuth token taken at the run's start.
+    PayPal(String),
 }
 
 /// How one run is made.
@@ -372,29 +385,20 @@ impl Reconciler {
             kind: rec.kind,
             retry: self.retry,
         };
-        // PayPal's OAuth token, taken once per run.
         let session = match rec.kind {
-            ApiKind::PayPal => Some(paypal::token(&api, rec).await?),
-            _ => None,
+            ApiKind::Stripe => Session::Key,
+            ApiKind::GitHub => Session::GitHub(github::Auth::of(rec)),
+            ApiKind::PayPal => Session::PayPal(paypal::token(&api, rec).await?),
         };
         loop {
-            let page = match rec.kind {
-                ApiKind::Stripe => stripe::page(&api, rec, since, cursor.as_deref()).await?,
-                ApiKind::GitHub => github::page(&api, rec, since, cursor.as_deref()).await?,
-                ApiKind::PayPal => {
-                    let token = session.as_deref().unwrap_or_default();
-                    paypal::page(&api, rec, token, since, cursor.as_deref()).await?
-                }
+            let after = cursor.as_deref();
+            let page = match &session {
+                Session::Key => stripe::page(&api, rec, since, after).await?,
+                Session::GitHub(auth) => github::page(&api, rec, auth, since, after).await?,
+                Session::PayPal(token) => paypal::page(&api, rec, token, since, after).await?,
             };
-            self.settle(
-                rec,
-                &api,
-                session.as_ref(),
-                page.items,
-                hold.as_deref_mut(),
-                report,
-            )
-            .await?;
+            self.settle(rec, &api, &session, page.items, hold.as_deref_mut(), report)
+                .await?;
             cursor = page.next;
             if let Some(h) = hold.as_deref_mut() {
                 let c = cursor.clone().map(|cursor| Checkpoint { since, cursor });
@@ -411,7 +415,7 @@ impl Reconciler {
         &self,
         rec: &Reconcile,
         api: &Api,
-        session: Option<&String>,
+        session: &Session,
         items: Vec<Found>,
         mut hold: Option<&mut Hold<'_>>,
         report: &mut Report,
@@ -444,10 +448,13 @@ impl Reconciler {
                 Ok(false) => report.already += 1,
                 Err(e) => {
                     report.failed += 1;
-                    // A credential refused mid-run fails every later call too.
+                    // A credential refused (or an App JWT unsigned) mid-run
+                    // fails every later call too.
                     if matches!(
                         e,
-                        ReconcileError::Credential { .. } | ReconcileError::Store(_)
+                        ReconcileError::Credential { .. }
+                            | ReconcileError::AppJwt
+                            | ReconcileError::Store(_)
                     ) {
                         return Err(e);
                     }
@@ -463,7 +470,7 @@ impl Reconciler {
         &self,
         rec: &Reconcile,
         api: &Api,
-        session: Option<&String>,
+        session: &Session,
         item: Found,
     ) -> Result<bool, ReconcileError> {
         match item.action {
@@ -475,14 +482,13 @@ impl Reconciler {
                 // Taken before asking: an event received earlier came by
                 // itself and is never marked recovered.
                 let requested_at = Millis::now();
-                match rec.kind {
-                    ApiKind::GitHub => github::redeliver(api, rec, &handle).await?,
-                    ApiKind::PayPal => {
-                        let token = session.map_or("", String::as_str);
+                match session {
+                    Session::GitHub(auth) => github::redeliver(api, rec, auth, &handle).await?,
+                    Session::PayPal(token) => {
                         let source = self.config.sources.get(&rec.source).map(|s| &**s);
                         paypal::resend(api, rec, source, token, &handle).await?;
                     }
-                    ApiKind::Stripe => {}
+                    Session::Key => {}
                 }
                 // Accepted: the event it brings is marked recovered later
                 // (`mark_resent`), off the ingest path.

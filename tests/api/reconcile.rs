@@ -128,6 +128,7 @@ fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
             lookback: Duration::from_secs(86_400),
             api_base: fake.url.clone(),
             hook: None,
+            app: None,
         }),
     );
     Reconciler {

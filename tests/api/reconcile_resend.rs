@@ -28,9 +28,10 @@ async fn listed(app: &TestApp, source: &str, recovered: bool) -> HashSet<String>
         .collect()
 }
 
-async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backend: Backend) {
-    // Arrange: 20 deliveries at GitHub, newest first; 5 never accepted here
-    // (one GitHub saw fail with 503), one received event also redelivered.
+/// 20 deliveries at GitHub, newest first, and those never accepted here:
+/// 5 (one GitHub saw fail with 503); one received event was also
+/// redelivered (the newest entry).
+fn gh_deliveries() -> (Vec<GhDelivery>, HashSet<usize>) {
     let now = now();
     let mut deliveries: Vec<GhDelivery> = (0..20)
         .map(|i| GhDelivery {
@@ -52,7 +53,20 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backen
         ..deliveries[0].clone()
     };
     deliveries.insert(0, again);
-    let fake = FakeGitHub::start("gh", GH_TOKEN, GITHUB_SECRET, deliveries.clone()).await;
+    (deliveries, missing)
+}
+
+/// The gateway receives all but the `missing` deliveries of `fake`, then
+/// restarts with reconciliation (`credential`: the table's `api_key` line
+/// and, for an App, its `app_id`) and must have exactly those redelivered,
+/// accepted through verification and delivered once.
+async fn missing_deliveries_are_redelivered_and_verified(
+    backend: Backend,
+    fake: FakeGitHub,
+    deliveries: Vec<GhDelivery>,
+    missing: HashSet<usize>,
+    credential: &str,
+) {
     fake.rate_limit_call(1);
     let target = TestTarget::start().await;
     let mut opts = Opts::new(backend);
@@ -72,7 +86,7 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backen
 
     // Act: a gateway with reconciliation starts on the same ledger.
     opts.extra.push_str(&format!(
-        "[sources.gh.reconcile]\napi_key = \"{GH_TOKEN}\"\nhook = \"{}\"\napi_base = \"{}\"\ninterval = \"1h\"\n",
+        "[sources.gh.reconcile]\n{credential}hook = \"{}\"\napi_base = \"{}\"\ninterval = \"1h\"\n",
         fake.hook(),
         fake.url
     ));
@@ -134,6 +148,116 @@ async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backen
         listed(&app, "gh", true).await
     );
     assert_eq!(listed(&app, "gh", false).await, arrived);
+}
+
+async fn github_deliveries_we_never_accepted_are_redelivered_and_verified(backend: Backend) {
+    let (deliveries, missing) = gh_deliveries();
+    let fake = FakeGitHub::start("gh", GH_TOKEN, GITHUB_SECRET, deliveries.clone()).await;
+    let credential = format!("api_key = \"{GH_TOKEN}\"\n");
+    missing_deliveries_are_redelivered_and_verified(
+        backend,
+        fake,
+        deliveries,
+        missing,
+        &credential,
+    )
+    .await;
+}
+
+/// The binary with `config_text` as its config file and `env` set:
+/// (success, stdout, stderr).
+fn cli(config_text: &str, env: &[(&str, &str)], args: &[&str]) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hookgate.toml");
+    std::fs::write(&path, config_text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("--config")
+        .arg(&path)
+        .args(args)
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The test App's private key (a throwaway, tests/fixtures/github-app).
+const APP_KEY_PEM: &str = include_str!("../fixtures/github-app/app-key.pem");
+/// Another key, which GitHub refuses for this App.
+const OTHER_KEY_PEM: &str = include_str!("../fixtures/github-app/other-key.pem");
+const APP_CLIENT_ID: &str = "Iv23liHookgateTest01";
+
+async fn github_app_deliveries_we_never_accepted_are_redelivered_and_verified(backend: Backend) {
+    let (deliveries, missing) = gh_deliveries();
+    let key = public_key(APP_KEY_PEM);
+    let fake =
+        FakeGitHub::start_app("gh", APP_CLIENT_ID, key, GITHUB_SECRET, deliveries.clone()).await;
+    let credential = format!(
+        "api_key = \"file:{}/tests/fixtures/github-app/app-key.pem\"\napp_id = \"{APP_CLIENT_ID}\"\n",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    missing_deliveries_are_redelivered_and_verified(
+        backend,
+        fake,
+        deliveries,
+        missing,
+        &credential,
+    )
+    .await;
+}
+
+async fn a_wrong_app_key_is_a_clear_credential_error_and_never_printed(backend: Backend) {
+    let (deliveries, _) = gh_deliveries();
+    let key = public_key(APP_KEY_PEM);
+    let fake = FakeGitHub::start_app("gh", APP_CLIENT_ID, key, GITHUB_SECRET, deliveries).await;
+    let mut opts = Opts::new(backend);
+    // The wrong key inline in the config, where a leak would be easiest.
+    opts.extra = format!(
+        "[sources.gh]\nprovider = \"github\"\nsecrets = [\"{GITHUB_SECRET}\"]\n\
+         [sources.gh.reconcile]\napi_key = '''{OTHER_KEY_PEM}'''\napp_id = \"{APP_CLIENT_ID}\"\n\
+         hook = \"{}\"\napi_base = \"{}\"\n",
+        fake.hook(),
+        fake.url
+    );
+    let db = TestDb::create(backend).await;
+    let config = opts.toml(&db, &unique_prefix(), "127.0.0.1:0");
+    let key_lines: Vec<&str> = OTHER_KEY_PEM.lines().filter(|l| l.len() == 64).collect();
+    assert!(key_lines.len() > 20);
+    let shows_key = |text: &str| {
+        text.contains("PRIVATE KEY") || key_lines.iter().any(|l| text.contains(&l[..24]))
+    };
+
+    // check-config shows the App, never its key.
+    let (ok, out, err) = cli(&config, &[], &["check-config"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("hook=app/hook app_id={APP_CLIENT_ID}")),
+        "{out}"
+    );
+    assert!(!shows_key(&out) && !shows_key(&err), "{out}\n{err}");
+
+    // A run: GitHub refuses the JWT. A clear error and a non-zero exit;
+    // neither the key nor the JWT in the output, debug logs included.
+    let (ok, out, err) = cli(
+        &config,
+        &[("RUST_LOG", "debug,sqlx=warn")],
+        &["reconcile", "--source", "gh", "--since", "1h"],
+    );
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("the github API refused the credential (HTTP 401)"),
+        "{err}"
+    );
+    assert!(!shows_key(&out) && !shows_key(&err), "{out}\n{err}");
+    assert!(!err.contains("eyJ"), "a JWT was printed: {err}");
+    assert_eq!(fake.list_calls(), [(None, 401)]);
+    assert!(fake.redelivered().is_empty());
 }
 
 async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backend) {
@@ -230,6 +354,8 @@ async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backen
 
 both_backends!(
     github_deliveries_we_never_accepted_are_redelivered_and_verified,
+    github_app_deliveries_we_never_accepted_are_redelivered_and_verified,
+    a_wrong_app_key_is_a_clear_credential_error_and_never_printed,
     paypal_events_we_never_received_are_resent_and_verified,
 );
 

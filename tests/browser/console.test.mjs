@@ -3,6 +3,10 @@
 // config and a loopback node target, sends signed Stripe events (one target
 // fails), then: login, find an event by id, open it and see its attempts,
 // replay the dead delivery from the console and see the target receive it.
+// Then reconciliation for real: a loopback fake of Stripe's events API has
+// one more event than the gateway received, `hookgate reconcile` (a child
+// process, same config) recovers it, and the console shows it with the
+// "recovered" badge and finds it with the Origin filter.
 // Screenshots go to target/browser-artifacts/. Everything it starts is
 // stopped by PID; the whole run is bounded by DEADLINE_MS.
 //
@@ -26,6 +30,7 @@ const ARTIFACTS = join(ROOT, 'target/browser-artifacts');
 const DEADLINE_MS = 120_000;
 const STRIPE_SECRET = 'whsec_browser_test_secret';
 const ADMIN_TOKEN = randomBytes(18).toString('hex');
+const STRIPE_API_KEY = `rk_test_${randomBytes(12).toString('hex')}`;
 
 let passed = 0;
 let failed = 0;
@@ -72,6 +77,79 @@ function startTarget() {
   return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok({ server, got, flaky, port: server.address().port })));
 }
 
+/**
+ * A loopback Stripe API with what reconciliation reads: `GET /v1/events`
+ * (https://docs.stripe.com/api/events/list): `created[gte]`, `limit`
+ * (1..100), `starting_after`, newest first, answered as
+ * `{object: "list", url, has_more, data}`; 401 unless
+ * `Authorization: Bearer <key>` (https://docs.stripe.com/api/authentication).
+ * `events` is what Stripe has; `calls` records each request.
+ */
+function startStripe(key) {
+  const events = [];
+  const calls = [];
+  const error = (res, status, type, message) => {
+    res.statusCode = status;
+    res.end(JSON.stringify({ error: { type, message } }));
+  };
+  const server = createServer((req, res) => {
+    const url = new URL(req.url, 'http://127.0.0.1');
+    const authorized = req.headers.authorization === `Bearer ${key}`;
+    calls.push({ method: req.method, path: url.pathname, authorized });
+    res.setHeader('content-type', 'application/json');
+    if (!authorized) return error(res, 401, 'invalid_request_error', 'Invalid API Key provided.');
+    if (req.method !== 'GET' || url.pathname !== '/v1/events') {
+      return error(res, 404, 'invalid_request_error', 'Unrecognized request URL.');
+    }
+    const gte = Number(url.searchParams.get('created[gte]') || 0);
+    const limit = Math.min(Math.max(Number(url.searchParams.get('limit') || 10), 1), 100);
+    let list = events.filter((e) => e.created >= gte).sort((a, b) => b.created - a.created);
+    const after = url.searchParams.get('starting_after');
+    if (after) {
+      const i = list.findIndex((e) => e.id === after);
+      if (i < 0) return error(res, 400, 'invalid_request_error', `No such event: '${after}'`);
+      list = list.slice(i + 1);
+    }
+    res.end(JSON.stringify({ object: 'list', url: '/v1/events', has_more: list.length > limit, data: list.slice(0, limit) }));
+  });
+  return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok({ server, events, calls, port: server.address().port })));
+}
+
+/** An event object as the list returns it (https://docs.stripe.com/api/events/object). */
+function stripeEvent(id, type, created) {
+  return {
+    id,
+    object: 'event',
+    api_version: '2024-06-20',
+    created,
+    data: { object: { id: `in_${id.slice(4)}`, object: 'invoice', status: 'paid' } },
+    livemode: false,
+    pending_webhooks: 1,
+    request: { id: null, idempotency_key: null },
+    type,
+  };
+}
+
+/** Runs `BIN args` to its end (killed by PID past `ms`): {code, stdout, stderr}. */
+function runHookgate(args, ms) {
+  const child = spawn(BIN, args, {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...withoutBackends(process.env), RUST_LOG: 'warn' },
+  });
+  cleanups.push(() => { if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL'); });
+  let stdout = '';
+  let stderr = '';
+  child.stdout.on('data', (d) => { stdout += d; });
+  child.stderr.on('data', (d) => { stderr += d; });
+  return new Promise((ok, fail) => {
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      fail(new Error(`hookgate ${args[0]} still running after ${ms} ms`));
+    }, ms);
+    child.on('close', (code) => { clearTimeout(timer); ok({ code, stdout, stderr }); });
+  });
+}
+
 /** This environment without DATABASE_URL / REDIS_URL (the temp config decides). */
 function withoutBackends(env) {
   const { DATABASE_URL, REDIS_URL, ...rest } = env;
@@ -94,6 +172,8 @@ function stripeHeaders(body) {
 async function main() {
   const target = await startTarget();
   cleanups.push(() => target.server.close());
+  const stripe = await startStripe(STRIPE_API_KEY);
+  cleanups.push(() => stripe.server.close());
   const port = await freePort();
   const base = `http://127.0.0.1:${port}`;
   const dir = mkdtempSync(join(tmpdir(), 'hookgate-browser-'));
@@ -116,6 +196,10 @@ backoff_max = "200ms"
 provider = "stripe"
 secrets = ["${STRIPE_SECRET}"]
 targets = ["billing", "flaky"]
+[sources.stripe.reconcile]
+api_key = "${STRIPE_API_KEY}"
+api_base = "http://127.0.0.1:${stripe.port}"
+interval = "1h"
 [targets.billing]
 url = "http://127.0.0.1:${target.port}/billing"
 [targets.flaky]
@@ -130,8 +214,9 @@ max_attempts = 1
   gateway.stdout.on('data', (d) => { log += d; });
   gateway.stderr.on('data', (d) => { log += d; });
   cleanups.push(() => { if (gateway.exitCode === null) gateway.kill('SIGTERM'); });
-  // The token must never reach the gateway's logs.
+  // The token and the API key must never reach the gateway's logs.
   cleanups.push(() => { if (log.includes(ADMIN_TOKEN)) { failed += 1; console.log('not ok - admin token found in gateway logs'); } });
+  cleanups.push(() => { if (log.includes(STRIPE_API_KEY)) { failed += 1; console.log('not ok - Stripe API key found in gateway logs'); } });
 
   await step('gateway starts', () => until(async () => {
     if (gateway.exitCode !== null) throw new Error(`gateway exited: ${log}`);
@@ -240,6 +325,53 @@ max_attempts = 1
     await page.locator('#dead-message', { hasText: 'Queued 2' }).waitFor();
     await until(() => target.got.flaky.length === 6, 'bulk replay delivered');
     await page.screenshot({ path: join(ARTIFACTS, 'dead-letters.png'), fullPage: true });
+  });
+
+  await step('hookgate reconcile recovers the event Stripe has and the gateway never received', async () => {
+    // The gateway's own scheduled run (at start, then hourly) is over: it
+    // found nothing, as Stripe had nothing yet.
+    await until(async () => {
+      const r = await fetch(`${base}/stats`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      return r.ok && (await r.json()).sources.stripe.reconcile_last_run != null;
+    }, 'the scheduled reconciliation at start');
+    // Stripe has the three events the gateway received and one it never did.
+    const now = Math.floor(Date.now() / 1000);
+    stripe.events.push(...ids.map((id, i) => stripeEvent(id, i === 2 ? 'invoice.paid' : 'charge.succeeded', now - 300 + i)));
+    stripe.events.push(stripeEvent('evt_browser_recovered', 'invoice.paid', now - 60));
+    const before = stripe.calls.length;
+    const run = await runHookgate(['reconcile', '--config', config, '--source', 'stripe', '--since', '1h'], 30_000);
+    assert(run.code === 0, `exit code ${run.code}: ${run.stdout}${run.stderr}`);
+    const row = (run.stdout.split('\n')[1] || '').trim().split(/\s+/).join(' ');
+    assert(row === 'stripe 4 3 1 0', `found/already/recovered/failed: ${run.stdout}`);
+    const calls = stripe.calls.slice(before);
+    assert(calls.length >= 1 && calls.every((c) => c.authorized && c.path === '/v1/events'), JSON.stringify(calls));
+    assert(!`${run.stdout}${run.stderr}`.includes(STRIPE_API_KEY), 'API key printed');
+    // The serving gateway delivers it (SQLite: on its next poll).
+    await until(() => target.got.billing.includes('evt_browser_recovered'), 'the recovered event delivered');
+  });
+
+  await step('the recovered event has the "recovered" badge, a received one does not', async () => {
+    await page.click('nav a[data-view=events]');
+    // Clear the earlier search.
+    await page.click('#events-filter button[type=reset]');
+    const recovered = page.locator('#events-table tbody tr', { hasText: 'evt_browser_recovered' });
+    const received = page.locator('#events-table tbody tr', { hasText: 'evt_browser_001' });
+    await recovered.waitFor();
+    await received.waitFor();
+    assert((await recovered.locator('span.recovered').count()) === 1, 'no badge on the recovered event');
+    assert((await received.locator('span.recovered').count()) === 0, 'a badge on a received event');
+    assert((await page.locator('#events-table tbody span.recovered').count()) === 1, 'one badge in all');
+  });
+
+  await step('the Origin filter lists only the recovered event', async () => {
+    const rows = page.locator('#events-table tbody tr');
+    await page.selectOption('#events-filter-recovered', 'true');
+    await until(async () => (await rows.count()) === 1
+      && (await rows.first().innerText()).includes('evt_browser_recovered'), 'only the recovered event listed');
+    await page.screenshot({ path: join(ARTIFACTS, 'recovered.png'), fullPage: true });
+    await page.selectOption('#events-filter-recovered', 'false');
+    await until(async () => (await rows.count()) === 3
+      && !(await page.locator('#events-table tbody').innerText()).includes('evt_browser_recovered'), 'only received events listed');
   });
 
   await step('no CSP violation, no token in any URL', async () => {

@@ -9,7 +9,13 @@
 //! <https://docs.github.com/en/rest/repos/webhooks#redeliver-a-delivery-for-a-repository-webhook>):
 //! `GET /repos/{o}/{r}/hooks/{id}/deliveries?per_page=&cursor=` (newest
 //! first, next page in `Link`), `POST …/deliveries/{delivery_id}/attempts`
-//! → 202, `Authorization: Bearer <token>`.
+//! → 202, `Authorization: Bearer <token>`. A GitHub App's own hook
+//! (<https://docs.github.com/en/rest/apps/webhooks>): the same below
+//! `/app/hook`, authenticated with a JWT that the fake verifies as GitHub
+//! documents it
+//! (<https://docs.github.com/en/apps/creating-github-apps/authenticating-with-a-github-app/generating-a-json-web-token-jwt-for-a-github-app>):
+//! RS256 signature by the App's key, `iss` the App's id, `exp` at most 10
+//! minutes after `iat` and not past; anything else is a 401.
 //!
 //! PayPal (<https://developer.paypal.com/docs/api/webhooks/v1/> and
 //! <https://developer.paypal.com/api/rest/authentication/>): `POST
@@ -24,6 +30,9 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
+use rsa::pkcs1v15::{Signature, VerifyingKey};
+use rsa::sha2::Sha256;
+use rsa::signature::Verifier;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -65,6 +74,80 @@ fn bearer(headers: &HeaderMap, token: &str) -> bool {
     headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"))
 }
 
+/// How the fake GitHub checks a caller.
+enum GhAuth {
+    /// A repository hook: this token.
+    Token(String),
+    /// An App hook: a JWT issued by App `id`, signed with its key.
+    App {
+        id: String,
+        key: VerifyingKey<Sha256>,
+    },
+}
+
+impl GhAuth {
+    fn allows(&self, headers: &HeaderMap) -> bool {
+        match self {
+            Self::Token(token) => bearer(headers, token),
+            Self::App { id, key } => {
+                let Some(jwt) = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                else {
+                    return false;
+                };
+                app_jwt_ok(jwt, id, key, super::now())
+            }
+        }
+    }
+}
+
+/// Whether `jwt` is a token GitHub takes from App `id` at `now`: RS256 over
+/// `header.claims` by the App's key, `iss` the App (GitHub takes the client
+/// id or the numeric app id), `iat` not in the future (a minute of drift),
+/// `exp` not past and at most 10 minutes after `iat`.
+fn app_jwt_ok(jwt: &str, id: &str, key: &VerifyingKey<Sha256>, now: i64) -> bool {
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let [header, claims, sig] = parts.as_slice() else {
+        return false;
+    };
+    let json = |p: &str| -> Option<serde_json::Value> {
+        serde_json::from_slice(&b64.decode(p).ok()?).ok()
+    };
+    let (Some(header), Some(claims)) = (json(header), json(claims)) else {
+        return false;
+    };
+    if header["alg"] != "RS256" {
+        return false;
+    }
+    let signed = b64
+        .decode(sig)
+        .ok()
+        .and_then(|s| Signature::try_from(s.as_slice()).ok())
+        .is_some_and(|s| {
+            key.verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &s)
+                .is_ok()
+        });
+    let iss = match &claims["iss"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Number(n) => n.to_string(),
+        _ => return false,
+    };
+    let (Some(iat), Some(exp)) = (claims["iat"].as_i64(), claims["exp"].as_i64()) else {
+        return false;
+    };
+    signed && iss == id && iat <= now + 60 && exp > now && exp - iat <= 600
+}
+
+/// The public half of a PEM private key (PKCS#1): what GitHub keeps of an
+/// App's key.
+pub fn public_key(private_pem: &str) -> rsa::RsaPublicKey {
+    use rsa::pkcs1::DecodeRsaPrivateKey;
+    rsa::RsaPublicKey::from(rsa::RsaPrivateKey::from_pkcs1_pem(private_pem).unwrap())
+}
+
 fn rfc3339(secs: i64) -> String {
     humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(secs as u64))
         .to_string()
@@ -86,9 +169,11 @@ pub struct GhDelivery {
 struct GhInner {
     /// The gateway source redeliveries are posted to.
     source: String,
-    token: String,
+    auth: GhAuth,
     secret: String,
     hook: String,
+    /// Set on an App hook's deliveries.
+    installation_id: Option<i64>,
     /// Newest first.
     deliveries: Mutex<Vec<GhDelivery>>,
     redelivered: Mutex<Vec<i64>>,
@@ -113,12 +198,39 @@ impl FakeGitHub {
         secret: &str,
         deliveries: Vec<GhDelivery>,
     ) -> Self {
+        let auth = GhAuth::Token(token.into());
+        Self::serve(source, auth, "repos/octo/shop/hooks/7", secret, deliveries).await
+    }
+
+    /// The hook of GitHub App `app_id`, whose private key's public half is
+    /// `key`; otherwise as [`FakeGitHub::start`].
+    pub async fn start_app(
+        source: &str,
+        app_id: &str,
+        key: rsa::RsaPublicKey,
+        secret: &str,
+        deliveries: Vec<GhDelivery>,
+    ) -> Self {
+        let auth = GhAuth::App {
+            id: app_id.into(),
+            key: VerifyingKey::new(key),
+        };
+        Self::serve(source, auth, "app/hook", secret, deliveries).await
+    }
+
+    async fn serve(
+        source: &str,
+        auth: GhAuth,
+        hook: &str,
+        secret: &str,
+        deliveries: Vec<GhDelivery>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let hook = "repos/octo/shop/hooks/7".to_owned();
+        let installation_id = matches!(auth, GhAuth::App { .. }).then_some(4_242_001);
         let inner = Arc::new(GhInner {
             source: source.into(),
-            token: token.into(),
+            auth,
             secret: secret.into(),
             deliveries: Mutex::new(deliveries),
             redelivered: Mutex::default(),
@@ -126,7 +238,8 @@ impl FakeGitHub {
             rate_limit: Mutex::default(),
             gateway: Arc::default(),
             base: format!("{url}/{hook}"),
-            hook: hook.clone(),
+            hook: hook.to_owned(),
+            installation_id,
         });
         let app = Router::new()
             .route(&format!("/{hook}/deliveries"), get(gh_list))
@@ -168,7 +281,7 @@ async fn gh_list(
 ) -> Response {
     let cursor = q.get("cursor").cloned();
     let n = inner.list_calls.lock().unwrap().len();
-    let status = if !bearer(&headers, &inner.token) {
+    let status = if !inner.auth.allows(&headers) {
         401
     } else if inner.rate_limit.lock().unwrap().contains(&n) {
         403
@@ -233,7 +346,7 @@ async fn gh_list(
                 "status_code": d.status_code,
                 "event": "issues",
                 "action": "opened",
-                "installation_id": null,
+                "installation_id": inner.installation_id,
                 "repository_id": 1296269,
                 "throttled_at": null
             })
@@ -256,7 +369,7 @@ async fn gh_redeliver(
     headers: HeaderMap,
     Path(id): Path<i64>,
 ) -> Response {
-    if !bearer(&headers, &inner.token) {
+    if !inner.auth.allows(&headers) {
         return (StatusCode::UNAUTHORIZED, r#"{"message":"Bad credentials"}"#).into_response();
     }
     let Some(d) = inner
