@@ -314,7 +314,8 @@ pub struct RawTarget {
     #[serde(default)]
     pub forward_proxy_headers: bool,
     /// Most deliveries per second (`"200/s"`) or per minute (`"600/m"`)
-    /// this process sends to the target; the backlog waits in the outbox.
+    /// sent to the target by all replicas together (a bucket in the
+    /// ledger); the backlog waits in the outbox.
     /// Default: no cap.
     pub rate: Option<String>,
     /// Event types this target receives: globs over the provider's event

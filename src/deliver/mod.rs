@@ -219,7 +219,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
         let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
         let mut throttled = None;
         if wants && let Some(b) = bucket {
-            (free, throttled) = b.take(free);
+            (free, throttled) = b.take(free, &*ctx.ledger, &t.target.name).await;
         }
         if wants && free > 0 {
             let now = Millis::now();
@@ -511,7 +511,7 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
     // Without one the key waits; the loop claims its row (first of its key)
     // once the bucket refills, so the key keeps its order.
     if let Some(b) = &t.bucket
-        && b.take(1).0 == 0
+        && b.take(1, &*ctx.ledger, &t.target.name).await.0 == 0
     {
         t.wake.notify_one();
         return None;

@@ -2,35 +2,103 @@
 //! claim, and an ordered target's key before leasing its next row
 //! (`deliver::successor`), so only rows it may send now are leased. The
 //! backlog waits in the outbox (pending, unleased: another replica or a
-//! restart can take it), and nothing is dropped. The cap is per process.
+//! restart can take it), and nothing is dropped.
+//!
+//! The cap holds for the whole cluster: on PostgreSQL the bucket is a row
+//! every replica takes tokens from (`Ledger::take_rate_tokens`), a batch of
+//! at most a tenth of a second's worth at a time, kept in a small local
+//! reserve until spent. The embedded backend serves one process, whose
+//! in-memory bucket is the cap; so is a replica whose ledger cannot be
+//! reached (it cannot claim rows then either).
 
+use crate::store::Ledger;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 /// A target's bucket, shared by its loop's claims and its ordered keys'
 /// next-row leases (each takes its tokens under a short lock, never held
 /// across an await).
-pub struct Shared(Mutex<Bucket>);
+pub struct Shared {
+    /// The process's own bucket: the cap itself when `cluster` is off; the
+    /// reserve of tokens taken from the cluster's bucket when it is on
+    /// (then it never refills by itself).
+    local: Mutex<Bucket>,
+    /// Whether the ledger keeps a bucket for the cluster; learnt on the
+    /// first take.
+    cluster: AtomicBool,
+}
 
 impl Shared {
     pub fn new(per_sec: f64) -> Self {
-        Self(Mutex::new(Bucket::new(per_sec)))
+        // Empty: in the cluster's case every token comes from its bucket;
+        // in a lone process's the bucket refills from its creation.
+        let mut local = Bucket::new(per_sec);
+        local.tokens = 0.0;
+        Self {
+            local: Mutex::new(local),
+            cluster: AtomicBool::new(true),
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Bucket> {
         // A panic cannot leave a bucket half-updated in a way that matters.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes up to `want` tokens now: how many it took and, when none,
     /// how long until one is there.
-    pub fn take(&self, want: usize) -> (usize, Option<Duration>) {
+    pub async fn take(
+        &self,
+        want: usize,
+        ledger: &dyn Ledger,
+        target: &str,
+    ) -> (usize, Option<Duration>) {
+        if want == 0 {
+            return (0, None);
+        }
+        if !self.cluster.load(Ordering::Relaxed) {
+            return self.take_local(want);
+        }
+        let (n, per_sec, capacity) = {
+            let mut b = self.lock();
+            (b.spend(want), b.per_sec, b.capacity)
+        };
+        if n > 0 {
+            return (n, None);
+        }
+        let ask = u32::try_from(want)
+            .unwrap_or(u32::MAX)
+            .min(capacity.ceil() as u32);
+        match ledger
+            .take_rate_tokens(target, ask, per_sec, capacity)
+            .await
+        {
+            Ok(Some(grant)) if grant.granted == 0 => (0, Some(grant.wait)),
+            Ok(Some(grant)) => {
+                let mut b = self.lock();
+                b.give_back(grant.granted as usize);
+                (b.spend(want), None)
+            }
+            Ok(None) => {
+                self.cluster.store(false, Ordering::Relaxed);
+                self.take_local(want)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "rate: the shared bucket is unreachable; this process's own bucket caps meanwhile");
+                self.take_local(want)
+            }
+        }
+    }
+
+    fn take_local(&self, want: usize) -> (usize, Option<Duration>) {
         let mut b = self.lock();
         let n = b.take(want, Instant::now());
         (n, (n == 0).then(|| b.wait()))
     }
 
-    /// Returns tokens taken for rows that were not there to lease.
+    /// Returns tokens taken for rows that were not there to lease (to the
+    /// local reserve when the bucket is the cluster's).
     pub fn give_back(&self, n: usize) {
         self.lock().give_back(n);
     }
@@ -64,6 +132,14 @@ impl Bucket {
     /// Takes up to `want` whole tokens; returns how many it took.
     pub fn take(&mut self, want: usize, now: Instant) -> usize {
         self.refill(now);
+        let n = (self.tokens.floor() as usize).min(want);
+        self.tokens -= n as f64;
+        n
+    }
+
+    /// Spends up to `want` whole tokens already there, without refilling
+    /// (the reserve of tokens taken from the cluster's bucket).
+    fn spend(&mut self, want: usize) -> usize {
         let n = (self.tokens.floor() as usize).min(want);
         self.tokens -= n as f64;
         n

@@ -176,6 +176,14 @@ fn rows_refused(db: &dyn sqlx::error::DatabaseError) -> bool {
     false
 }
 
+/// What a cluster-wide rate bucket gave ([`Ledger::take_rate_tokens`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateGrant {
+    pub granted: u32,
+    /// With nothing granted: how long until the bucket holds a token.
+    pub wait: std::time::Duration,
+}
+
 /// A delivery a worker has leased.
 #[derive(Debug, Clone)]
 pub struct DueDelivery {
@@ -302,6 +310,20 @@ pub trait Ledger: Send + Sync + 'static {
         lease_until: Millis,
         token: &str,
     ) -> Result<Option<DueDelivery>, StoreError>;
+    /// `rate`: takes up to `want` tokens from `target`'s bucket shared by
+    /// every replica (refilled at `per_sec`, holding at most `capacity`).
+    /// `None`: this ledger serves one process, whose own bucket is the cap
+    /// (the embedded backend).
+    async fn take_rate_tokens(
+        &self,
+        target: &str,
+        want: u32,
+        per_sec: f64,
+        capacity: f64,
+    ) -> Result<Option<RateGrant>, StoreError> {
+        let _ = (target, want, per_sec, capacity);
+        Ok(None)
+    }
     /// Records attempts and moves their deliveries on, all in ONE
     /// transaction (group commit of outcomes). One result per input, in
     /// order: `false` when the lease was lost (another worker owns the row).

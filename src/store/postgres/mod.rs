@@ -336,6 +336,19 @@ impl Ledger for PgLedger {
         ))
     }
 
+    async fn take_rate_tokens(
+        &self,
+        target: &str,
+        want: u32,
+        per_sec: f64,
+        capacity: f64,
+    ) -> Result<Option<crate::store::RateGrant>, StoreError> {
+        bounded!(self, outbox, |c| outbox::take_rate_tokens(
+            c, target, want, per_sec, capacity
+        ))
+        .map(Some)
+    }
+
     async fn finish_attempts(
         &self,
         token: &str,

@@ -142,6 +142,56 @@ pub(super) async fn claim_successor(
     row.as_ref().map(due_from_row).transpose()
 }
 
+/// Takes up to `want` tokens from `target`'s shared bucket (migration
+/// 0014), refilled by the database's clock: one statement, the row locked
+/// for its duration, so replicas taking at once never both spend a token.
+/// A missing row starts full.
+pub(super) async fn take_rate_tokens(
+    conn: &mut PgConnection,
+    target: &str,
+    want: u32,
+    per_sec: f64,
+    capacity: f64,
+) -> Result<crate::store::RateGrant, StoreError> {
+    const SQL: &str = "WITH now AS (
+             SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint AS us
+         ), seed AS (
+             INSERT INTO hookgate_rate_buckets (target, tokens, at_us)
+             SELECT $1, $4, now.us FROM now
+             ON CONFLICT (target) DO NOTHING
+         ), cur AS (
+             SELECT LEAST($4, b.tokens + GREATEST(0, now.us - b.at_us) * $3 / 1e6) AS t,
+                    GREATEST(b.at_us, now.us) AS at_us
+             FROM hookgate_rate_buckets b, now
+             WHERE b.target = $1
+             FOR UPDATE OF b
+         ), got AS (
+             SELECT t, at_us, LEAST($2::float8, floor(t)) AS n FROM cur
+         )
+         UPDATE hookgate_rate_buckets b SET tokens = got.t - got.n, at_us = got.at_us
+         FROM got WHERE b.target = $1
+         RETURNING got.n, b.tokens";
+    let row: Option<(f64, f64)> = sqlx::query_as(SQL)
+        .bind(target)
+        .bind(f64::from(want))
+        .bind(per_sec)
+        .bind(capacity)
+        .fetch_optional(&mut *conn)
+        .await?;
+    // First call for this target: the seed row is not visible to the rest
+    // of the statement (one snapshot), so the bucket starts on the next.
+    let (granted, left) = row.unwrap_or((0.0, capacity));
+    let wait = if granted >= 1.0 {
+        std::time::Duration::ZERO
+    } else {
+        std::time::Duration::from_secs_f64(((1.0 - left).max(0.0) / per_sec).max(0.001))
+    };
+    Ok(crate::store::RateGrant {
+        granted: granted as u32,
+        wait,
+    })
+}
+
 /// Records a batch of attempts in ONE statement (so one round trip and one
 /// commit for the whole batch): move each delivery on under our lease token,
 /// and log an attempt row for each one that moved. Returns, per input, whether
