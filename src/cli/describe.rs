@@ -115,15 +115,18 @@ pub fn describe(c: &Config) -> String {
 /// A source's routes: which events each of its targets receives.
 fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
     // What `events` globs match on (verify::facts::event_type).
-    let typed = match (&s.provider.event_type, s.provider.signature.scheme) {
+    let typed = match (
+        &s.provider.event_type,
+        s.provider.signature.scheme.type_from(),
+    ) {
         (Some(rule), _) => rule
             .parts
             .iter()
             .map(crate::verify::route::show_lookup)
             .collect::<Vec<_>>()
             .join(" + \".\" + "),
-        (None, crate::verify::schemes::Scheme::Braintree) => "the payload's <kind>".to_owned(),
-        (None, _) => "none (untyped: a route with `events` never matches)".to_owned(),
+        (None, Some(from)) => from.to_owned(),
+        (None, None) => "none (untyped: a route with `events` never matches)".to_owned(),
     };
     let _ = writeln!(o, "    event type: {typed}");
     if s.routes.is_empty() {

@@ -57,8 +57,6 @@ struct Delivery {
     id: i64,
     guid: String,
     delivered_at: Option<String>,
-    event: Option<String>,
-    action: Option<String>,
 }
 
 /// One try of a call; the credential is taken per try.
@@ -114,11 +112,6 @@ pub async fn page(
         }
         items.push(Found {
             event_id: d.guid,
-            // As the provider file types a webhook: `issues.opened`.
-            event_type: d.event.map(|e| match d.action.filter(|a| !a.is_empty()) {
-                Some(a) => format!("{e}.{a}"),
-                None => e,
-            }),
             created: at,
             action: Action::Resend(d.id.to_string()),
         });

@@ -67,7 +67,6 @@ const RESEND_POLL: Duration = Duration::from_millis(200);
 pub struct Found {
     /// The id hookgate dedupes on (Stripe/PayPal event id, GitHub delivery GUID).
     pub event_id: String,
-    pub event_type: Option<String>,
     /// Unix seconds, where the API says.
     pub created: Option<i64>,
     pub action: Action,
@@ -76,8 +75,9 @@ pub struct Found {
 /// How a missing event is recovered.
 #[derive(Debug, Clone)]
 pub enum Action {
-    /// The event object itself (Stripe): admitted through dedup.
-    Admit(Bytes),
+    /// The event object itself (Stripe) and its type: admitted through
+    /// dedup.
+    Admit(Bytes, Option<String>),
     /// Ask the provider to send it again; the value is the provider's handle
     /// (GitHub delivery id, PayPal event id).
     Resend(String),
@@ -474,8 +474,8 @@ impl Reconciler {
         item: Found,
     ) -> Result<bool, ReconcileError> {
         match item.action {
-            Action::Admit(body) => {
-                self.admit(rec, item.event_id, item.event_type, item.created, body)
+            Action::Admit(body, event_type) => {
+                self.admit(rec, item.event_id, event_type, item.created, body)
                     .await
             }
             Action::Resend(handle) => {

@@ -35,7 +35,6 @@ struct List {
 #[derive(Deserialize)]
 struct Event {
     id: String,
-    event_type: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -106,7 +105,6 @@ pub async fn page(
         .map(|e| Found {
             action: Action::Resend(e.id.clone()),
             event_id: e.id,
-            event_type: e.event_type,
             created: None,
         })
         .collect();

@@ -74,10 +74,9 @@ fn parse(body: &Bytes) -> Result<Page, ReconcileError> {
         let head: Head = serde_json::from_str(raw.get()).map_err(bad)?;
         items.push(Found {
             event_id: head.id,
-            event_type: head.event_type,
             created: head.created,
             // The exact bytes of this element of `data`.
-            action: Action::Admit(body.slice_ref(raw.get().as_bytes())),
+            action: Action::Admit(body.slice_ref(raw.get().as_bytes()), head.event_type),
         });
     }
     let next = match (list.has_more, items.last()) {
@@ -118,10 +117,10 @@ mod tests {
         assert_eq!(page.items.len(), 1);
         let e = &page.items[0];
         assert_eq!(e.event_id, "evt_1NG8Du2eZvKYlo2CUI79vXWy");
-        assert_eq!(e.event_type.as_deref(), Some("setup_intent.created"));
-        let Action::Admit(bytes) = &e.action else {
+        let Action::Admit(bytes, event_type) = &e.action else {
             panic!("stripe events are admitted")
         };
+        assert_eq!(event_type.as_deref(), Some("setup_intent.created"));
         let text = std::str::from_utf8(bytes).unwrap();
         assert!(text.starts_with("{\n      \"id\": \"evt_1NG8"), "{text}");
         assert!(text.ends_with("\"setup_intent.created\"\n    }"), "{text}");

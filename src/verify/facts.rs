@@ -163,14 +163,13 @@ mod tests {
 
     #[test]
     fn every_shipped_provider_says_where_its_type_is_or_why_it_has_none() {
-        use crate::verify::schemes::Scheme;
         // Robokassa's ResultURL reports one thing (a paid invoice); the
         // generic providers leave the type to the source (`event_type`).
         let untyped = ["robokassa", "basic", "bearer", "hmac"];
         let registry = crate::verify::registry::Registry::builtin();
         for name in registry.names() {
             let p = registry.get(name).unwrap();
-            let typed = p.event_type.is_some() || p.signature.scheme == Scheme::Braintree;
+            let typed = p.event_type.is_some() || p.signature.scheme.type_from().is_some();
             assert_eq!(typed, !untyped.contains(&name), "{name}");
         }
         assert_eq!(

@@ -97,16 +97,8 @@ where
         .spawn()
         .unwrap();
     let was_ready = eventually(Duration::from_secs(20), &mut ready).await;
-    let stats = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/stats"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .map(|b| serde_json::from_slice(&b).unwrap())
-        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/stats");
+    let stats = serde_json::from_str(&admin_get(&reqwest::Client::new(), &url).await).unwrap();
     child.kill().unwrap();
     child.wait().unwrap();
     let text = std::fs::read_to_string(&log).unwrap();

@@ -65,6 +65,8 @@ impl SchemeDef for Braintree {
         }
     }
 
+    const TYPE_FROM: Option<&'static str> = Some("bt_payload's <kind>");
+
     /// The notification's `<kind>` (`subscription_went_past_due`, …): the
     /// payload is base64 XML, `<notification><timestamp/><kind/><subject/>`
     /// (https://developer.paypal.com/braintree/docs/reference/general/webhooks/overview).

@@ -49,6 +49,10 @@ pub trait SchemeDef {
         GetAnswer::NotOffered
     }
 
+    /// Where [`SchemeDef::event_type`] finds the type, for `check-config`;
+    /// `None`: the scheme reads none.
+    const TYPE_FROM: Option<&'static str> = None;
+
     /// The event type, for a scheme whose envelope hides it from locators
     /// (Braintree's base64 XML). Used only when the provider file names
     /// no `event_type`; read after verification, never decides acceptance.
@@ -117,6 +121,13 @@ macro_rules! schemes {
             ) -> Result<Option<FetchedKey>, VerifyError> {
                 match self {
                     $(Self::$variant => <$module::$def as SchemeDef>::fetch(source, incoming, now).await,)*
+                }
+            }
+
+            /// Where the scheme reads its own event type; see [`SchemeDef::TYPE_FROM`].
+            pub fn type_from(self) -> Option<&'static str> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::TYPE_FROM,)*
                 }
             }
 
