@@ -12,7 +12,8 @@ use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
 use super::request::JsonWants;
 use super::schemes::Scheme;
 use super::spec::{
-    EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides, SignatureSpec, TimeUnit,
+    Category, EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides,
+    SignatureSpec, TimeUnit,
 };
 use crate::primitives::secret::Secret;
 use std::time::Duration;
@@ -58,6 +59,9 @@ pub struct Provider {
     pub name: String,
     pub title: String,
     pub docs: String,
+    pub category: Category,
+    /// Where the secret is in the provider's dashboard.
+    pub dashboard: String,
     pub signature: Signature,
     pub timestamp: Option<Timestamp>,
     pub event_id: EventIdRule,
@@ -219,6 +223,8 @@ impl Provider {
             name: f.name,
             title: f.title,
             docs: f.docs,
+            category: f.category,
+            dashboard: f.dashboard,
             signature,
             timestamp,
             event_id,

@@ -6,47 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-macro_rules! builtin {
-    ($($name:literal),* $(,)?) => {
-        &[$(($name, include_str!(concat!("../../providers/", $name, ".toml")))),*]
-    };
-}
-
-/// The providers shipped in `providers/`, compiled in.
-pub(crate) const BUILTIN: &[(&str, &str)] = builtin!(
-    "adyen",
-    "adyen-platform",
-    "basic",
-    "bearer",
-    "braintree",
-    "checkout",
-    "cloudpayments",
-    "coinbase-commerce",
-    "github",
-    "gocardless",
-    "hmac",
-    "intercom",
-    "lemonsqueezy",
-    "linear",
-    "mercadopago",
-    "mollie",
-    "paddle",
-    "paypal",
-    "plaid",
-    "razorpay",
-    "robokassa",
-    "shopify",
-    "slack",
-    "square",
-    "standard-webhooks",
-    "stripe",
-    "tbank",
-    "twilio",
-    "woocommerce",
-    "xendit",
-    "yookassa",
-    "zoom",
-);
+/// The providers shipped in `providers/`, compiled in: `(file stem, text)`,
+/// sorted by name. The list is written by `build.rs` from the directory, so
+/// adding a provider is adding its file.
+pub(crate) const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/providers.rs"));
 
 /// All known providers by name.
 #[derive(Debug, Clone)]
@@ -117,6 +80,24 @@ mod tests {
         assert_eq!(names.len(), BUILTIN.len());
         for p in ["stripe", "paypal", "adyen", "twilio", "yookassa", "hmac"] {
             assert!(names.contains(&p), "{p}");
+        }
+    }
+
+    #[test]
+    fn every_named_provider_cites_its_docs_and_says_where_its_secret_is() {
+        use crate::verify::spec::Category;
+        for (file, _) in BUILTIN {
+            let p = Registry::builtin().get(file).unwrap();
+            if p.category == Category::Generic {
+                continue;
+            }
+            assert!(
+                p.docs.starts_with("https://"),
+                "{file}: docs = {:?}",
+                p.docs
+            );
+            assert!(!p.dashboard.is_empty(), "{file}: no dashboard note");
+            assert!(!p.title.is_empty(), "{file}: no title");
         }
     }
 

@@ -18,6 +18,13 @@ pub(super) struct ProviderFile {
     /// Where the provider documents its signature.
     #[serde(default)]
     pub(super) docs: String,
+    /// The catalogue section it is listed under (`docs/providers.md`).
+    #[serde(default)]
+    pub(super) category: Category,
+    /// Where the operator finds the secret (or the values that stand for
+    /// one) in the provider's dashboard, for the catalogue.
+    #[serde(default)]
+    pub(super) dashboard: String,
     /// Where the provider's event type lives (`json:/type`), or several
     /// places whose values are joined with `.` (GitHub:
     /// `["header:X-GitHub-Event", "json:/action"]` gives `issues.opened`).
@@ -85,6 +92,60 @@ pub struct SignatureOverrides {
     pub secret_encoding: Option<SecretEncoding>,
     /// Signed-content template, default `{body}`.
     pub signed_content: Option<String>,
+}
+
+/// Catalogue sections, in the order `docs/providers.md` lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    /// Payment processors, acquirers, wallets.
+    Payments,
+    /// Subscriptions, invoicing, usage billing.
+    Billing,
+    /// Banking, cards, treasury, payouts.
+    Banking,
+    /// Shops, marketplaces, shipping.
+    Commerce,
+    /// Source hosting, CI, deploys, monitoring, incidents.
+    DeveloperTools,
+    /// Chat, SMS, voice, social platforms.
+    Messaging,
+    /// Sending and receiving e-mail.
+    Email,
+    /// CRM, marketing, customer support.
+    Crm,
+    /// Documents, forms, scheduling, project tools, storage.
+    Productivity,
+    /// Sign-in, directories, identity verification.
+    Identity,
+    /// Content management, media, analytics pipelines.
+    Content,
+    /// AI and model APIs.
+    Ai,
+    /// Not a provider: a generic scheme configured per source.
+    #[default]
+    Generic,
+}
+
+impl Category {
+    /// The heading `docs/providers.md` gives the section.
+    pub fn title(self) -> &'static str {
+        match self {
+            Self::Payments => "Payments",
+            Self::Billing => "Billing and subscriptions",
+            Self::Banking => "Banking and cards",
+            Self::Commerce => "Commerce",
+            Self::DeveloperTools => "Developer tools",
+            Self::Messaging => "Messaging and social",
+            Self::Email => "E-mail",
+            Self::Crm => "CRM, marketing and support",
+            Self::Productivity => "Productivity",
+            Self::Identity => "Identity",
+            Self::Content => "Content, media and data",
+            Self::Ai => "AI",
+            Self::Generic => "Generic schemes",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
