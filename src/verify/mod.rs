@@ -26,6 +26,7 @@ pub mod sign;
 pub mod source;
 pub mod spec;
 
+use crate::primitives::headers::StoredHeaders;
 use crate::stats::RejectReason;
 use bytes::Bytes;
 pub use event_id::{EventId, MAX_EVENT_ID};
@@ -71,9 +72,8 @@ enum Pending {
 #[derive(Debug, Clone)]
 pub struct Facts {
     /// The request headers to forward (hop-by-hop, Host and Content-Length
-    /// removed), as the ledger stores them: a JSON array of `[name, value]`
-    /// pairs ([`request::forwardable_json`]).
-    pub headers: String,
+    /// removed; [`request::forwardable`]).
+    pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
     /// The source's targets whose routes match (see [`route`]; none:
@@ -105,8 +105,9 @@ impl Kept {
         let fields = fields_of(source, &self.headers, body, &self.query).with_shared(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        drop(fields);
         Facts {
-            headers: request::forwardable_json(&self.headers, &source.withheld),
+            headers: request::forwardable(self.headers, &source.withheld),
             event_type,
             routed,
         }
@@ -114,10 +115,10 @@ impl Kept {
 }
 
 impl Default for Facts {
-    /// No headers (an empty JSON array), no type, no routes.
+    /// No headers, no type, no routes.
     fn default() -> Self {
         Self {
-            headers: "[]".to_owned(),
+            headers: StoredHeaders::default(),
             event_type: None,
             routed: route::Selected::default(),
         }
@@ -126,6 +127,21 @@ impl Default for Facts {
 
 /// The header a recovered event is stored and forwarded with (value `true`).
 pub const RECOVERED_HEADER: &str = "hookgate-recovered";
+
+/// What a recovered event is stored and forwarded with: its content type
+/// and [`RECOVERED_HEADER`].
+fn recovered_headers() -> StoredHeaders {
+    let mut h = StoredHeaders::with_capacity(2);
+    h.push(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.push(
+        http::HeaderName::from_static(RECOVERED_HEADER),
+        http::HeaderValue::from_static("true"),
+    );
+    h
+}
 
 impl Verified {
     /// An event read back from the provider's own API (Stripe's
@@ -165,11 +181,7 @@ impl Verified {
             provider_timestamp,
             recovered: true,
             facts: Pending::Given(Box::new(Facts {
-                headers: serde_json::json!([
-                    ["content-type", "application/json"],
-                    [RECOVERED_HEADER, "true"],
-                ])
-                .to_string(),
+                headers: recovered_headers(),
                 event_type,
                 routed,
             })),
