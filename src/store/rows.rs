@@ -7,7 +7,7 @@
 //! `$N` placeholders, which both databases accept.
 
 use super::outbox::{DueDelivery, LeaseRequest};
-use super::tallies::{DeliveryCount, MinuteCount};
+use super::tallies::{DeliveryCount, MINUTES_KEPT, MinuteCount};
 use super::{StoreError, body_hashes};
 use crate::primitives::headers::StoredHeaders;
 use crate::primitives::time::Millis;
@@ -29,7 +29,7 @@ impl<DB: sqlx::Database, T: for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>> Colum
 
 /// Counts per source, target and state, with `retrying` split out of
 /// `pending`.
-const COUNTS_SQL: &str = "SELECT source, target,
+pub(crate) const COUNTS_SQL: &str = "SELECT source, target,
         CASE WHEN state = 'pending' AND attempts > 0 THEN 'retrying' ELSE state END AS st,
         COUNT(*) AS n
      FROM hookgate_deliveries GROUP BY source, target, st";
@@ -123,7 +123,8 @@ pub(crate) const SUCCESSOR_SQL: &str = "SELECT id FROM hookgate_deliveries
 /// state `overtaken`: for each dead delivery with an ordering key, the
 /// delivered rows of its key with a later sequence number (they went
 /// ahead of it once it was dead).
-const OVERTAKEN_SQL: &str = "SELECT d.source, d.target, 'overtaken' AS st, COUNT(o.id) AS n
+pub(crate) const OVERTAKEN_SQL: &str =
+    "SELECT d.source, d.target, 'overtaken' AS st, COUNT(o.id) AS n
      FROM hookgate_deliveries d
      JOIN hookgate_deliveries o ON o.target = d.target AND o.order_key = d.order_key
           AND o.order_seq > d.order_seq AND o.state = 'delivered'
@@ -203,22 +204,12 @@ where
     })
 }
 
-fn count_from_row<R: Row>(r: &R) -> Result<DeliveryCount, StoreError>
-where
-    usize: sqlx::ColumnIndex<R>,
-    i64: Column<R::Database>,
-    String: Column<R::Database>,
-{
-    Ok(DeliveryCount {
-        source: r.try_get(0usize)?,
-        target: r.try_get(1usize)?,
-        state: r.try_get(2usize)?,
-        count: r.try_get(3usize)?,
-    })
-}
-
-/// Deliveries per source, target and state (`Tallies::delivery_counts`).
-pub(crate) async fn delivery_counts<'c, DB, E>(e: E) -> Result<Vec<DeliveryCount>, StoreError>
+/// The rows of [`COUNTS_SQL`] (`Tallies::delivery_counts`) or
+/// [`OVERTAKEN_SQL`] (`Tallies::overtaken`) as [`DeliveryCount`]s.
+pub(crate) async fn counts<'c, DB, E>(
+    e: E,
+    sql: &'static str,
+) -> Result<Vec<DeliveryCount>, StoreError>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
@@ -227,22 +218,17 @@ where
     i64: Column<DB>,
     String: Column<DB>,
 {
-    let rows = sqlx::query(COUNTS_SQL).fetch_all(e).await?;
-    rows.iter().map(count_from_row).collect()
-}
-
-/// Overtaken deliveries per source and target (`Tallies::overtaken`).
-pub(crate) async fn overtaken<'c, DB, E>(e: E) -> Result<Vec<DeliveryCount>, StoreError>
-where
-    DB: Database,
-    DB::Arguments: IntoArguments<DB>,
-    E: Executor<'c, Database = DB>,
-    usize: sqlx::ColumnIndex<DB::Row>,
-    i64: Column<DB>,
-    String: Column<DB>,
-{
-    let rows = sqlx::query(OVERTAKEN_SQL).fetch_all(e).await?;
-    rows.iter().map(count_from_row).collect()
+    let rows = sqlx::query(sql).fetch_all(e).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DeliveryCount {
+                source: r.try_get(0usize)?,
+                target: r.try_get(1usize)?,
+                state: r.try_get(2usize)?,
+                count: r.try_get(3usize)?,
+            })
+        })
+        .collect()
 }
 
 /// Every cluster-wide counter (`Tallies::counters`).
@@ -283,18 +269,21 @@ where
         .collect())
 }
 
-/// Deletes the per-minute counters before `first_kept`.
-pub(crate) async fn purge_minutes<'c, DB, E>(e: E, first_kept: i64) -> Result<(), StoreError>
+/// On the hour (`minute` a multiple of 60), deletes the per-minute
+/// counters older than [`MINUTES_KEPT`]; otherwise nothing.
+pub(crate) async fn purge_old_minutes<'c, DB, E>(e: E, minute: i64) -> Result<(), StoreError>
 where
     DB: Database,
     DB::Arguments: IntoArguments<DB>,
     E: Executor<'c, Database = DB>,
     i64: Bind<DB>,
 {
-    sqlx::query(MINUTES_PURGE_SQL)
-        .bind(first_kept)
-        .execute(e)
-        .await?;
+    if minute % 60 == 0 {
+        sqlx::query(MINUTES_PURGE_SQL)
+            .bind(minute - MINUTES_KEPT)
+            .execute(e)
+            .await?;
+    }
     Ok(())
 }
 

@@ -92,13 +92,8 @@ where
         let mut items = vec![summary(&r)?];
         self.with_deliveries(&mut items).await?;
         let pk = items[0].pk;
-        let attempts = sqlx::query(EVENT_ATTEMPTS_SQL)
-            .bind(pk)
-            .bind(MAX_DETAIL_ROWS)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|a| {
+        let attempts = self
+            .details(EVENT_ATTEMPTS_SQL, pk, |a| {
                 Ok(AttemptInfo {
                     target: a.try_get(0)?,
                     attempt: a.try_get(1)?,
@@ -108,14 +103,9 @@ where
                     error: a.try_get(5)?,
                 })
             })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let arrivals = sqlx::query(ARRIVALS_SQL)
-            .bind(pk)
-            .bind(MAX_DETAIL_ROWS)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(|a| {
+            .await?;
+        let arrivals = self
+            .details(ARRIVALS_SQL, pk, |a| {
                 Ok(ArrivalInfo {
                     arrived_at: Millis(a.try_get(0)?),
                     last_at: Millis(a.try_get(1)?),
@@ -123,7 +113,7 @@ where
                     conflict: a.try_get(3)?,
                 })
             })
-            .collect::<Result<Vec<_>, StoreError>>()?;
+            .await?;
         Ok(Some(EventRecord {
             summary: items.remove(0),
             headers: r.try_get(9)?,
@@ -149,7 +139,7 @@ where
             .bind(target)
             .fetch_all(&mut *tx)
             .await?;
-        resequence(&mut tx, &ordered).await?;
+        Self::resequence(&mut tx, &ordered).await?;
         let moved = match target {
             None => {
                 sqlx::query(REDELIVER_ALL_SQL)
@@ -179,7 +169,7 @@ where
             sqlx::query_as_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
                 .fetch_all(&mut *tx)
                 .await?;
-        resequence(&mut tx, &ordered).await?;
+        Self::resequence(&mut tx, &ordered).await?;
         let sql = replay_sql(filter, now, self.dialect);
         let moved = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
             .execute(&mut *tx)
@@ -250,7 +240,24 @@ where
     i64: Column<DB>,
     i32: Column<DB>,
     String: Column<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
+    /// An event's rows of `sql` (`$1` = event pk, `$2` = limit), at most
+    /// [`MAX_DETAIL_ROWS`], each read by `read`.
+    async fn details<T>(
+        &self,
+        sql: &'static str,
+        pk: i64,
+        read: impl Fn(&DB::Row) -> Result<T, sqlx::Error>,
+    ) -> Result<Vec<T>, StoreError> {
+        let rows = sqlx::query(sql)
+            .bind(pk)
+            .bind(MAX_DETAIL_ROWS)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(read).collect::<Result<_, _>>()?)
+    }
+
     /// Fills in the deliveries of `items`.
     async fn with_deliveries(&self, items: &mut [EventSummary]) -> Result<(), StoreError> {
         if items.is_empty() {
@@ -283,35 +290,27 @@ where
         }
         Ok(())
     }
-}
 
-/// Gives `rows` (`id, target, order_key`, in key and sequence order) the
-/// next sequence numbers of their keys: the back of each key, in the
-/// transaction `tx` that makes them pending again. Keys are taken in sorted
-/// order, like ingest's.
-async fn resequence<DB>(
-    tx: &mut sqlx::Transaction<'_, DB>,
-    rows: &[(i64, String, String)],
-) -> Result<(), StoreError>
-where
-    DB: Database,
-    DB::Arguments: IntoArguments<DB>,
-    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
-    for<'a> &'a str: Bind<DB>,
-    i64: Bind<DB>,
-    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
-{
-    for (id, target, key) in rows {
-        let seq: i64 = sqlx::query_scalar(NEXT_SEQ_SQL)
-            .bind(target.as_str())
-            .bind(key.as_str())
-            .fetch_one(&mut **tx)
-            .await?;
-        sqlx::query(SET_SEQ_SQL)
-            .bind(seq)
-            .bind(*id)
-            .execute(&mut **tx)
-            .await?;
+    /// Gives `rows` (`id, target, order_key`, in key and sequence order) the
+    /// next sequence numbers of their keys: the back of each key, in the
+    /// transaction `tx` that makes them pending again. Keys are taken in
+    /// sorted order, like ingest's.
+    async fn resequence(
+        tx: &mut sqlx::Transaction<'_, DB>,
+        rows: &[(i64, String, String)],
+    ) -> Result<(), StoreError> {
+        for (id, target, key) in rows {
+            let seq: i64 = sqlx::query_scalar(NEXT_SEQ_SQL)
+                .bind(target.as_str())
+                .bind(key.as_str())
+                .fetch_one(&mut **tx)
+                .await?;
+            sqlx::query(SET_SEQ_SQL)
+                .bind(seq)
+                .bind(*id)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Ok(())
     }
-    Ok(())
 }

@@ -110,26 +110,12 @@ pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Di
 pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
     let mut sql = Sql::default();
     let at = sql.arg(Arg::Int(now.0));
-    let mut c = vec!["state = 'dead'".to_owned()];
-    if let Some(t) = &f.target {
-        c.push(format!("target = {}", sql.arg(Arg::Text(t.clone()))));
-    }
-    if let Some(s) = &f.source {
-        c.push(format!("source = {}", sql.arg(Arg::Text(s.clone()))));
-    }
-    let ev = conditions(f, d, &mut sql, false);
-    if !ev.is_empty() {
-        c.push(format!(
-            "event_pk IN (SELECT e.id FROM hookgate_events e {})",
-            where_clause(&ev)
-        ));
-    }
+    let c = dead_deliveries(f, d, &mut sql, "state = 'dead'");
     sql.text = format!(
         "UPDATE hookgate_deliveries
          SET state = 'pending', attempts = 0, next_attempt_at = {at}, updated_at = {at},
              lease_until = NULL, lease_token = NULL
-         {}",
-        where_clause(&c)
+         {c}"
     );
     sql
 }
@@ -139,30 +125,34 @@ pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
 /// sequence order (they go to the back of their keys in that order).
 pub(crate) fn replay_ordered_sql(f: &EventFilter, d: Dialect) -> Sql {
     let mut sql = Sql::default();
-    let mut c = vec![
-        "state = 'dead'".to_owned(),
-        "order_key IS NOT NULL".to_owned(),
-    ];
+    let c = dead_deliveries(f, d, &mut sql, "state = 'dead' AND order_key IS NOT NULL");
+    sql.text = format!(
+        "SELECT id, target, order_key FROM hookgate_deliveries {c}
+         ORDER BY target, order_key, order_seq{}",
+        lock_rows(d)
+    );
+    sql
+}
+
+/// The `WHERE` clause on `hookgate_deliveries` of a replay: `state` (the
+/// dead rows, or some of them), then the filter's target, source and event
+/// conditions, in that order of placeholders.
+fn dead_deliveries(f: &EventFilter, d: Dialect, sql: &mut Sql, state: &str) -> String {
+    let mut c = vec![state.to_owned()];
     if let Some(t) = &f.target {
         c.push(format!("target = {}", sql.arg(Arg::Text(t.clone()))));
     }
     if let Some(s) = &f.source {
         c.push(format!("source = {}", sql.arg(Arg::Text(s.clone()))));
     }
-    let ev = conditions(f, d, &mut sql, false);
+    let ev = conditions(f, d, sql, false);
     if !ev.is_empty() {
         c.push(format!(
             "event_pk IN (SELECT e.id FROM hookgate_events e {})",
             where_clause(&ev)
         ));
     }
-    sql.text = format!(
-        "SELECT id, target, order_key FROM hookgate_deliveries {}
-         ORDER BY target, order_key, order_seq{}",
-        where_clause(&c),
-        lock_rows(d)
-    );
-    sql
+    where_clause(&c)
 }
 
 /// The start of a transaction that reads, then writes: SQLite takes the

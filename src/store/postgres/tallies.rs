@@ -2,7 +2,7 @@
 //! the reads of `/stats` bounded like every call on the request path.
 
 use super::PgStore;
-use crate::store::tallies::{MINUTES_KEPT, MinuteCount};
+use crate::store::tallies::MinuteCount;
 use crate::store::{DeliveryCount, StoreError, Tallies, rows};
 use async_trait::async_trait;
 
@@ -52,10 +52,7 @@ impl Tallies for PgStore {
             .execute(&self.pool)
             .await?;
         }
-        if minute % 60 == 0 {
-            rows::purge_minutes(&self.pool, minute - MINUTES_KEPT).await?;
-        }
-        Ok(())
+        rows::purge_old_minutes(&self.pool, minute).await
     }
 
     async fn minute_counters(&self, since_minute: i64) -> Result<Vec<MinuteCount>, StoreError> {
@@ -63,12 +60,16 @@ impl Tallies for PgStore {
     }
 
     async fn delivery_counts(&self) -> Result<Vec<DeliveryCount>, StoreError> {
-        self.bounded(&self.pool, async |c| rows::delivery_counts(c).await)
-            .await
+        self.bounded(&self.pool, async |c| {
+            rows::counts(c, rows::COUNTS_SQL).await
+        })
+        .await
     }
 
     async fn overtaken(&self) -> Result<Vec<DeliveryCount>, StoreError> {
-        self.bounded(&self.pool, async |c| rows::overtaken(c).await)
-            .await
+        self.bounded(&self.pool, async |c| {
+            rows::counts(c, rows::OVERTAKEN_SQL).await
+        })
+        .await
     }
 }
