@@ -52,13 +52,20 @@ impl StoredHeaders {
 
     /// The row's text: a JSON array of `[name, value]` pairs.
     pub fn to_json(&self) -> String {
+        let mut out = Vec::new();
+        self.write_json(&mut out);
+        String::from_utf8(out).expect("JSON is UTF-8")
+    }
+
+    /// Appends the row's text to `out`.
+    fn write_json(&self, out: &mut Vec<u8>) {
         struct Pairs<'a>(&'a StoredHeaders);
         impl serde::Serialize for Pairs<'_> {
             fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
                 s.collect_seq(self.0.pairs())
             }
         }
-        serde_json::to_string(&Pairs(self)).expect("strings always serialize")
+        serde_json::to_writer(out, &Pairs(self)).expect("strings always serialize");
     }
 
     /// Reads a row's text. A pair that is not a valid header is skipped;
@@ -84,6 +91,34 @@ impl StoredHeaders {
             }
         }
         out
+    }
+}
+
+/// The row texts of several header lists in one buffer: a batch of rows
+/// costs one allocation for its headers' text, not one per row.
+pub struct JsonRows {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl JsonRows {
+    pub fn of<'a>(lists: impl ExactSizeIterator<Item = &'a StoredHeaders>) -> Self {
+        let mut ends = Vec::with_capacity(lists.len());
+        let mut text = Vec::new();
+        for h in lists {
+            h.write_json(&mut text);
+            ends.push(text.len());
+        }
+        Self {
+            text: String::from_utf8(text).expect("JSON is UTF-8"),
+            ends,
+        }
+    }
+
+    /// Each list's text, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(a, &b)| &self.text[a..b])
     }
 }
 
@@ -127,6 +162,9 @@ mod tests {
         );
         assert_eq!(StoredHeaders::from_json(&text), h);
         assert_eq!(StoredHeaders::default().to_json(), "[]");
+        let none = StoredHeaders::default();
+        let rows = JsonRows::of([&h, &none, &h].into_iter());
+        assert_eq!(rows.iter().collect::<Vec<_>>(), [&text, "[]", &text]);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use super::NOTIFY_CHANNEL;
 use super::record_sql::{EVENTS_ONLY_SQL, FRESH_INSERT_SQL, INSERT_SQL, ORDERED_INSERT_SQL};
+use crate::primitives::headers::JsonRows;
 use crate::primitives::time::Millis;
 use crate::store::event_log::{duplicate_of, first_occurrence, fresh_results};
 use crate::store::{LeasedRow, NewEvent, Recorded, StoreError, Written};
@@ -188,12 +189,13 @@ fn events<'q>(
     sql: &'static str,
     unique: &[&'q NewEvent],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let headers = JsonRows::of(unique.iter().map(|e| &e.headers));
     sqlx::query(sql)
         .bind(column(unique, |e| e.source.as_str()))
         .bind(column(unique, |e| e.event_id.as_str()))
         .bind(column(unique, |e| e.body.as_ref()))
         .bind(column(unique, |e| &e.body_sha256[..]))
-        .bind(column(unique, |e| e.headers.to_json()))
+        .bind(headers.iter().collect::<Vec<_>>())
         .bind(column(unique, |e| e.received_at))
         .bind(column(unique, |e| e.expires_at))
         // Console facts: event type, matched key, provider time.
