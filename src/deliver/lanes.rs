@@ -16,6 +16,10 @@
 //! Crash safety is the lease's: rows handed to a process that dies are due
 //! again when `lease_until` passes, like any leased row. At shutdown a loop
 //! closes its lane before it releases its leases.
+//!
+//! Rule: every slot reserved goes back exactly once, with its handed row
+//! when the attempt is recorded, or by `give_back`; so a lane never holds
+//! more than its capacity and a hand-off never waits.
 
 use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, HandoffLease};

@@ -1,5 +1,8 @@
 //! [`Console`] on either backend's main pool: the text of
 //! [`sql`](super::sql), bound and run, and the rows read back.
+//!
+//! Rule: no SQL text here, and nothing that depends on the database beyond
+//! the dialect the text was built in.
 
 use super::sql::{
     ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,

@@ -1,4 +1,7 @@
 //! The console's SQL, built once for both backends with `$N` placeholders.
+//!
+//! Rule: filter values are always bound ([`Arg`]), never written into the
+//! text.
 
 use super::{Cursor, EventFilter, MAX_LIMIT};
 use crate::primitives::time::Millis;

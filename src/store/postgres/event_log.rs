@@ -1,6 +1,9 @@
 //! [`EventLog`] on PostgreSQL: batches through [`record`](super::record),
 //! body claims and counts on the request path (bounded like a record), the
 //! arrivals as one `UNNEST` statement, and the purge.
+//!
+//! Rule: every call an ingest request waits on runs under the client-side
+//! deadline (`PgStore::bounded`); background work (arrivals, purge) does not.
 
 use super::PgStore;
 use crate::primitives::time::Millis;

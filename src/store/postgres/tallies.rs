@@ -1,5 +1,7 @@
 //! [`Tallies`] on PostgreSQL: each flush's deltas as one `UNNEST` upsert;
 //! the reads of `/stats` bounded like every call on the request path.
+//!
+//! Rule: one statement per flush, whatever the number of counters.
 
 use super::PgStore;
 use crate::store::tallies::MinuteCount;

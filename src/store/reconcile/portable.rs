@@ -1,5 +1,8 @@
 //! [`ReconcileStore`] on either backend's main pool: the statements, and
 //! the one implementation that runs them.
+//!
+//! Rule: a lease changes only where `lease_owner` is the caller (a
+//! compare-and-set), so two replicas never both run a source.
 
 use super::{Applied, Checkpoint, Finish, Lease, ReconcileStore, Status};
 use crate::primitives::time::Millis;

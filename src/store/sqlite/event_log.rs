@@ -1,6 +1,9 @@
 //! [`EventLog`] on SQLite: batches through [`record`](super::record) on the
 //! writer's own connection; the arrivals as one transaction of small
 //! statements (one writer at a time makes them cheap).
+//!
+//! Rule: batches go through the writer's own connection (`on_writer`),
+//! everything else through the pool.
 
 use super::SqliteStore;
 use crate::primitives::time::Millis;

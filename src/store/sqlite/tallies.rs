@@ -1,5 +1,7 @@
 //! [`Tallies`] on SQLite: each flush's deltas as one transaction of small
 //! upserts (one writer at a time makes them cheap).
+//!
+//! Rule: one transaction (one fsync) per flush.
 
 use super::SqliteStore;
 use crate::store::tallies::MinuteCount;
