@@ -1,8 +1,9 @@
 //! [`ReconcileStore`] on either backend's main pool: the statements, and
 //! the one implementation that runs them.
 //!
-//! Rule: a lease changes only where `lease_owner` is the caller (a
-//! compare-and-set), so two replicas never both run a source.
+//! Rule: a lease is taken only when none is live, and changed only by its
+//! owner, each in the statement's own `WHERE` (a compare-and-set), so two
+//! replicas never both run a source.
 
 use super::{Applied, Checkpoint, Finish, Lease, ReconcileStore, Status};
 use crate::primitives::time::Millis;
