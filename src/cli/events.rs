@@ -6,7 +6,7 @@
 
 use crate::admin::events::{parse_filter, record_json, summary_json};
 use crate::primitives::time::Millis;
-use crate::store::{self, Ledger};
+use crate::store::{self, Console};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -109,18 +109,19 @@ pub enum EventsCommand {
     },
 }
 
-async fn ledger(
+/// The config and the console's queries on the ledger it names.
+async fn console(
     config: &Option<PathBuf>,
-) -> anyhow::Result<(crate::config::Config, Arc<dyn Ledger>)> {
+) -> anyhow::Result<(crate::config::Config, Arc<dyn Console>)> {
     let config = super::load(config)?;
-    let ledger = store::connect(
+    let store = store::connect(
         &config.storage.database,
         Some(1),
         config.storage.statement_timeout,
     )
     .await
     .context("opening the ledger")?;
-    Ok((config, ledger))
+    Ok((config, store.console))
 }
 
 fn filter_error(e: crate::error::ApiError) -> anyhow::Error {
@@ -143,9 +144,8 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             pairs.extend(cursor.as_deref().map(|c| ("cursor", c)));
             pairs.push(("limit", &limit));
             let req = parse_filter(pairs, true).map_err(filter_error)?;
-            let (_, ledger) = self::ledger(config).await?;
-            let page = ledger
-                .console()
+            let (_, console) = self::console(config).await?;
+            let page = console
                 .list_events(&req.filter, req.cursor, req.limit)
                 .await?;
             if json {
@@ -181,8 +181,8 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             Ok(())
         }
         EventsCommand::Show { source, event_id } => {
-            let (_, ledger) = self::ledger(config).await?;
-            let Some(rec) = ledger.console().event(&source, &event_id).await? else {
+            let (_, console) = self::console(config).await?;
+            let Some(rec) = console.event(&source, &event_id).await? else {
                 bail!("unknown event {source}/{event_id}");
             };
             println!("{}", serde_json::to_string_pretty(&record_json(&rec))?);
@@ -193,13 +193,12 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             event_id,
             target,
         } => {
-            let (config, ledger) = self::ledger(config).await?;
+            let (config, console) = self::console(config).await?;
             if let Some(t) = &target
                 && !config.targets.contains_key(t)
             {
                 bail!("unknown target `{t}`");
             }
-            let console = ledger.console();
             let Some(rec) = console.event(&source, &event_id).await? else {
                 bail!("unknown event {source}/{event_id}");
             };
@@ -218,7 +217,7 @@ pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
     let filter = parse_filter(args.filter.pairs(), false)
         .map_err(filter_error)?
         .filter;
-    let (config, ledger) = self::ledger(config).await?;
+    let (config, console) = self::console(config).await?;
     if let Some(s) = &filter.source
         && !config.sources.contains_key(s)
     {
@@ -229,10 +228,7 @@ pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
     {
         bail!("unknown target `{t}`");
     }
-    let n = ledger
-        .console()
-        .replay_matching(&filter, Millis::now())
-        .await?;
+    let n = console.replay_matching(&filter, Millis::now()).await?;
     println!(
         "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
     );
