@@ -62,6 +62,9 @@ pub struct Provider {
     pub category: Category,
     /// Where the secret is in the provider's dashboard.
     pub dashboard: String,
+    /// The catalogue's note for this provider (what to set, or that it
+    /// does not sign).
+    pub note: String,
     pub signature: Signature,
     pub timestamp: Option<Timestamp>,
     pub event_id: EventIdRule,
@@ -84,8 +87,12 @@ pub struct Provider {
 pub struct Signature {
     pub scheme: Scheme,
     /// Lowercase header names, first present wins (may be empty for schemes
-    /// that carry the signature in the body).
+    /// that carry the signature in the body). A trailing `*` is a prefix.
     pub headers: Vec<String>,
+    /// Every present header contributes signatures, not the first only.
+    pub every_header: bool,
+    /// `hmac`: where the signature is when it is not in a header.
+    pub from: Option<Lookup>,
     pub query: Option<String>,
     pub format: HeaderFormat,
     pub separator: String,
@@ -96,6 +103,34 @@ pub struct Signature {
     pub secret_encoding: SecretEncoding,
     pub secret_prefixes: Vec<String>,
     pub content: Vec<Segment>,
+}
+
+impl Signature {
+    /// Whether `name` (lowercase) is one of the signature headers, a
+    /// trailing `*` in a configured name matching any rest.
+    pub fn names(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| match h.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == h,
+        })
+    }
+
+    /// Whether the request carries any signature header.
+    pub fn present_in(&self, headers: &http::HeaderMap) -> bool {
+        self.headers.iter().any(|h| match h.strip_suffix('*') {
+            Some(_) => headers.keys().any(|k| self.names(k.as_str())),
+            None => headers.contains_key(h.as_str()),
+        })
+    }
+
+    /// The header a signer writes: the first named, a `*` made `1`.
+    pub fn first_header(&self) -> Option<String> {
+        let h = self.headers.first()?;
+        Some(match h.strip_suffix('*') {
+            Some(prefix) => format!("{prefix}1"),
+            None => h.clone(),
+        })
+    }
 }
 
 #[derive(Debug)]
@@ -225,6 +260,7 @@ impl Provider {
             docs: f.docs,
             category: f.category,
             dashboard: f.dashboard,
+            note: f.note,
             signature,
             timestamp,
             event_id,
@@ -280,6 +316,18 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     .into_iter()
     .map(|h| h.to_ascii_lowercase())
     .collect();
+    let from = s
+        .from
+        .as_deref()
+        .map(Lookup::parse)
+        .transpose()
+        .map_err(|e| format!("signature.from: {e}"))?;
+    if from.is_some() && (s.scheme != Scheme::Hmac || !headers.is_empty()) {
+        return Err("signature.from is for the `hmac` scheme, instead of `header`".into());
+    }
+    if headers.iter().any(|h| h.ends_with('*')) && !s.every_header {
+        return Err("a header name ending in `*` needs `every_header = true`".into());
+    }
     let d = s.scheme.defaults();
     let need = |what: &str| {
         format!(
@@ -288,7 +336,7 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         )
     };
     let mut incomplete = None;
-    if d.needs_header && headers.is_empty() {
+    if d.needs_header && headers.is_empty() && from.is_none() {
         incomplete = Some(need("header"));
     }
     if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() {
@@ -322,6 +370,8 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     let sig = Signature {
         scheme: s.scheme,
         headers,
+        every_header: s.every_header,
+        from,
         query: s.query,
         format: s.format,
         separator,

@@ -5,6 +5,7 @@
 use super::crypto::{Algorithm, Encoding, SecretEncoding};
 use super::schemes::Scheme;
 use crate::primitives::duration::Dur;
+use crate::primitives::time::Millis;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub(super) struct ProviderFile {
     /// one) in the provider's dashboard, for the catalogue.
     #[serde(default)]
     pub(super) dashboard: String,
+    /// One line the catalogue adds to the provider's row: what to set
+    /// when registering the URL, or that the provider does not sign.
+    #[serde(default)]
+    pub(super) note: String,
     /// Where the provider's event type lives (`json:/type`), or several
     /// places whose values are joined with `.` (GitHub:
     /// `["header:X-GitHub-Event", "json:/action"]` gives `issues.opened`).
@@ -46,8 +51,18 @@ pub(super) struct SignatureSpec {
     /// `hmac` (default, all data) or a code scheme (`adyen`, `paypal`, …).
     #[serde(default)]
     pub(super) scheme: Scheme,
-    /// Header(s) carrying the signature; the first present is used.
+    /// Header(s) carrying the signature; the first present is used. A
+    /// name ending in `*` stands for every header with that prefix
+    /// (DocuSign's `X-DocuSign-Signature-1`, `-2`, …; needs `every_header`).
     pub(super) header: Option<OneOrMany>,
+    /// Every listed header present contributes its signatures, instead of
+    /// the first present only: providers that sign with each active key in
+    /// its own header (Box's primary and secondary, DocuSign's numbered ones).
+    #[serde(default)]
+    pub(super) every_header: bool,
+    /// `hmac`: the signature is a value in the request instead of a header
+    /// (`json:/signature/signature`: Mailgun carries it in the body).
+    pub(super) from: Option<String>,
     /// `token` scheme: query parameter carrying the token instead of a header.
     pub(super) query: Option<String>,
     /// How the header value holds signatures.
@@ -173,7 +188,7 @@ pub enum HeaderFormat {
 pub(super) struct TimestampSpec {
     /// Where the signed timestamp is (`signature:t`, `header:webhook-timestamp`).
     pub(super) from: String,
-    /// `s` (default) or `ms` since the Unix epoch.
+    /// `s` (default) or `ms` since the Unix epoch, or `rfc3339`.
     #[serde(default)]
     pub(super) unit: TimeUnit,
     /// Default window; a source may override it with `tolerance`.
@@ -191,6 +206,31 @@ pub enum TimeUnit {
     Seconds,
     #[serde(rename = "ms")]
     Millis,
+    /// An RFC 3339 time, `Z` or a numeric offset (Box's
+    /// `2016-07-11T10:10:33-07:00`).
+    #[serde(rename = "rfc3339")]
+    Rfc3339,
+}
+
+impl TimeUnit {
+    /// A timestamp as written in this unit, in unix seconds.
+    pub fn unix_secs(self, text: &str) -> Option<i64> {
+        let text = text.trim();
+        match self {
+            Self::Seconds => text.parse().ok(),
+            Self::Millis => text.parse::<i64>().ok().map(|ms| ms.div_euclid(1000)),
+            Self::Rfc3339 => Millis::parse_rfc3339(text).map(|t| t.0.div_euclid(1000)),
+        }
+    }
+
+    /// Unix seconds written in this unit (for `hookgate sign`).
+    pub fn write(self, secs: i64) -> String {
+        match self {
+            Self::Seconds => secs.to_string(),
+            Self::Millis => (secs * 1000).to_string(),
+            Self::Rfc3339 => Millis::from_secs(secs).format_rfc3339_seconds(),
+        }
+    }
 }
 
 fn five_minutes() -> Dur {
