@@ -26,11 +26,15 @@ pub fn markdown() -> String {
     let mut by_category: BTreeMap<Category, Vec<String>> = BTreeMap::new();
     for (file, text) in BUILTIN {
         let p = Provider::from_toml(text).unwrap_or_else(|e| panic!("provider {file}: {e}"));
-        let raw: ProviderFile = toml::from_str(text).expect("parsed above");
+        let raw = ProviderFile::parse(text).expect("parsed above");
+        let preset = text
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|t| t.get("preset")?.as_str().map(str::to_owned));
         by_category
             .entry(p.category)
             .or_default()
-            .push(row(&p, &raw));
+            .push(row(&p, &raw, preset.as_deref()));
     }
     let mut out = String::new();
     for (category, rows) in by_category {
@@ -64,14 +68,18 @@ pub fn splice(doc: &str, generated: &str) -> Result<String, String> {
     Ok(format!("{}\n\n{generated}\n{}", &doc[..after], &doc[end..]))
 }
 
-fn row(p: &Provider, raw: &ProviderFile) -> String {
+fn row(p: &Provider, raw: &ProviderFile, preset: Option<&str>) -> String {
     let title = match p.docs.as_str() {
         "" => p.title.clone(),
         docs => format!("[{}]({docs})", p.title),
     };
+    let mut sig = signature(p, raw);
+    if let Some(preset) = preset {
+        sig.push_str(&format!(" (preset `{preset}`)"));
+    }
     let cells = [
         format!("{title} `{}`", p.name),
-        signature(p, raw),
+        sig,
         algorithm(p, raw),
         event_id(raw),
         event_type(p, raw),
@@ -218,6 +226,7 @@ fn event_type(p: &Provider, raw: &ProviderFile) -> String {
 
 fn tolerance(p: &Provider, raw: &ProviderFile) -> String {
     match (&p.timestamp, &raw.timestamp) {
+        (Some(t), Some(r)) if !t.checked => format!("signed, age not checked ({})", place(&r.from)),
         (Some(t), Some(r)) => {
             let both = if t.reject_future { "" } else { ", age only" };
             format!("{} ({}{both})", show(t.tolerance), place(&r.from))

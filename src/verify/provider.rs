@@ -139,6 +139,8 @@ pub struct Timestamp {
     pub unit: TimeUnit,
     pub tolerance: Duration,
     pub reject_future: bool,
+    /// The window is checked (else the timestamp is only signed content).
+    pub checked: bool,
 }
 
 #[derive(Debug)]
@@ -185,7 +187,7 @@ impl Provider {
     }
 
     fn build(text: &str, source: Option<&SourceOverrides<'_>>) -> Result<Self, String> {
-        let mut f: ProviderFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut f = ProviderFile::parse(text)?;
         let o = source.copied().unwrap_or_default();
         let (overrides, event_id) = (o.signature, o.event_id);
         if let Some(t) = o.event_type {
@@ -213,6 +215,7 @@ impl Provider {
                     unit: t.unit,
                     tolerance: t.tolerance.0,
                     reject_future: t.reject_future,
+                    checked: t.checked,
                 })
             })
             .transpose()?;
@@ -457,6 +460,38 @@ mod tests {
         assert!(e.contains("hmac-* algorithm"), "{e}");
         let e = Provider::from_toml(&BASE.replace("from = \"json:/id\"", "")).unwrap_err();
         assert!(e.contains("event_id needs"), "{e}");
+        let e = Provider::from_toml(&BASE.replace("\"x-sig\"", "\"x-sig-*\"")).unwrap_err();
+        assert!(e.contains("every_header"), "{e}");
+        let token = BASE.replace(
+            "header = \"x-sig\"",
+            "scheme = \"token\"\nfrom = \"json:/s\"",
+        );
+        let e = Provider::from_toml(&token).unwrap_err();
+        assert!(e.contains("signature.from"), "{e}");
+    }
+
+    #[test]
+    fn a_preset_is_the_base_of_a_file_and_ids_are_replaced_whole() {
+        let file = |preset: &str| {
+            format!(
+                "preset = \"{preset}\"\nname = \"acme\"\ntitle = \"Acme\"\n\
+                 [signature]\nheader = \"webhook-signature\"\n\
+                 [event_id]\ncomposite = [\"json:/a\"]\n"
+            )
+        };
+        let p = Provider::from_toml(&file("standard-webhooks")).unwrap();
+        // Kept from the preset: the scheme's layout, key, template, window.
+        assert_eq!(p.signature.headers, vec!["webhook-signature"]);
+        assert_eq!(p.signature.secret_prefixes, vec!["v1,whsec_", "whsec_"]);
+        assert!(p.timestamp.is_some());
+        // Not kept: the naming keys, and the preset's id rule.
+        assert_eq!((p.name.as_str(), p.docs.as_str()), ("acme", ""));
+        assert!(p.event_id.from.is_none() && p.event_id.composite.len() == 1);
+        let e = Provider::from_toml(&file("no-such")).unwrap_err();
+        assert!(e.contains("not a built-in provider"), "{e}");
+        // A preset of a preset is refused (`clerk` is one).
+        let e = Provider::from_toml(&file("clerk")).unwrap_err();
+        assert!(e.contains("has a preset itself"), "{e}");
     }
 
     #[test]

@@ -45,6 +45,60 @@ pub(super) struct ProviderFile {
     pub(super) control: Vec<ControlSpec>,
 }
 
+/// What a file does not take from its `preset`: it must say them itself.
+const OWN_KEYS: &[&str] = &["name", "title", "docs", "category", "dashboard", "note"];
+/// Tables a file replaces whole instead of key by key: an id rule is
+/// tried in order (`from`, then `composite`), so keeping the preset's
+/// `from` under the file's `composite` would change its meaning.
+const WHOLE_TABLES: &[&str] = &["event_id"];
+
+impl ProviderFile {
+    /// Parses a provider file. `preset = "standard-webhooks"` (any built-in
+    /// provider) starts from that provider's definition: each table of the
+    /// file replaces the preset's keys one by one (`[event_id]` replaces
+    /// the preset's whole), other keys replace whole, and the naming keys
+    /// (`name`, `title`, `docs`, …) are never inherited. Clerk, Resend and OpenAI speak Standard Webhooks; their
+    /// files add only what is theirs (event type, id, dashboard).
+    pub(super) fn parse(text: &str) -> Result<Self, String> {
+        let mut file: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        if let Some(preset) = file.remove("preset") {
+            let name = preset
+                .as_str()
+                .ok_or("preset must name a built-in provider")?;
+            let base_text = super::registry::BUILTIN
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| *t)
+                .ok_or_else(|| format!("preset `{name}` is not a built-in provider"))?;
+            let mut base: toml::Table = base_text
+                .parse()
+                .map_err(|e: toml::de::Error| e.to_string())?;
+            if base.contains_key("preset") {
+                return Err(format!("preset `{name}` has a preset itself; name its own"));
+            }
+            for k in OWN_KEYS {
+                base.remove(*k);
+            }
+            for (k, v) in file {
+                match (base.get_mut(&k), v) {
+                    (Some(toml::Value::Table(b)), toml::Value::Table(t))
+                        if !WHOLE_TABLES.contains(&k.as_str()) =>
+                    {
+                        b.extend(t)
+                    }
+                    (_, v) => {
+                        base.insert(k, v);
+                    }
+                }
+            }
+            file = base;
+        }
+        toml::Value::Table(file)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SignatureSpec {
@@ -197,6 +251,12 @@ pub(super) struct TimestampSpec {
     /// Reject timestamps in the future beyond the window too (default true).
     #[serde(default = "yes")]
     pub(super) reject_future: bool,
+    /// Check the window at all (default true). `false`: the timestamp is
+    /// signed but its age is not checked, for providers that document no
+    /// window and may resend an old signature (Sanity, Mailgun); replays
+    /// are then bounded by dedup only.
+    #[serde(default = "yes")]
+    pub(super) checked: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]

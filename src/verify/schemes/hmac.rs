@@ -88,7 +88,9 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     }
     let key = key.ok_or(VerifyError::InvalidSignature)?;
 
-    if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp) {
+    if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp)
+        && spec.checked
+    {
         let secs = spec
             .unit
             .unix_secs(ts)
@@ -213,12 +215,10 @@ pub fn signature_values<'h>(
     }
     let mut pairs = Vec::new();
     if sig.format == HeaderFormat::Pairs {
+        // Whitespace also ends an item: Persona sends one `t=…,v1=…` set
+        // per secret while rotating, the sets separated by a space.
         for v in &values {
-            for item in split_items(v, &sig.separator) {
-                let item = item.trim();
-                if item.is_empty() {
-                    continue;
-                }
+            for item in split_items(v, &sig.separator).flat_map(str::split_ascii_whitespace) {
                 let (k, val) = item
                     .split_once('=')
                     .ok_or(VerifyError::MalformedSignature("expected key=value items"))?;

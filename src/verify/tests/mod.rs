@@ -2,6 +2,8 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod catalogue_devtools;
+mod catalogue_saas;
 mod hardening;
 mod payments;
 mod paypal;
