@@ -8,7 +8,9 @@ mod hardening;
 mod payments;
 mod paypal;
 mod plaid;
+mod provider_files;
 mod saas;
+mod signature_shapes;
 mod subset;
 
 use super::crypto::SigningKey;
