@@ -22,11 +22,11 @@ pub struct FilterArgs {
     /// Event type (Stripe `type`, GitHub `X-GitHub-Event`, …).
     #[arg(long = "type")]
     pub event_type: Option<String>,
-    /// RFC 3339, inclusive.
-    #[arg(long)]
+    /// RFC 3339, or a duration back from now (`90m`, `1h`, `2d`); inclusive.
+    #[arg(long, value_parser = point_in_time)]
     pub since: Option<String>,
-    /// RFC 3339, exclusive.
-    #[arg(long)]
+    /// RFC 3339, or a duration back from now; exclusive.
+    #[arg(long, value_parser = point_in_time)]
     pub until: Option<String>,
     /// Event-id prefix.
     #[arg(long)]
@@ -38,6 +38,23 @@ pub struct FilterArgs {
     /// provider API, or resent on its request); `false`: only received ones.
     #[arg(long)]
     pub recovered: Option<String>,
+}
+
+/// `--since` / `--until`: a duration (`1h`) is that long before now, as
+/// RFC 3339; anything else goes to the API's own time parser as it is.
+fn point_in_time(text: &str) -> Result<String, String> {
+    point_before(text, std::time::SystemTime::now())
+}
+
+fn point_before(text: &str, now: std::time::SystemTime) -> Result<String, String> {
+    match humantime::parse_duration(text) {
+        Ok(back) => now
+            .checked_sub(back)
+            .filter(|t| *t >= std::time::UNIX_EPOCH)
+            .map(|t| humantime::format_rfc3339_millis(t).to_string())
+            .ok_or_else(|| format!("`{text}` reaches back before 1970")),
+        Err(_) => Ok(text.to_owned()),
+    }
 }
 
 impl FilterArgs {
@@ -220,4 +237,25 @@ pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
         "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::point_before;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn since_takes_a_duration_back_from_now_or_a_time_as_written() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(point_before("1h", now).unwrap(), "2023-11-14T21:13:20.000Z");
+        assert_eq!(
+            point_before("90m", now).unwrap(),
+            "2023-11-14T20:43:20.000Z"
+        );
+        assert_eq!(
+            point_before("2024-01-01T00:00:00Z", now).unwrap(),
+            "2024-01-01T00:00:00Z"
+        );
+        assert!(point_before("100000d", UNIX_EPOCH + Duration::from_secs(10)).is_err());
+    }
 }

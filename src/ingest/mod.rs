@@ -75,7 +75,7 @@ pub async fn receive(
         event.id = event_id.as_deref().unwrap_or(""),
         outcome,
         status = response.status().as_u16(),
-        latency_ms = latency.as_secs_f64() * 1000.0,
+        latency_ms = crate::telemetry::log_millis(latency),
         "webhook"
     );
     response

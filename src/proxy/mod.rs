@@ -64,7 +64,7 @@ pub async fn handle(
         api = name,
         outcome = outcome.as_str(),
         status = response.status().as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        latency_ms = crate::telemetry::log_millis(started.elapsed()),
         "proxy"
     );
     response
