@@ -9,6 +9,7 @@
 //! Layering: `verify` imports only `primitives`; `config` builds each
 //! [`source::Source`] with the checks the schemes provide here.
 
+pub mod catalogue;
 pub mod client_ip;
 pub mod crypto;
 pub mod event_id;
@@ -342,11 +343,7 @@ pub(crate) fn check_with(
     let query = incoming.query.unwrap_or_default();
     let fields = fields_of(source, &incoming.headers, &body, query);
 
-    let unsigned = !sig.headers.is_empty()
-        && !sig
-            .headers
-            .iter()
-            .any(|h| incoming.headers.contains_key(h.as_str()));
+    let unsigned = !sig.headers.is_empty() && !sig.present_in(&incoming.headers);
     if unsigned && let Some(answer) = reply::control(provider, &fields, false, None) {
         return Ok(Checked::Answer(answer));
     }

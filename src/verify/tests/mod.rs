@@ -2,11 +2,15 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod catalogue_devtools;
+mod catalogue_saas;
 mod hardening;
 mod payments;
 mod paypal;
 mod plaid;
+mod provider_files;
 mod saas;
+mod signature_shapes;
 mod subset;
 
 use super::crypto::SigningKey;
