@@ -68,10 +68,11 @@ pub fn describe(c: &Config) -> String {
             }
             let _ = writeln!(
                 o,
-                "  {:<16} reconcile every {} over {} via {}{hook} (api_key set)",
+                "  {:<16} reconcile every {} over {} (grace {}) via {}{hook} (api_key set)",
                 "",
                 show(r.interval),
                 show(r.lookback),
+                show(r.grace),
                 r.api_base,
             );
         }

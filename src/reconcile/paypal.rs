@@ -35,6 +35,8 @@ struct List {
 #[derive(Deserialize)]
 struct Event {
     id: String,
+    /// RFC 3339.
+    create_time: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -70,12 +72,14 @@ fn rfc3339(t: Millis) -> String {
     humantime::format_rfc3339_seconds(at).to_string()
 }
 
-/// One page of events created from `since` until now.
+/// One page of events created from `since` until `until` (the run's
+/// grace cutoff: younger ones PayPal may still be delivering).
 pub async fn page(
     api: &Api,
     rec: &Reconcile,
     token: &str,
     since: Millis,
+    until: Millis,
     cursor: Option<&str>,
 ) -> Result<Page, ReconcileError> {
     let url = match cursor {
@@ -84,7 +88,7 @@ pub async fn page(
             let q = form_urlencoded::Serializer::new(String::new())
                 .append_pair("page_size", "300")
                 .append_pair("start_time", &rfc3339(since))
-                .append_pair("end_time", &rfc3339(Millis::now()))
+                .append_pair("end_time", &rfc3339(until))
                 .finish();
             format!("{}/v1/notifications/webhooks-events?{q}", rec.api_base)
         }
@@ -104,8 +108,8 @@ pub async fn page(
         .into_iter()
         .map(|e| Found {
             action: Action::Resend(e.id.clone()),
+            created: e.create_time.as_deref().and_then(super::unix_secs),
             event_id: e.id,
-            created: None,
         })
         .collect();
     let next = match list.links.iter().find(|l| l.rel == "next") {
