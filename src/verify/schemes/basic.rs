@@ -3,7 +3,8 @@
 //! constant time (see `token`). It authenticates the sender, not the body.
 
 use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
-use super::{Ctx, Defaults, SchemeDef, first_header};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header};
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding};
 use crate::verify::sign::{Signed, Signer};
@@ -13,6 +14,12 @@ pub struct Basic;
 
 impl SchemeDef for Basic {
     const DEFAULTS: Defaults = Defaults::keyed(true, Algorithm::Sha256, Encoding::Base64);
+
+    /// A shared credential authenticates the sender; no part of the
+    /// request is signed.
+    fn covers(_: &Provider, _: Part<'_>) -> Cover {
+        Cover::Unsigned
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)

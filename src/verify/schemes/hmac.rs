@@ -1,10 +1,10 @@
 //! The data-driven scheme: a MAC over a signed-content template, signatures
 //! in one header laid out as `value`, `pairs` or `tagged`.
 
-use super::{Ctx, Defaults, SchemeDef, matching_key};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, matching_key};
 use crate::verify::VerifyError;
 use crate::verify::locator::{Locator, Lookup, Segment};
-use crate::verify::provider::Signature;
+use crate::verify::provider::{Provider, Signature};
 use crate::verify::request::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::spec::{HeaderFormat, TimeUnit};
@@ -36,6 +36,44 @@ impl SchemeDef for Hmac {
         out.headers.push((name, value));
         Ok(())
     }
+
+    /// What the signed-content template names: `{body}` covers every
+    /// body field, `{url}` the query, `{timestamp}` wherever the timestamp
+    /// is read, and a `{locator}` its own value.
+    fn covers(provider: &Provider, part: Part<'_>) -> Cover {
+        template_covers(provider, &provider.signature.content, part)
+    }
+}
+
+/// Whether the template `content` signs `part` (see [`Hmac::covers`]);
+/// shared with the schemes that sign a template too.
+pub fn template_covers(provider: &Provider, content: &[Segment], part: Part<'_>) -> Cover {
+    let has = |want: &dyn Fn(&Segment) -> bool| any_segment(content, want);
+    let at = match part {
+        Part::Body => return Cover::signed_if(has(&|s| *s == Segment::Body)),
+        Part::OwnType => return Cover::Unsigned,
+        Part::At(at) => at,
+    };
+    let named = has(&|s| matches!(s, Segment::Value(l) if l.alternatives.contains(at)));
+    let by_whole = match at {
+        Locator::Json(_) | Locator::Form(_) => has(&|s| *s == Segment::Body),
+        Locator::Query(_) => has(&|s| *s == Segment::Url),
+        Locator::Header(_) | Locator::Signature(_) => false,
+    };
+    let timestamp = provider
+        .timestamp
+        .as_ref()
+        .is_some_and(|t| t.from.alternatives.contains(at))
+        && has(&|s| *s == Segment::Timestamp);
+    Cover::signed_if(named || by_whole || timestamp)
+}
+
+/// Whether any segment of `content`, optional groups included, is `want`.
+fn any_segment(content: &[Segment], want: &dyn Fn(&Segment) -> bool) -> bool {
+    content.iter().any(|s| match s {
+        Segment::Optional(group) => any_segment(group, want),
+        s => want(s),
+    })
 }
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {

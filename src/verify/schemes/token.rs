@@ -5,7 +5,8 @@
 //! body.
 
 use super::hmac::MAX_SIGNATURE_HEADER;
-use super::{Ctx, Defaults, SchemeDef, password};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, password};
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Lookup;
@@ -15,6 +16,12 @@ pub struct Token;
 
 impl SchemeDef for Token {
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
+
+    /// A shared credential authenticates the sender; no part of the
+    /// request is signed.
+    fn covers(_: &Provider, _: Part<'_>) -> Cover {
+        Cover::Unsigned
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
