@@ -94,9 +94,7 @@ impl Found {
 /// Unix seconds of an RFC 3339 UTC time (`2024-01-02T03:04:05Z`, with or
 /// without fractional seconds), as the GitHub and PayPal APIs write them.
 fn unix_secs(text: &str) -> Option<i64> {
-    let t = humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).ok()?;
-    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    i64::try_from(d.as_secs()).ok()
+    Millis::parse_rfc3339(text).map(Millis::as_secs)
 }
 
 /// A page's items and the run's grace cutoff: items created after it are

@@ -8,7 +8,6 @@
 use super::provider::Provider;
 use super::request::Fields;
 use super::schemes::hmac::signature_values_of;
-use super::spec::TimeUnit;
 
 /// Longest event type kept, in characters.
 pub const MAX_EVENT_TYPE: usize = 128;
@@ -60,11 +59,7 @@ pub fn provider_timestamp(provider: &Provider, fields: &Fields<'_>) -> Option<i6
     let pairs = signature_values_of(&provider.signature, fields)
         .map(|(_, pairs)| pairs.as_slice())
         .unwrap_or_default();
-    let ts: i64 = fields.lookup(&spec.from, pairs)?.trim().parse().ok()?;
-    Some(match spec.unit {
-        TimeUnit::Seconds => ts,
-        TimeUnit::Millis => ts.div_euclid(1000),
-    })
+    spec.unit.seconds(&fields.lookup(&spec.from, pairs)?)
 }
 
 #[cfg(test)]

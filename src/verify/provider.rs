@@ -87,6 +87,8 @@ pub struct Signature {
     /// that carry the signature in the body).
     pub headers: Vec<String>,
     pub query: Option<String>,
+    /// A request value holding the signature instead of a header.
+    pub field: Option<Lookup>,
     pub format: HeaderFormat,
     pub separator: String,
     pub keys: Vec<String>,
@@ -288,7 +290,16 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         )
     };
     let mut incomplete = None;
-    if d.needs_header && headers.is_empty() {
+    let field = s
+        .field
+        .as_deref()
+        .map(Lookup::parse)
+        .transpose()
+        .map_err(|e| format!("signature.field: {e}"))?;
+    if field.is_some() && (s.scheme != Scheme::Hmac || !headers.is_empty()) {
+        return Err("signature.field is for the `hmac` scheme, instead of a header".into());
+    }
+    if d.needs_header && headers.is_empty() && field.is_none() {
         incomplete = Some(need("header"));
     }
     if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() {
@@ -299,9 +310,6 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         incomplete = incomplete.or_else(|| Some(need("algorithm")));
     }
     let algorithm = algorithm.unwrap_or(Algorithm::HmacSha256);
-    if s.scheme == Scheme::Hmac && !algorithm.is_hmac() {
-        return Err("the `hmac` scheme needs an hmac-* algorithm".into());
-    }
     let encoding = s.encoding.or(d.encoding);
     if encoding.is_none() {
         incomplete = incomplete.or_else(|| Some(need("encoding")));
@@ -311,7 +319,7 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         HeaderFormat::Tagged => " ".into(),
         _ => ",".into(),
     });
-    if s.format != HeaderFormat::Value && s.keys.is_empty() {
+    if matches!(s.format, HeaderFormat::Pairs | HeaderFormat::Tagged) && s.keys.is_empty() {
         return Err("signature.keys is required for `pairs` and `tagged` formats".into());
     }
     let content = match (s.signed_content, s.scheme) {
@@ -319,10 +327,18 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         (None, Scheme::Hmac) => vec![Segment::Body],
         (None, _) => vec![],
     };
+    // A plain digest is keyed only by a `{secret}` in what it hashes.
+    let keyed = content.iter().any(|seg| *seg == Segment::Secret);
+    if s.scheme == Scheme::Hmac && !algorithm.is_hmac() && !keyed {
+        return Err(
+            "the `hmac` scheme needs an hmac-* algorithm, or `{secret}` in signed_content".into(),
+        );
+    }
     let sig = Signature {
         scheme: s.scheme,
         headers,
         query: s.query,
+        field,
         format: s.format,
         separator,
         keys: s.keys,

@@ -5,6 +5,7 @@
 use super::crypto::{Algorithm, Encoding, SecretEncoding};
 use super::schemes::Scheme;
 use crate::primitives::duration::Dur;
+use crate::primitives::time::Millis;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -50,10 +51,14 @@ pub(super) struct SignatureSpec {
     pub(super) header: Option<OneOrMany>,
     /// `token` scheme: query parameter carrying the token instead of a header.
     pub(super) query: Option<String>,
+    /// `hmac` scheme: a request value holding the signature instead of a
+    /// header (`json:/signature_key`, Midtrans).
+    pub(super) field: Option<String>,
     /// How the header value holds signatures.
     #[serde(default)]
     pub(super) format: HeaderFormat,
-    /// `pairs`: item separator (default `,`); `tagged`: list separator (default ` `).
+    /// `pairs` and `list`: item separator (default `,`); `tagged`: list
+    /// separator (default ` `).
     pub(super) separator: Option<String>,
     /// `pairs`: keys whose values are signatures (`["v1"]`); `tagged`: accepted tags.
     #[serde(default)]
@@ -68,7 +73,8 @@ pub(super) struct SignatureSpec {
     #[serde(default)]
     pub(super) secret_prefixes: Vec<String>,
     /// What is signed, e.g. `"{timestamp}.{body}"`. Placeholders: `{body}`,
-    /// `{timestamp}`, `{url}` and any locator (`{header:webhook-id}`).
+    /// `{timestamp}`, `{url}`, `{secret}` (the secret itself, hashed with
+    /// the content) and any locator (`{header:webhook-id}`).
     pub(super) signed_content: Option<String>,
 }
 
@@ -166,6 +172,10 @@ pub enum HeaderFormat {
     Pairs,
     /// `tag,sig` items, e.g. `v1,abc= v1,def=` (Standard Webhooks).
     Tagged,
+    /// `first,sig[,sig…]`: the first item is not a signature but a value
+    /// the template reads as `signature:0` (Recurly's timestamp); every
+    /// later item is a signature.
+    List,
 }
 
 #[derive(Debug, Deserialize)]
@@ -173,7 +183,7 @@ pub enum HeaderFormat {
 pub(super) struct TimestampSpec {
     /// Where the signed timestamp is (`signature:t`, `header:webhook-timestamp`).
     pub(super) from: String,
-    /// `s` (default) or `ms` since the Unix epoch.
+    /// `s` (default) or `ms` since the Unix epoch, or `rfc3339`.
     #[serde(default)]
     pub(super) unit: TimeUnit,
     /// Default window; a source may override it with `tolerance`.
@@ -184,13 +194,40 @@ pub(super) struct TimestampSpec {
     pub(super) reject_future: bool,
 }
 
+/// How a provider writes its signed timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 pub enum TimeUnit {
+    /// Unix seconds (`1700000000`).
     #[default]
     #[serde(rename = "s")]
     Seconds,
+    /// Unix milliseconds (`1700000000123`).
     #[serde(rename = "ms")]
     Millis,
+    /// RFC 3339 (`2024-03-27T15:42:29.551`, no zone = UTC; Orb, dLocal).
+    #[serde(rename = "rfc3339")]
+    Rfc3339,
+}
+
+impl TimeUnit {
+    /// Unix seconds of a timestamp as the provider writes it.
+    pub fn seconds(self, text: &str) -> Option<i64> {
+        let text = text.trim();
+        match self {
+            Self::Seconds => text.parse().ok(),
+            Self::Millis => text.parse::<i64>().ok().map(|t| t.div_euclid(1000)),
+            Self::Rfc3339 => Millis::parse_rfc3339(text).map(Millis::as_secs),
+        }
+    }
+
+    /// `secs` as the provider writes it (for `hookgate sign`).
+    pub fn format(self, secs: i64) -> String {
+        match self {
+            Self::Seconds => secs.to_string(),
+            Self::Millis => (secs * 1000).to_string(),
+            Self::Rfc3339 => Millis::from_secs(secs).rfc3339(),
+        }
+    }
 }
 
 fn five_minutes() -> Dur {
