@@ -218,6 +218,9 @@ schemes! {
     Tbank => tbank::Tbank,
     /// Digest of `OutSum:InvId:Password2[:Shp_…]` (`SignatureValue`).
     Robokassa => robokassa::Robokassa,
+    /// HMAC-SHA256 over the secret key and the fields of iyzico's payment
+    /// notification format (direct or hosted page).
+    Iyzico => iyzico::Iyzico,
     /// A shared token in a header or query parameter.
     Token => token::Token,
     /// HTTP Basic credentials.
