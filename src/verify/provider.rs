@@ -328,7 +328,7 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         (None, _) => vec![],
     };
     // A plain digest is keyed only by a `{secret}` in what it hashes.
-    let keyed = content.iter().any(|seg| *seg == Segment::Secret);
+    let keyed = content.contains(&Segment::Secret);
     if s.scheme == Scheme::Hmac && !algorithm.is_hmac() && !keyed {
         return Err(
             "the `hmac` scheme needs an hmac-* algorithm, or `{secret}` in signed_content".into(),

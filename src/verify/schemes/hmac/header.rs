@@ -17,8 +17,6 @@ pub const MAX_SIGNATURE_HEADER: usize = 8 * 1024;
 /// Most signatures considered in one header (rotation needs two or three).
 pub const MAX_CANDIDATES: usize = 16;
 
-/// Header values, and the `k=v` pairs parsed from them.
-
 /// [`signature_values`] of the request `fields` reads, parsed on the first
 /// call and kept with the fields (a request has one provider, so one
 /// `sig`); an error is not kept, the next call parses again.
