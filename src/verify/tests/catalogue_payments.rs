@@ -13,14 +13,21 @@ use super::payments::{Case, NOW, round_trip};
 use super::*;
 
 /// The secret the Python-made vectors below were keyed with.
-const S: &str = "s3cret-vector-key";
+pub(super) const S: &str = "s3cret-vector-key";
 
 /// Verifies one recorded request and returns its event id.
-fn vector(provider: &str, secrets: &[&str], h: &[(&str, &str)], body: &str, now: i64) -> String {
+pub(super) fn vector(
+    provider: &str,
+    secrets: &[&str],
+    h: &[(&str, &str)],
+    body: &str,
+    now: i64,
+) -> String {
     let src = source(provider, secrets);
     let v = check(&src, h, body, now).unwrap_or_else(|e| panic!("{provider}: {e:?}"));
     // A wrong secret must not verify the same request.
-    let wrong = source(provider, &["not-the-secret"]);
+    // Valid as text and as base64 (base64 of "not-the-secret").
+    let wrong = source(provider, &["bm90LXRoZS1zZWNyZXQ="]);
     assert_eq!(
         check(&wrong, h, body, now).unwrap_err(),
         VerifyError::InvalidSignature,

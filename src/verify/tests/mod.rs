@@ -2,6 +2,7 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod catalogue_messaging;
 mod catalogue_payments;
 mod hardening;
 mod payments;
