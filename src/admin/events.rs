@@ -5,12 +5,12 @@
 //! - `POST /admin/events/{source}/{event_id}/redeliver` — send it again.
 //!
 //! Rule: parsing, rendering and redaction only; the queries live in
-//! `store::events`. The filter parser is shared with `POST /admin/replay`.
+//! `store::console`. The filter parser is shared with `POST /admin/replay`.
 
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::events::{
+use crate::store::console::{
     AttemptInfo, Cursor, DeliveryState, EventFilter, EventRecord, EventSummary, MAX_LIMIT,
 };
 use axum::Json;
@@ -123,8 +123,8 @@ pub async fn list(
         Err(e) => return e.into_response(),
     };
     let page = state
-        .ledger
-        .console()
+        .store
+        .console
         .list_events(&req.filter, req.cursor, req.limit)
         .await;
     match page {
@@ -146,7 +146,7 @@ pub async fn show(
     if let Err(e) = super::authorize(&state, &headers) {
         return e.into_response();
     }
-    match state.ledger.console().event(&source, &event_id).await {
+    match state.store.console.event(&source, &event_id).await {
         Ok(Some(rec)) => Json(record_json(&rec)).into_response(),
         Ok(None) => not_found(),
         Err(e) => unavailable(&e),
@@ -186,7 +186,7 @@ pub async fn redeliver(
     {
         return ApiError::BadRequest(format!("unknown target `{t}`")).into_response();
     }
-    let console = state.ledger.console();
+    let console = &state.store.console;
     let rec = match console.event(&source, &event_id).await {
         Ok(Some(r)) => r,
         Ok(None) => return not_found(),

@@ -71,13 +71,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Sign(args) => sign::run(args),
         Command::Migrate => {
             let config = load(&cli.config)?;
-            let ledger = store::connect(
+            let store = store::connect(
                 &config.storage.database,
                 Some(1),
                 config.storage.statement_timeout,
             )
             .await?;
-            ledger.migrate().await?;
+            store.backend.migrate().await?;
             println!("migrated {}", config.storage.database.display());
             Ok(())
         }

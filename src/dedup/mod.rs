@@ -19,22 +19,23 @@
 //! settles its claim: [`Unsettled`] releases it, or marks it `done` once the
 //! ledger answered.
 
+pub mod arrivals;
 pub mod cache;
 pub mod memory;
 pub mod redis;
+pub mod writer;
 
 use crate::config;
 use crate::primitives::time::Millis;
-use crate::store::batch::GroupCommit;
 use crate::store::body_hashes::BodyClaim;
-use crate::store::handoff::Handoff;
-use crate::store::{Ledger, NewEvent, Recorded, StoreError};
+use crate::store::{EventLog, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
 use cache::{Claim, ClaimCache, Mark};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
+use writer::GroupCommit;
 
 /// Where a duplicate was caught.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,8 +90,8 @@ enum Owed {
 }
 
 /// A claim whose outcome the cache has not learned yet. The owned section
-/// runs in the request's task (a task of its own cost a spawn and a wake-up
-/// per new event, docs/design.md "Twelfth pass"), so a client hanging up or
+/// runs in the request's task (a task of its own would cost a spawn and a
+/// wake-up per new event), so a client hanging up or
 /// the request deadline may drop it at any await. Dropped unsettled, the
 /// guard pays what is owed from a task of its own: before the ledger
 /// answered that is a release (the event may or may not commit, no 2xx went
@@ -169,11 +170,8 @@ const CACHE_PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct Dedup {
     cache: Arc<dyn ClaimCache>,
     ledger: GroupCommit,
-    /// New events' deliveries go leased to this process's loops when a
-    /// slot is free (see `store::handoff`).
-    handoff: Handoff,
     /// For the body claims of `dedup_by_body` sources (one statement each).
-    bodies: Arc<dyn Ledger>,
+    bodies: Arc<dyn EventLog>,
     settings: config::Dedup,
     key_prefix: String,
     /// Last cache state seen, so an outage logs once, not once per request.
@@ -193,15 +191,13 @@ impl Dedup {
     pub fn new(
         cache: Arc<dyn ClaimCache>,
         ledger: GroupCommit,
-        handoff: Handoff,
-        bodies: Arc<dyn Ledger>,
+        bodies: Arc<dyn EventLog>,
         settings: config::Dedup,
         key_prefix: String,
     ) -> Self {
         Self {
             cache,
             ledger,
-            handoff,
             bodies,
             settings,
             key_prefix,
@@ -300,7 +296,7 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
-        announced: crate::store::batch::Approach,
+        announced: crate::batch::Approach,
     ) -> Result<Outcome, DedupError> {
         let hash = std::mem::take(&mut c.hash);
         let sha = c.sha;
@@ -344,7 +340,6 @@ impl Dedup {
         let facts = v.take_facts();
         let unrouted = facts.routed.targets.is_empty();
         let event_type = facts.event_type.clone();
-        let handoff = (!unrouted).then(|| self.handoff.reserve(&facts.routed.targets, now_ms));
         let event = NewEvent {
             source: source.name.clone(),
             event_id: v.event_id().as_str().to_owned(),
@@ -363,7 +358,8 @@ impl Dedup {
                 provider_ts: v.provider_timestamp(),
                 recovered: v.recovered(),
             },
-            handoff,
+            // Set by the writer, which reserves room on the delivery lanes.
+            handoff: None,
             fresh: have_claim,
         };
         match self.ledger.record(event, announced).await {
@@ -544,8 +540,7 @@ async fn send_marks(dedup: Weak<Dedup>, mut rx: tokio::sync::mpsc::Receiver<Mark
 }
 
 /// Lower-case hex of a digest, written in one pass (`hex::encode` collects
-/// it a `char` at a time: ~3 k instructions per request, counted with
-/// callgrind, docs/design.md "Fifth pass").
+/// it a `char` at a time, on a path every request takes).
 fn hex_of(bytes: &[u8]) -> String {
     let mut out = vec![0; bytes.len() * 2];
     hex::encode_to_slice(bytes, &mut out).expect("the output is twice the input");

@@ -355,3 +355,46 @@ async fn sign_plaid_with_a_test_key_and_the_printed_jwk_pinned() {
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 }
+
+/// A gateway whose log is a file or a pipe writes plain text: colour codes
+/// are for a terminal, and around every field in journald or a log shipper
+/// they are noise.
+#[test]
+fn serve_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::helpers::process::free_port();
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[storage]\ndatabase_url = \"sqlite://hg.db\"\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["--config", "hookgate.toml", "serve"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("hookgate listening");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = seen.join("\n");
+    assert!(text.contains("hookgate listening"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a piped log:\n{text:?}"
+    );
+}

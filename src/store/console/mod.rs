@@ -1,18 +1,17 @@
 //! The ledger as the admin console reads it: event listing with filters and
-//! a stable cursor, one event's full record, operator redelivery, filtered
-//! bulk replay, duplicate arrivals and per-minute counters.
+//! a stable cursor, one event's full record, a delivery's attempts,
+//! operator redelivery, filtered bulk replay and the outbox backlog.
 //!
 //! Rule: the SQL text is built here once for both backends (`$N`
-//! placeholders, which both accept); the backends only execute it
-//! ([`console_ledger!`]) and add the two batch writes whose fastest form
-//! differs (arrivals, per-minute counters). Every list query is driven by an
-//! index named in docs/operations.md ("Indexes"), never a full scan.
+//! placeholders, which both accept; [`Dialect`] names the few differences)
+//! and run by one implementation on either backend's pool
+//! ([`portable`](self::portable)). Every list query is driven by an index
+//! named in docs/operations.md ("Indexes"), never a full scan.
 
-mod ledger;
+mod portable;
 mod sql;
 
-pub(crate) use ledger::console_ledger;
-pub(crate) use sql::*;
+pub(crate) use sql::Dialect;
 
 use super::StoreError;
 use crate::primitives::time::Millis;
@@ -24,8 +23,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 pub const MAX_LIMIT: i64 = 500;
 /// Most attempts and arrivals one event record shows.
 pub const MAX_DETAIL_ROWS: i64 = 1000;
-/// Per-minute counters older than this many minutes are deleted.
-pub const MINUTES_KEPT: i64 = 2 * 24 * 60;
 
 /// A delivery's state as the console names it (`retrying` = pending after
 /// at least one failed attempt).
@@ -204,27 +201,13 @@ pub struct EventRecord {
     pub attempts: Vec<AttemptInfo>,
 }
 
-/// Duplicate arrivals to record: `copies` (≥ 1) arrivals of one event id,
-/// all conflicting or all not, the first at `arrived_at`, the last at
-/// `last_at` (see `store::arrivals`).
+/// One recorded attempt of a delivery.
 #[derive(Debug, Clone)]
-pub struct NewArrival {
-    pub source: String,
-    pub event_id: String,
-    pub arrived_at: Millis,
-    pub last_at: Millis,
-    pub copies: u32,
-    pub conflict: bool,
-}
-
-/// One per-minute counter row.
-#[derive(Debug, Clone)]
-pub struct MinuteCount {
-    /// Unix minute (milliseconds / 60 000).
-    pub minute: i64,
-    pub source: String,
-    pub name: String,
-    pub value: i64,
+pub struct AttemptRow {
+    pub attempt: i32,
+    pub status: Option<i32>,
+    pub error: Option<String>,
+    pub latency_ms: i64,
 }
 
 /// A target's outbox: pending deliveries, the oldest one's event time,
@@ -239,7 +222,7 @@ pub struct Backlog {
 
 /// The console's view of the ledger; see the module doc.
 #[async_trait]
-pub trait Console: Send + Sync {
+pub trait Console: Send + Sync + 'static {
     /// Newest first, strictly after `after`, at most `limit` (≤ [`MAX_LIMIT`]).
     async fn list_events(
         &self,
@@ -266,22 +249,19 @@ pub trait Console: Send + Sync {
     /// pending again, due now; those with an ordering key go to the back of
     /// their keys. Returns how many.
     async fn replay_matching(&self, filter: &EventFilter, now: Millis) -> Result<u64, StoreError>;
-    /// Records duplicate arrivals and adds them to their events' counts.
-    /// Arrivals of events no longer stored are dropped.
-    async fn record_arrivals(&self, batch: &[NewArrival]) -> Result<(), StoreError>;
-    /// Adds `(source, name, delta)` to the counters of `minute`.
-    async fn add_minute_counters(
+    /// Attempts of one event's delivery to one target, oldest first.
+    async fn attempts(
         &self,
-        minute: i64,
-        deltas: &[(String, String, i64)],
-    ) -> Result<(), StoreError>;
-    /// Per-minute counters from `since_minute` on.
-    async fn minute_counters(&self, since_minute: i64) -> Result<Vec<MinuteCount>, StoreError>;
+        source: &str,
+        event_id: &str,
+        target: &str,
+    ) -> Result<Vec<AttemptRow>, StoreError>;
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
 }
 
 #[cfg(test)]
 mod tests {
+    use super::sql::{Arg, list_sql, replay_sql};
     use super::*;
 
     #[test]

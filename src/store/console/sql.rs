@@ -1,7 +1,12 @@
 //! The console's SQL, built once for both backends with `$N` placeholders.
+//!
+//! Rule: filter values are always bound ([`Arg`]), never written into the
+//! text.
 
-use super::*;
-pub(crate) use crate::store::rows::NEXT_SEQ_SQL;
+use super::{Cursor, EventFilter, MAX_LIMIT};
+use crate::primitives::time::Millis;
+use crate::store::StoreError;
+use crate::store::rows::{Bind, encode_error};
 
 /// A bind value of generated SQL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +84,7 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
     c
 }
 
-/// Columns of an event summary, in [`console_ledger!`]'s decoding order.
+/// Columns of an event summary, in `portable::summary`'s decoding order.
 const SUMMARY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COALESCE(SUM(a.copies), 0) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN a.copies ELSE 0 END), 0)
@@ -108,26 +113,12 @@ pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Di
 pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
     let mut sql = Sql::default();
     let at = sql.arg(Arg::Int(now.0));
-    let mut c = vec!["state = 'dead'".to_owned()];
-    if let Some(t) = &f.target {
-        c.push(format!("target = {}", sql.arg(Arg::Text(t.clone()))));
-    }
-    if let Some(s) = &f.source {
-        c.push(format!("source = {}", sql.arg(Arg::Text(s.clone()))));
-    }
-    let ev = conditions(f, d, &mut sql, false);
-    if !ev.is_empty() {
-        c.push(format!(
-            "event_pk IN (SELECT e.id FROM hookgate_events e {})",
-            where_clause(&ev)
-        ));
-    }
+    let c = dead_deliveries(f, d, &mut sql, "state = 'dead'");
     sql.text = format!(
         "UPDATE hookgate_deliveries
          SET state = 'pending', attempts = 0, next_attempt_at = {at}, updated_at = {at},
              lease_until = NULL, lease_token = NULL
-         {}",
-        where_clause(&c)
+         {c}"
     );
     sql
 }
@@ -137,30 +128,34 @@ pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
 /// sequence order (they go to the back of their keys in that order).
 pub(crate) fn replay_ordered_sql(f: &EventFilter, d: Dialect) -> Sql {
     let mut sql = Sql::default();
-    let mut c = vec![
-        "state = 'dead'".to_owned(),
-        "order_key IS NOT NULL".to_owned(),
-    ];
+    let c = dead_deliveries(f, d, &mut sql, "state = 'dead' AND order_key IS NOT NULL");
+    sql.text = format!(
+        "SELECT id, target, order_key FROM hookgate_deliveries {c}
+         ORDER BY target, order_key, order_seq{}",
+        lock_rows(d)
+    );
+    sql
+}
+
+/// The `WHERE` clause on `hookgate_deliveries` of a replay: `state` (the
+/// dead rows, or some of them), then the filter's target, source and event
+/// conditions, in that order of placeholders.
+fn dead_deliveries(f: &EventFilter, d: Dialect, sql: &mut Sql, state: &str) -> String {
+    let mut c = vec![state.to_owned()];
     if let Some(t) = &f.target {
         c.push(format!("target = {}", sql.arg(Arg::Text(t.clone()))));
     }
     if let Some(s) = &f.source {
         c.push(format!("source = {}", sql.arg(Arg::Text(s.clone()))));
     }
-    let ev = conditions(f, d, &mut sql, false);
+    let ev = conditions(f, d, sql, false);
     if !ev.is_empty() {
         c.push(format!(
             "event_pk IN (SELECT e.id FROM hookgate_events e {})",
             where_clause(&ev)
         ));
     }
-    sql.text = format!(
-        "SELECT id, target, order_key FROM hookgate_deliveries {}
-         ORDER BY target, order_key, order_seq{}",
-        where_clause(&c),
-        lock_rows(d)
-    );
-    sql
+    where_clause(&c)
 }
 
 /// The start of a transaction that reads, then writes: SQLite takes the
@@ -249,13 +244,6 @@ pub(crate) const REDELIVER_ONE_SQL: &str = "INSERT INTO hookgate_deliveries
     ON CONFLICT (event_pk, target) DO UPDATE
         SET state = 'pending', next_attempt_at = $1, updated_at = $1";
 
-/// `$1` = first minute.
-pub(crate) const MINUTES_SQL: &str = "SELECT minute, source, name, value
-    FROM hookgate_counter_minutes WHERE minute >= $1";
-
-/// `$1` = first minute kept.
-pub(crate) const MINUTES_PURGE_SQL: &str = "DELETE FROM hookgate_counter_minutes WHERE minute < $1";
-
 /// Pending count and oldest pending event per target, then dead counts.
 pub(crate) const BACKLOG_SQL: &str = "SELECT d.target, COUNT(*), MIN(e.received_at)
     FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
@@ -263,17 +251,29 @@ pub(crate) const BACKLOG_SQL: &str = "SELECT d.target, COUNT(*), MIN(e.received_
 pub(crate) const DEAD_SQL: &str =
     "SELECT target, COUNT(*) FROM hookgate_deliveries WHERE state = 'dead' GROUP BY target";
 
-/// Binds `args` to a `sqlx::query` in order.
-macro_rules! bind_args {
-    ($q:expr, $args:expr) => {{
-        let mut q = $q;
-        for a in $args {
-            q = match a {
-                $crate::store::events::Arg::Text(s) => q.bind(s.clone()),
-                $crate::store::events::Arg::Int(i) => q.bind(*i),
-            };
+/// The bind values of generated SQL as the backend's arguments.
+pub(crate) fn arguments<DB>(args: &[Arg]) -> Result<DB::Arguments, StoreError>
+where
+    DB: sqlx::Database,
+    for<'a> &'a str: Bind<DB>,
+    i64: Bind<DB>,
+{
+    use sqlx::Arguments;
+    let mut out = DB::Arguments::default();
+    for a in args {
+        match a {
+            Arg::Text(s) => out.add(s.as_str()),
+            Arg::Int(i) => out.add(*i),
         }
-        q
-    }};
+        .map_err(encode_error)?;
+    }
+    Ok(out)
 }
-pub(crate) use bind_args;
+
+/// `$1` = source, `$2` = event id, `$3` = target; oldest attempt first.
+pub(crate) const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.status, a.error, a.latency_ms
+     FROM hookgate_attempts a
+     JOIN hookgate_deliveries d ON d.id = a.delivery_id
+     JOIN hookgate_events e ON e.id = d.event_pk
+     WHERE e.source = $1 AND e.event_id = $2 AND d.target = $3
+     ORDER BY a.id";

@@ -13,10 +13,12 @@
 //! drops its batch, and a crash loses what was queued. The per-event
 //! `duplicates` / `conflicts` counts are summed from these rows when a page
 //! asks, so they are exactly as complete as the arrival rows.
+//!
+//! Rule: nothing on the request path waits for this writer or its database.
 
-use super::Ledger;
-use super::events::NewArrival;
 use crate::primitives::time::Millis;
+use crate::store::EventLog;
+use crate::store::event_log::NewArrival;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +44,7 @@ pub struct Arrivals {
 impl Arrivals {
     /// Starts the writer; it drains the queue once more after `stop`.
     pub fn start(
-        ledger: Arc<dyn Ledger>,
+        log: Arc<dyn EventLog>,
         stop: CancellationToken,
     ) -> (Self, impl Future<Output = ()>) {
         let (tx, rx) = mpsc::channel(CAPACITY);
@@ -50,7 +52,7 @@ impl Arrivals {
             tx,
             dropped: Arc::new(AtomicU64::new(0)),
         };
-        (this, writer(ledger, rx, stop))
+        (this, writer(log, rx, stop))
     }
 
     /// Queues one duplicate arrival; never waits.
@@ -76,7 +78,7 @@ impl Arrivals {
 }
 
 async fn writer(
-    ledger: Arc<dyn Ledger>,
+    log: Arc<dyn EventLog>,
     mut rx: mpsc::Receiver<NewArrival>,
     stop: CancellationToken,
 ) {
@@ -95,7 +97,7 @@ async fn writer(
         }
         let rows = fold(std::mem::take(&mut queued));
         for batch in rows.chunks(MAX_BATCH) {
-            if let Err(e) = ledger.console().record_arrivals(batch).await {
+            if let Err(e) = log.record_arrivals(batch).await {
                 let lost: u64 = batch.iter().map(|a| u64::from(a.copies)).sum();
                 metrics::counter!("hookgate_arrivals_dropped_total").increment(lost);
                 tracing::debug!(error = %e, n = lost, "arrivals not recorded");

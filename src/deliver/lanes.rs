@@ -1,22 +1,28 @@
-//! Hand-off: a committed event's deliveries go straight to this process's
-//! target loops, already leased, without a claim query.
+//! Hand-off lanes: a committed event's deliveries go straight to this
+//! process's target loops, already leased, without a claim query.
 //!
-//! Before an event is written, ingest reserves a slot on each of its targets'
-//! lanes (never waits: a lane holds at most [`LANE_DEPTH`] × `concurrency`
-//! rows handed and not yet answered by the target). Reserved delivery rows
-//! are inserted already leased to this process (`lease_token`,
-//! `lease_until`) in the event's own statement, and
-//! after COMMIT the store pushes them to the lane; the target loop sends them
-//! like claimed rows and records the attempt under the same lease token. A
-//! row without a slot (lane full, delivery off in this process) is inserted
-//! unleased, its lane is woken, and it is claimed as before.
+//! Before a batch of events is written, the event writer (`dedup::writer`)
+//! reserves a slot on each new delivery row's lane (never waits: a lane holds
+//! at most [`LANE_DEPTH`] × `concurrency` rows handed and not yet answered by
+//! the target). Reserved rows are inserted already leased to this process
+//! (`lease_token`, `lease_until`) in the event's own statement, and after
+//! COMMIT the writer hands them to their lanes ([`Lanes::hand`]); the target
+//! loop sends them like claimed rows and records the attempt under the same
+//! lease token. A slot whose row was not written (a duplicate, a failed
+//! write) goes back at once ([`Lanes::give_back`]). A row without a slot
+//! (lane full, delivery off in this process) is inserted unleased, its loop
+//! is woken, and it is claimed as before.
 //!
 //! Crash safety is the lease's: rows handed to a process that dies are due
 //! again when `lease_until` passes, like any leased row. At shutdown a loop
 //! closes its lane before it releases its leases.
+//!
+//! Rule: every slot reserved goes back exactly once, with its handed row
+//! when the attempt is recorded, or by `give_back`; so a lane never holds
+//! more than its capacity and a hand-off never waits.
 
-use super::DueDelivery;
 use crate::primitives::time::Millis;
+use crate::store::{DueDelivery, HandoffLease};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +31,7 @@ use tokio::sync::{Notify, mpsc};
 
 /// Every target's lane in this process; cheap to clone.
 #[derive(Clone)]
-pub struct Handoff(Arc<Inner>);
+pub struct Lanes(Arc<Inner>);
 
 struct Inner {
     lanes: HashMap<String, Arc<Lane>>,
@@ -37,7 +43,7 @@ struct Inner {
 }
 
 struct Lane {
-    /// Slots left: rows that may still be handed before one finishes.
+    /// Slots left: rows that may still be reserved before one finishes.
     free: AtomicUsize,
     open: AtomicBool,
     tx: mpsc::Sender<Handed>,
@@ -55,7 +61,7 @@ pub struct Handed {
     pub slot: Slot,
 }
 
-/// A lane slot; returned to the lane when dropped.
+/// A reserved place on a lane; returned to the lane when dropped.
 pub struct Slot(Arc<Lane>);
 
 impl Drop for Slot {
@@ -65,14 +71,13 @@ impl Drop for Slot {
 }
 
 /// A lane's slots, in rounds of the target's `concurrency`: the rows being
-/// sent plus the next round, waiting in the lane for a free target slot. With
-/// one round, every row committed while the target was busy with a full
-/// round went to the outbox unleased and paid a claim (a quarter of the rows
-/// of the benchmark's figure 3); the target slots still bound what is sent at
-/// once (docs/design.md "Seventh pass").
+/// sent plus the next round, waiting in the lane for a free target slot.
+/// With one round, every row committed while the target was busy with a
+/// full round went to the outbox unleased and paid a claim; the target
+/// slots still bound what is sent at once.
 pub const LANE_DEPTH: usize = 2;
 
-impl Handoff {
+impl Lanes {
     /// Lanes for every target of `config`, with a new lease token. A lane
     /// holds [`LANE_DEPTH`] × the target's `concurrency`; a rate-capped
     /// target gets none (its loop claims only what the cap allows), nor does
@@ -155,21 +160,51 @@ impl Handoff {
         }
     }
 
-    /// Reserves a slot per target where one is free, never waiting.
-    pub fn reserve(&self, targets: &[String], now: Millis) -> Reservation {
-        let slots = targets
+    /// Reserves a slot on each of `targets`' lanes where one is free, never
+    /// waiting: the lease to write on those rows. `None` when no lane had
+    /// room. Every slot reserved here is either handed with its row
+    /// ([`Lanes::hand`]) or given back ([`Lanes::give_back`]).
+    pub fn reserve(&self, targets: &[String], now: Millis) -> Option<HandoffLease> {
+        if !self.0.enabled || targets.is_empty() {
+            return None;
+        }
+        let leased: Vec<bool> = targets
             .iter()
             .map(|t| {
-                let lane = self.0.lanes.get(t)?;
-                (self.0.enabled && lane.open.load(Ordering::Acquire) && take_slot(&lane.free))
-                    .then(|| Slot(lane.clone()))
+                self.0
+                    .lanes
+                    .get(t)
+                    .is_some_and(|lane| lane.open.load(Ordering::Acquire) && take_slot(&lane.free))
             })
             .collect();
-        Reservation {
+        leased.contains(&true).then(|| HandoffLease {
             token: self.0.token.clone(),
-            lease_until: now + self.0.lease,
-            slots: Mutex::new(slots),
-            handoff: self.clone(),
+            until: now + self.0.lease,
+            leased,
+        })
+    }
+
+    /// Hands a committed row, leased until `lease_until` under a slot
+    /// reserved for it, to its target's loop.
+    pub fn hand(&self, row: DueDelivery, lease_until: Millis) {
+        let Some(lane) = self.0.lanes.get(&row.target) else {
+            return;
+        };
+        let slot = Slot(lane.clone());
+        // Cannot be full (at most `capacity` slots exist); closed means the
+        // loop stopped: the lease then expires or is released, and the row
+        // is claimed again.
+        let _ = lane.tx.try_send(Handed {
+            row,
+            lease_until,
+            slot,
+        });
+    }
+
+    /// Returns a slot reserved on `target`'s lane whose row was not handed.
+    pub fn give_back(&self, target: &str) {
+        if let Some(lane) = self.0.lanes.get(target) {
+            lane.free.fetch_add(1, Ordering::Release);
         }
     }
 }
@@ -177,65 +212,4 @@ impl Handoff {
 fn take_slot(free: &AtomicUsize) -> bool {
     free.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
         .is_ok()
-}
-
-/// One event's slots, parallel to its targets. Unused slots return to their
-/// lanes when this is dropped (e.g. the write failed or was a duplicate).
-pub struct Reservation {
-    token: Arc<str>,
-    lease_until: Millis,
-    slots: Mutex<Vec<Option<Slot>>>,
-    handoff: Handoff,
-}
-
-impl std::fmt::Debug for Reservation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reservation")
-            .field("lease_until", &self.lease_until)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Reservation {
-    /// The lease to write on target `i`'s new delivery row, if it has a slot.
-    pub fn lease(&self, i: usize) -> Option<(&str, Millis)> {
-        let slots = self.slots.lock().ok()?;
-        slots
-            .get(i)?
-            .as_ref()
-            .map(|_| (&*self.token, self.lease_until))
-    }
-
-    /// After COMMIT of a new event with these `targets` (the ones it was
-    /// reserved for): every leased row goes to its loop (`row(i, delivery
-    /// id)` builds it); every other target is woken to claim its row.
-    pub fn committed(
-        &self,
-        targets: &[String],
-        leased_ids: &[(usize, i64)],
-        row: impl Fn(usize, i64) -> DueDelivery,
-    ) {
-        let Ok(mut slots) = self.slots.lock() else {
-            return;
-        };
-        for &(i, id) in leased_ids {
-            if let Some(slot) = slots.get_mut(i).and_then(Option::take) {
-                let lane = slot.0.clone();
-                // Cannot be full (at most `capacity` slots exist); closed
-                // means the loop stopped: the lease then expires or is
-                // released, and the row is claimed again.
-                let _ = lane.tx.try_send(Handed {
-                    row: row(i, id),
-                    lease_until: self.lease_until,
-                    slot,
-                });
-            }
-        }
-        for (i, t) in targets.iter().enumerate() {
-            let handed = leased_ids.iter().any(|&(j, _)| j == i);
-            if !handed {
-                self.handoff.wake(t).notify_one();
-            }
-        }
-    }
 }
