@@ -135,6 +135,15 @@ fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
     }
 }
 
+/// An unscheduled run over the last day, as the CLI makes one.
+fn a_day_by_hand() -> RunOptions {
+    RunOptions {
+        window: Duration::from_secs(86_400),
+        dry_run: false,
+        scheduled: false,
+    }
+}
+
 /// The CLI table's row as (found, already, recovered, failed).
 fn row(out: &str) -> (u64, u64, u64, u64) {
     let cells: Vec<u64> = out
@@ -253,11 +262,7 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
     let app = spawn_app(with_target(backend, &target)).await;
     // A reconciler on the running gateway's own dedup and ledger.
     let r = reconciler(&app, &fake);
-    let opts = RunOptions {
-        window: Duration::from_secs(86_400),
-        dry_run: false,
-        scheduled: false,
-    };
+    let opts = a_day_by_hand();
     let bodies: Vec<String> = fake.events().into_iter().map(|e| e.json).collect();
 
     // Every webhook is sent while the run admits the same events.
@@ -369,11 +374,7 @@ async fn an_event_younger_than_the_grace_is_left_to_the_provider(backend: Backen
     let target = TestTarget::start().await;
     let app = spawn_app(with_target(backend, &target)).await;
     let r = reconciler(&app, &fake);
-    let opts = RunOptions {
-        window: Duration::from_secs(86_400),
-        dry_run: false,
-        scheduled: false,
-    };
+    let opts = a_day_by_hand();
 
     // Act + assert: the run lists it but leaves it to Stripe.
     let report = r.run("stripe", opts).await.unwrap().unwrap();

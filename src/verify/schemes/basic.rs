@@ -2,7 +2,7 @@
 //! compared with the configured `user:password` as SHA-256 digests in
 //! constant time (see `token`). It authenticates the sender, not the body.
 
-use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
+use super::token::{matching_secret, signature_header, strip_prefix_ignore_case};
 use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header};
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
@@ -37,13 +37,7 @@ impl SchemeDef for Basic {
 }
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
-    let v = ctx
-        .sig
-        .headers
-        .iter()
-        .find_map(|h| ctx.fields.headers().get(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
-    let v = header_text(v)?;
+    let v = signature_header(ctx)?;
     let encoded = strip_prefix_ignore_case(v, "basic ").ok_or(VerifyError::MalformedSignature(
         "expected Basic credentials",
     ))?;

@@ -85,13 +85,7 @@ fn mac(algorithm: Algorithm, key: &SigningKey, fields: &[String]) -> Vec<u8> {
 }
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
-    let header = ctx
-        .sig
-        .headers
-        .iter()
-        .find_map(|h| ctx.fields.headers().get(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
-    let header = super::token::header_text(header)?;
+    let header = super::token::signature_header(ctx)?;
     let given = decode_hex(header, ctx.sig.algorithm.output_len())?;
     // Only the signed fields are copied out of the body.
     let want = Want::Keys(

@@ -78,6 +78,18 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     matching_secret(ctx, token.as_bytes())
 }
 
+/// The first of the provider's signature headers the request carries, as
+/// text (Basic credentials, iyzico's signature).
+pub(super) fn signature_header<'a>(ctx: &Ctx<'_, 'a>) -> Result<&'a str, VerifyError> {
+    let v = ctx
+        .sig
+        .headers
+        .iter()
+        .find_map(|h| ctx.fields.headers().get(h.as_str()))
+        .ok_or(VerifyError::MissingSignature)?;
+    header_text(v)
+}
+
 pub(super) fn header_text(v: &http::HeaderValue) -> Result<&str, VerifyError> {
     if v.len() > MAX_SIGNATURE_HEADER {
         return Err(VerifyError::MalformedSignature("header too long"));
