@@ -24,6 +24,7 @@ pub mod request;
 pub mod route;
 pub mod schemes;
 pub mod sign;
+pub mod signedness;
 pub mod source;
 pub mod spec;
 
