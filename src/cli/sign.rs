@@ -3,7 +3,7 @@
 
 use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
-use crate::verify::crypto::SigningKey;
+use crate::primitives::crypto::SigningKey;
 use crate::verify::provider::Provider;
 use crate::verify::registry::Registry;
 use crate::verify::schemes::Scheme;

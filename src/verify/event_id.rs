@@ -6,7 +6,7 @@
 //! event maps to the same key.
 
 use super::VerifyError;
-use super::crypto::Algorithm;
+use crate::primitives::crypto::Algorithm;
 use super::provider::EventIdRule;
 use super::request::Fields;
 

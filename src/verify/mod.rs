@@ -10,7 +10,6 @@
 //! [`source::Source`] with the checks the schemes provide here.
 
 pub mod client_ip;
-pub mod crypto;
 pub mod event_id;
 pub mod facts;
 pub mod fetch_budget;

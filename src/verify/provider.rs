@@ -7,7 +7,7 @@
 //! and `[event_id]` (the generic `hmac`, `bearer`, `basic` providers need
 //! that); the overridden provider is checked like a file.
 
-use super::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
+use crate::primitives::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
 use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
 use super::request::JsonWants;
 use super::schemes::Scheme;

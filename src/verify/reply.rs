@@ -3,7 +3,7 @@
 //! (Slack `url_verification`, Zoom `endpoint.url_validation`). Rendered from
 //! the request itself, so a duplicate gets exactly the same answer.
 
-use super::crypto::SigningKey;
+use crate::primitives::crypto::SigningKey;
 use super::locator::ReplyPart;
 use super::provider::{Provider, Response, Signature};
 use super::request::Fields;

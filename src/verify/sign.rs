@@ -7,7 +7,7 @@
 //! schemes carry the signature in the body (Adyen, T-Bank, Robokassa,
 //! Braintree): then [`Signed::body`] is the body to send instead.
 
-use super::crypto::SigningKey;
+use crate::primitives::crypto::SigningKey;
 use super::provider::Provider;
 
 /// What to sign.

@@ -6,7 +6,7 @@
 //! Rule: no secret reaches `Debug` output; problems are reported with the
 //! key path they came from, never with a secret value.
 
-use super::crypto::SigningKey;
+use crate::primitives::crypto::SigningKey;
 use super::provider::Provider;
 use super::schemes::{Scheme, SchemeSettings};
 use crate::primitives::secret::Secret;

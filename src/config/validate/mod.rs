@@ -13,7 +13,7 @@ use super::{
 };
 use crate::primitives::secret::Secret;
 use crate::verify::client_ip::parse_net;
-use crate::verify::crypto::SigningKey;
+use crate::primitives::crypto::SigningKey;
 use crate::verify::provider::{Provider, SourceOverrides};
 use crate::verify::registry::Registry;
 use crate::verify::request::{Keep, withheld};

@@ -7,7 +7,7 @@
 
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
 use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
 use crate::verify::request::Fields;

@@ -9,7 +9,7 @@
 //! the [`schemes!`] list below is the only place that names every scheme,
 //! so adding one is a new file plus one line there.
 
-use super::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
 use super::provider::{Provider, Signature};
 use super::request::Fields;
 use super::sign::{SignRequest, Signed, Signer};

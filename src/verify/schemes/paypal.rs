@@ -11,7 +11,7 @@
 
 use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings};
 use crate::primitives::secret::Secret;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::fetch_budget::FetchBudget;

@@ -9,7 +9,7 @@ mod plaid;
 mod saas;
 mod subset;
 
-use super::crypto::SigningKey;
+use crate::primitives::crypto::{self, SigningKey};
 use super::registry::Registry;
 use super::sign::{SignRequest, sign};
 use super::*;

@@ -10,7 +10,7 @@
 pub mod keys;
 
 use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings, first_header};
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::sign::{PlaidSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{Incoming, VerifyError};
