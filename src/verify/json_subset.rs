@@ -12,7 +12,8 @@
 //! The whole body is still checked: it must be UTF-8, valid JSON, and
 //! nested at most [`MAX_JSON_DEPTH`] levels, or [`subset`] returns `None`.
 
-use super::request::{MAX_JSON_DEPTH, json_depth_within};
+use super::json_depth::{MAX_JSON_DEPTH, json_depth_within};
+use super::json_pointer::index;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::fmt;
@@ -34,7 +35,7 @@ pub enum Want {
 
 impl Want {
     /// The subset a JSON pointer (`/a/0/b`, with `*` segments for every
-    /// array element, as `request::Fields` reads them) needs. `None` when no
+    /// array element, as `fields::Fields` reads them) needs. `None` when no
     /// document can match it (a segment starting with `*` but longer).
     pub fn pointer(pointer: &str, limit: usize) -> Option<Self> {
         if pointer.is_empty() {
@@ -109,14 +110,6 @@ pub fn subset(body: &[u8], want: &Want) -> Option<Value> {
     let v = Seed(want).deserialize(&mut de).ok()?;
     de.end().ok()?;
     Some(v)
-}
-
-/// An array index as JSON pointers read one (no sign, no leading zero).
-pub(super) fn index(s: &str) -> Option<usize> {
-    if s.starts_with('+') || (s.starts_with('0') && s.len() != 1) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 struct Seed<'w>(&'w Want);
@@ -265,7 +258,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::request::scalar;
+    use crate::verify::json_pointer::scalar;
     use serde_json::json;
 
     fn pick(body: &str, pointer: &str) -> Option<Value> {

@@ -7,8 +7,8 @@
 //! schemes carry the signature in the body (Adyen, T-Bank, Robokassa,
 //! Braintree): then [`Signed::body`] is the body to send instead.
 
-use crate::primitives::crypto::SigningKey;
 use super::provider::Provider;
+use crate::primitives::crypto::SigningKey;
 
 /// What to sign.
 #[derive(Default)]

@@ -11,12 +11,12 @@ use super::{
     Config, ConfigError, Database, Dedup, Delivery, NatsSpec, RabbitMqSpec, RedisStreamSpec,
     Server, Storage, Target, TargetKind,
 };
+use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
 use crate::verify::client_ip::parse_net;
-use crate::primitives::crypto::SigningKey;
+use crate::verify::forwarded_headers::{Keep, withheld};
 use crate::verify::provider::{Provider, SourceOverrides};
 use crate::verify::registry::Registry;
-use crate::verify::request::{Keep, withheld};
 use crate::verify::route::{Route, Rule};
 use crate::verify::source::{Resolve, Source, settings_from};
 use ipnet::IpNet;

@@ -5,7 +5,7 @@ use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
 use crate::verify::locator::{Locator, Lookup, Segment};
 use crate::verify::provider::Signature;
-use crate::verify::request::Fields;
+use crate::verify::fields::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::spec::{HeaderFormat, TimeUnit};
 use http::HeaderMap;
@@ -142,7 +142,7 @@ fn has_lowercase(content: &[Segment]) -> bool {
 }
 
 /// Header values, and the `k=v` pairs parsed from them.
-use crate::verify::request::SignatureValues as Values;
+use crate::verify::fields::SignatureValues as Values;
 
 /// [`signature_values`] of the request `fields` reads, parsed on the first
 /// call and kept with the fields (a request has one provider, so one

@@ -9,12 +9,12 @@
 //! the [`schemes!`] list below is the only place that names every scheme,
 //! so adding one is a new file plus one line there.
 
-use crate::primitives::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
+use super::fields::Fields;
 use super::provider::{Provider, Signature};
-use super::request::Fields;
 use super::sign::{SignRequest, Signed, Signer};
 use super::source::Source;
 use super::{GetAnswer, Incoming, VerifyError};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
 use serde::Deserialize;
 use std::future::Future;
 
