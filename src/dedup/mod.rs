@@ -25,6 +25,8 @@ pub mod redis;
 
 use crate::config;
 use crate::primitives::time::Millis;
+use crate::primitives::token;
+use crate::stats::Layer;
 use crate::store::batch::GroupCommit;
 use crate::store::body_hashes::BodyClaim;
 use crate::store::handoff::Handoff;
@@ -35,15 +37,6 @@ use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// Where a duplicate was caught.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layer {
-    Cache,
-    Ledger,
-    /// `dedup_by_body`: the body is held by another event id.
-    Body,
-}
 
 /// The answer for a verified request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,8 +82,8 @@ enum Owed {
 }
 
 /// A claim whose outcome the cache has not learned yet. The owned section
-/// runs in the request's task (a task of its own cost a spawn and a wake-up
-/// per new event, docs/design.md "Twelfth pass"), so a client hanging up or
+/// runs in the request's task (a task of its own would cost a spawn and a
+/// wake-up per new event), so a client hanging up or
 /// the request deadline may drop it at any await. Dropped unsettled, the
 /// guard pays what is owed from a task of its own: before the ledger
 /// answered that is a release (the event may or may not commit, no 2xx went
@@ -225,8 +218,10 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
     ) -> Result<Outcome, DedupError> {
-        // Tells the ledger writer this event may join its next batch.
-        let mut announced = self.ledger.approach();
+        // While `expected_write` is held, the ledger's group commit counts
+        // this request as a write on its way and may hold a formed batch a
+        // moment for it; dropping it says no write is coming from here.
+        let mut expected_write = self.ledger.approach();
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
             // `concat` sizes the string once (this runs for every request).
@@ -239,14 +234,16 @@ impl Dedup {
             ]
             .concat(),
             // Only needs to be unique among concurrent claims of one key.
-            token: hex_of(&rand::random::<[u8; 16]>()),
-            hash: hex_of(&sha),
+            token: token::random_hex(),
+            hash: token::hex(&sha),
             sha,
         };
         let deadline = Instant::now() + self.settings.inflight_wait;
         if !self.try_cache() {
             // Skipping the cache is always safe: the ledger's unique key decides.
-            return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
+            return self
+                .owned(v, c, cache_ttl, now_ms, false, expected_write)
+                .await;
         }
         loop {
             let asked = Instant::now();
@@ -258,7 +255,9 @@ impl Dedup {
             match claim {
                 Ok(Claim::Owned) => {
                     self.cache_up();
-                    return self.owned(v, c, cache_ttl, now_ms, true, announced).await;
+                    return self
+                        .owned(v, c, cache_ttl, now_ms, true, expected_write)
+                        .await;
                 }
                 Ok(Claim::Done { body_sha256 }) => {
                     self.cache_up();
@@ -277,13 +276,15 @@ impl Dedup {
                         return Err(DedupError::InFlight);
                     }
                     // Not on its way to the writer while it waits.
-                    drop(announced);
+                    drop(expected_write);
                     tokio::time::sleep(INFLIGHT_POLL).await;
-                    announced = self.ledger.approach();
+                    expected_write = self.ledger.approach();
                 }
                 Err(e) => {
                     self.cache_failed(&e);
-                    return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
+                    return self
+                        .owned(v, c, cache_ttl, now_ms, false, expected_write)
+                        .await;
                 }
             }
         }
@@ -300,7 +301,7 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
-        announced: crate::store::batch::Approach,
+        expected_write: crate::store::batch::Approach,
     ) -> Result<Outcome, DedupError> {
         let hash = std::mem::take(&mut c.hash);
         let sha = c.sha;
@@ -324,7 +325,7 @@ impl Dedup {
                 Ok(holder) if holder == claim.event_id => {}
                 Ok(holder) => {
                     // No event for the writer from this request.
-                    drop(announced);
+                    drop(expected_write);
                     // Our id was never recorded: let it go, so only the
                     // body decides the next copy too.
                     u.settle(Owed::Release).await;
@@ -335,7 +336,7 @@ impl Dedup {
                     });
                 }
                 Err(e) => {
-                    drop(announced);
+                    drop(expected_write);
                     return Err(unavailable(u, e).await);
                 }
             }
@@ -366,7 +367,7 @@ impl Dedup {
             handoff,
             fresh: have_claim,
         };
-        match self.ledger.record(event, announced).await {
+        match self.ledger.record(event, expected_write).await {
             Ok(Recorded::New) => {
                 // Committed: the mark is queued (not awaited) and the
                 // request answered; a copy arriving before the mark is sent
@@ -382,7 +383,7 @@ impl Dedup {
                 stored_sha256,
                 expires_at,
             }) => {
-                let stored = hex_of(&stored_sha256);
+                let stored = token::hex(&stored_sha256);
                 let conflict = stored != hash;
                 if conflict {
                     log_conflict(&v, &stored, &hash);
@@ -541,15 +542,6 @@ async fn send_marks(dedup: Weak<Dedup>, mut rx: tokio::sync::mpsc::Receiver<Mark
         }
         batch.clear();
     }
-}
-
-/// Lower-case hex of a digest, written in one pass (`hex::encode` collects
-/// it a `char` at a time: ~3 k instructions per request, counted with
-/// callgrind, docs/design.md "Fifth pass").
-fn hex_of(bytes: &[u8]) -> String {
-    let mut out = vec![0; bytes.len() * 2];
-    hex::encode_to_slice(bytes, &mut out).expect("the output is twice the input");
-    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 /// The cache may call an id a duplicate only while its ledger row does:

@@ -147,12 +147,7 @@ async fn handle(
             (Outcome::New, "new")
         }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
-            let layer = match layer {
-                dedup::Layer::Cache => Layer::Cache,
-                dedup::Layer::Ledger => Layer::Ledger,
-                // Its id has no row to count an arrival on.
-                dedup::Layer::Body => Layer::Body,
-            };
+            // A body duplicate's id has no row to count an arrival on.
             if layer != Layer::Body {
                 // Queued in memory only; see store::arrivals.
                 let id = event_id.as_deref().unwrap_or_default();

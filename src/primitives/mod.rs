@@ -8,3 +8,4 @@ pub mod crypto;
 pub mod duration;
 pub mod secret;
 pub mod time;
+pub mod token;

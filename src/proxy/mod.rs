@@ -16,6 +16,7 @@ pub mod key;
 use crate::config::apis::Api;
 use crate::error::ProxyError;
 use crate::primitives::time::Millis;
+use crate::primitives::token;
 use crate::serve;
 use crate::state::AppState;
 use crate::stats::apis::ApiOutcome;
@@ -99,7 +100,7 @@ async fn proxy(
     let keyed = Keyed {
         cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
         fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
-        token: format!("{:032x}", rand::random::<u128>()),
+        token: token::random_hex(),
         key: id,
         api: api.clone(),
     };

@@ -88,7 +88,7 @@ impl Handoff {
                 };
                 (t.name.as_str(), lane)
             }),
-            &uuid::Uuid::new_v4().simple().to_string(),
+            &crate::primitives::token::random_hex(),
             config.delivery.lease,
             enabled,
         )

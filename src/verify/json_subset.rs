@@ -73,27 +73,28 @@ impl Want {
     /// from its own. `None` when the two ask for a position in ways one
     /// walk cannot serve both (member names and every-item at once).
     pub fn merge(self, other: Want) -> Option<Want> {
-        use Want::*;
         Some(match (self, other) {
             // A leaf reads scalars, which every want keeps.
-            (Leaf, w) | (w, Leaf) => w,
-            (Keys(mut a), Keys(b)) => {
+            (Want::Leaf, w) | (w, Want::Leaf) => w,
+            (Want::Keys(mut a), Want::Keys(b)) => {
                 for (name, want) in b {
                     match a.iter().position(|(n, _)| *n == name) {
                         Some(i) => {
-                            let mine = std::mem::replace(&mut a[i].1, Leaf);
+                            let mine = std::mem::replace(&mut a[i].1, Want::Leaf);
                             a[i].1 = mine.merge(want)?;
                         }
                         None => a.push((name, want)),
                     }
                 }
-                Keys(a)
+                Want::Keys(a)
             }
-            (Items { each: a, limit: la }, Items { each: b, limit: lb }) => Items {
-                each: Box::new(a.merge(*b)?),
-                limit: la.max(lb),
-            },
-            (EveryKey(a), EveryKey(b)) => EveryKey(Box::new(a.merge(*b)?)),
+            (Want::Items { each: a, limit: la }, Want::Items { each: b, limit: lb }) => {
+                Want::Items {
+                    each: Box::new(a.merge(*b)?),
+                    limit: la.max(lb),
+                }
+            }
+            (Want::EveryKey(a), Want::EveryKey(b)) => Want::EveryKey(Box::new(a.merge(*b)?)),
             _ => return None,
         })
     }

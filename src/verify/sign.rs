@@ -75,7 +75,7 @@ pub fn sign(
         let id = req
             .event_id
             .clone()
-            .unwrap_or_else(|| format!("evt_{}", uuid::Uuid::new_v4().simple()));
+            .unwrap_or_else(|| format!("evt_{}", crate::primitives::token::random_hex()));
         out.headers.push((h.to_owned(), id));
     }
     provider

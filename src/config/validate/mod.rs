@@ -13,13 +13,9 @@ use super::{
 };
 use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
-use crate::verify::client_ip::parse_net;
-use crate::verify::forwarded_headers::{Keep, withheld};
-use crate::verify::provider::{Provider, SourceOverrides};
 use crate::verify::registry::Registry;
-use crate::verify::route::{Route, Rule};
-use crate::verify::source::{Resolve, Source, settings_from};
-use ipnet::IpNet;
+use crate::verify::route::Rule;
+use crate::verify::source::Resolve;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;

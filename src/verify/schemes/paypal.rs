@@ -425,7 +425,7 @@ fn sign(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String, String
     let key = rsa::RsaPrivateKey::from_pkcs8_pem(p.private_key_pem)
         .or_else(|_| rsa::RsaPrivateKey::from_pkcs1_pem(p.private_key_pem))
         .map_err(|_| "--private-key is not an RSA private key (PEM)".to_owned())?;
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = crate::primitives::token::random_uuid();
     let when = std::time::UNIX_EPOCH + Duration::from_secs(req.timestamp.max(0) as u64);
     let time = humantime::format_rfc3339_seconds(when).to_string();
     let msg = message(&id, &time, p.webhook_id, req.body);

@@ -463,7 +463,7 @@ impl FakePayPal {
             signer,
             client_id: client_id.into(),
             secret: secret.into(),
-            token: format!("A21AA{}", uuid::Uuid::new_v4().simple()),
+            token: format!("A21AA{}", hookgate::primitives::token::random_hex()),
             webhook_id: webhook_id.into(),
             events: Mutex::new(events),
             resent: Mutex::default(),

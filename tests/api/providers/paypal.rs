@@ -17,7 +17,7 @@ pub(crate) fn paypal_headers(webhook_id: &str, cert_url: &str, ts: i64, body: &[
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
     let key = rsa::RsaPrivateKey::from_pkcs8_pem(PAYPAL_KEY).unwrap();
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = hookgate::primitives::token::random_uuid();
     let time = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(ts as u64),
     )
