@@ -19,6 +19,7 @@ pub mod forwarded_headers;
 pub mod json_depth;
 pub mod json_pointer;
 pub mod json_subset;
+pub mod key_cache;
 pub mod locator;
 pub mod provider;
 pub mod registry;
