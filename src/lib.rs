@@ -14,8 +14,12 @@
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
-//! - [`primitives`]: values every layer shares (durations, secrets); imports nothing.
-//! - [`app`], [`http`], [`serve`] (accept loop and transport limits), [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
+//! - [`primitives`]: values every layer shares (durations, secrets, times),
+//!   the cryptographic building blocks and random tokens; imports nothing.
+//! - [`error`]: every handler error as an HTTP answer, and what it counts as.
+//! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
+//!   body read), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;

@@ -233,7 +233,7 @@ pub struct Ctx<'a, 'f> {
 /// the request names: PayPal's certificate URL, Plaid's `kid`.
 #[derive(Debug, Clone)]
 pub enum FetchedKey {
-    Paypal(std::sync::Arc<rsa::RsaPublicKey>),
+    Paypal(std::sync::Arc<rsa::PublicKey>),
     Plaid(std::sync::Arc<plaid::Key>),
 }
 

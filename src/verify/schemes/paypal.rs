@@ -18,10 +18,10 @@ use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::key_cache::{self, Fetched, KeyCache};
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
-use rsa::RsaPublicKey;
+use rsa::PublicKey as RsaPublicKey;
 use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::pkcs8::DecodePublicKey;
-use rsa::sha2::Sha256;
+use sha2::Sha256;
 use rsa::signature::Verifier;
 use serde::Deserialize;
 use std::fmt;
@@ -282,8 +282,8 @@ impl Settings {
 fn parse_cert(pem: &[u8]) -> Result<(RsaPublicKey, i64, i64), String> {
     let chain = Certificate::load_pem_chain(pem).map_err(|e| e.to_string())?;
     let cert = chain.first().ok_or("no certificate in PEM")?;
-    let tbs = &cert.tbs_certificate;
-    let subject = tbs.subject.to_string();
+    let tbs = cert.tbs_certificate();
+    let subject = tbs.subject().to_string();
     let cn_ok = subject.split(',').any(|rdn| {
         rdn.trim()
             .strip_prefix("CN=")
@@ -293,15 +293,15 @@ fn parse_cert(pem: &[u8]) -> Result<(RsaPublicKey, i64, i64), String> {
         return Err("certificate subject is not *.paypal.com".into());
     }
     let spki = tbs
-        .subject_public_key_info
+        .subject_public_key_info()
         .to_der()
         .map_err(|e| e.to_string())?;
     let key = RsaPublicKey::from_public_key_der(&spki).map_err(|e| e.to_string())?;
     let secs = |t: x509_cert::time::Time| t.to_unix_duration().as_secs() as i64;
     Ok((
         key,
-        secs(tbs.validity.not_before),
-        secs(tbs.validity.not_after),
+        secs(tbs.validity().not_before),
+        secs(tbs.validity().not_after),
     ))
 }
 
@@ -372,14 +372,14 @@ fn sign(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String, String
     use rsa::pkcs1::DecodeRsaPrivateKey;
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
-    let key = rsa::RsaPrivateKey::from_pkcs8_pem(p.private_key_pem)
-        .or_else(|_| rsa::RsaPrivateKey::from_pkcs1_pem(p.private_key_pem))
+    let key = rsa::PrivateKey::from_pkcs8_pem(p.private_key_pem)
+        .or_else(|_| rsa::PrivateKey::from_pkcs1_pem(p.private_key_pem))
         .map_err(|_| "--private-key is not an RSA private key (PEM)".to_owned())?;
     let id = crate::primitives::token::random_uuid();
     let when = std::time::UNIX_EPOCH + Duration::from_secs(req.timestamp.max(0) as u64);
     let time = humantime::format_rfc3339_seconds(when).to_string();
     let msg = message(&id, &time, p.webhook_id, req.body);
-    let signer = rsa::pkcs1v15::SigningKey::<rsa::sha2::Sha256>::new(key);
+    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key);
     let sig = signer.sign(msg.as_bytes()).to_bytes();
     Ok(vec![
         (TRANSMISSION_ID.into(), id),
