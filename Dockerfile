@@ -1,22 +1,31 @@
 # syntax=docker/dockerfile:1
 # Multi-stage build: dependencies are compiled in their own layer (cached
-# until Cargo.toml/Cargo.lock change), the runtime image is slim Debian with
-# CA certificates and a non-root numeric user.
+# until a manifest or the lock file changes), the runtime image is slim
+# Debian with CA certificates and a non-root numeric user.
+# CI checks that the files copied here are enough to build the crate
+# (scripts/check-docker-context.sh), since no container engine runs there.
 
 FROM rust:1.95-slim-bookworm AS deps
 WORKDIR /build
 COPY Cargo.toml Cargo.lock ./
-# A stub crate with the real manifest builds every dependency once.
-RUN mkdir -p src && echo "fn main() {}" > src/main.rs && echo "" > src/lib.rs \
-    && cargo build --release --locked \
-    && rm -rf src target/release/.fingerprint/hookgate-* target/release/deps/hookgate-* \
-              target/release/deps/libhookgate-*
+COPY bench/Cargo.toml bench/
+COPY deploy/docker-stub.sh deploy/
+# Stub sources with the real manifests build every dependency once. The
+# bench member keeps its empty stub: the gateway's build never needs it.
+RUN sh deploy/docker-stub.sh \
+    && cargo build --release --locked -p hookgate \
+    && rm -rf src target/release/.fingerprint/hookgate-* \
+              target/release/deps/hookgate-* target/release/deps/libhookgate-* \
+              target/release/build/hookgate-*
 
 FROM deps AS build
+COPY build.rs ./
 COPY src ./src
 COPY providers ./providers
 COPY migrations ./migrations
-RUN cargo build --release --locked && strip target/release/hookgate
+COPY console ./console
+RUN cargo build --release --locked -p hookgate --bin hookgate \
+    && strip target/release/hookgate
 
 FROM debian:bookworm-slim AS runtime
 RUN apt-get update \

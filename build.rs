@@ -9,7 +9,10 @@ use std::fmt::Write as _;
 fn main() {
     println!("cargo:rerun-if-changed=migrations");
     println!("cargo:rerun-if-changed=providers");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("providers");
+    // Read at run time, not baked in with env!: the compiled script may be
+    // reused for a copy of the tree elsewhere (scripts/check-docker-context.py).
+    let root = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+    let dir = std::path::Path::new(&root).join("providers");
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .expect("providers/ is readable")
         .map(|e| e.expect("providers/ entry").path())

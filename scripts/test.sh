@@ -2,7 +2,8 @@
 # Runs hookgate's whole test suite on a fresh machine: makes sure PostgreSQL
 # (127.0.0.1:5432, user postgres, trust auth), Redis (127.0.0.1:6379), NATS
 # with JetStream (127.0.0.1:4222) and RabbitMQ (127.0.0.1:5672, guest/guest)
-# are installed (Debian packages) and running, removes databases left by
+# are installed (Debian packages) and running, that nginx and openssl are
+# installed (the reverse-proxy test starts its own nginx), removes databases left by
 # killed test runs, then runs `cargo test --locked`. Extra arguments go to
 # `cargo test`.
 set -euo pipefail
@@ -16,6 +17,9 @@ command -v pg_ctlcluster >/dev/null 2>&1 || missing+=(postgresql)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null 2>&1 || missing+=(nats-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || missing+=(rabbitmq-server)
+# The reverse-proxy test (tests/api/reverse_proxy.rs) runs nginx with TLS.
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   as_root apt-get update -qq

@@ -4,15 +4,17 @@
 //! leases, counters flush).
 
 use crate::config::Config;
+use crate::dedup::arrivals::Arrivals;
 use crate::dedup::cache::ClaimCache;
+use crate::dedup::writer::GroupCommit;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
+use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
 use crate::primitives::time::Millis;
 use crate::state::{AppState, Handles};
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
-use crate::store::idempotency::{self, IdempotencyStore};
-use crate::store::{Ledger, arrivals::Arrivals, batch::GroupCommit, handoff::Handoff};
+use crate::store::{self, EventLog, IdempotencyStore, Store, Tallies};
 use crate::{http, serve, telemetry};
 use anyhow::Context;
 use std::sync::Arc;
@@ -41,7 +43,7 @@ impl App {
         // nothing, ever.
         let metrics = telemetry::metrics_handle();
         let config = Arc::new(config);
-        let (ledger, idempotency) = open_ledger(&config).await?;
+        let store = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
             Some(url) => Arc::new(
                 RedisCache::connect(url, config.storage.redis_timeout)
@@ -49,17 +51,20 @@ impl App {
             ),
             None => Arc::new(MemoryCache::new(config.storage.cache_capacity)),
         };
-        // One writer (store::batch): four took 6.8 events a batch against
-        // 21.6 with one at 64 connections, and PostgreSQL spent twice the CPU
-        // per event on statement and commit overhead (docs/design.md, "Fifth
-        // pass").
-        let group = GroupCommit::start(ledger.clone(), MAX_BATCH, config.storage.statement_timeout);
-        let handoff = Handoff::from_config(&config, config.delivery.enabled);
+        // One writer (`batch`): several writers each take whatever is queued
+        // the moment one is free, so batches are smaller and every event pays
+        // more statement and commit overhead.
+        let lanes = Lanes::from_config(&config, config.delivery.enabled);
+        let group = GroupCommit::start(
+            store.event_log.clone(),
+            lanes.clone(),
+            MAX_BATCH,
+            config.storage.statement_timeout,
+        );
         let dedup = Arc::new(Dedup::new(
             cache,
             group,
-            handoff.clone(),
-            ledger.clone(),
+            store.event_log.clone(),
             config.dedup.clone(),
             config.storage.key_prefix.clone(),
         ));
@@ -72,22 +77,22 @@ impl App {
             )
             .with_apis(config.apis.keys().map(String::as_str)),
         );
-        let wake = Wake::new(&handoff);
+        let wake = Wake::new(&lanes);
         let stop = CancellationToken::new();
 
         let mut background = JoinSet::new();
-        let (arrivals, arrivals_writer) = Arrivals::start(ledger.clone(), stop.clone());
+        let (arrivals, arrivals_writer) = Arrivals::start(store.event_log.clone(), stop.clone());
         background.spawn(arrivals_writer);
         background.spawn(flush_loop(
             counters.clone(),
-            ledger.clone(),
+            store.tallies.clone(),
             config.dedup.stats_flush_interval,
             config.storage.statement_timeout,
             stop.clone(),
         ));
         background.spawn(purge_loop(
-            ledger.clone(),
-            idempotency.clone(),
+            store.event_log.clone(),
+            store.idempotency.clone(),
             config.dedup.purge_interval,
             stop.clone(),
         ));
@@ -95,7 +100,7 @@ impl App {
             let r = crate::reconcile::Reconciler {
                 config: config.clone(),
                 dedup: dedup.clone(),
-                ledger: ledger.clone(),
+                store: store.reconcile.clone(),
                 wake: wake.clone(),
                 client: crate::reconcile::Reconciler::http_client(),
                 retry: Default::default(),
@@ -109,16 +114,18 @@ impl App {
         }
         let delivery = if config.delivery.enabled {
             let w = wake.clone();
-            let l = ledger.clone();
+            let outbox = store.outbox.clone();
             let s = stop.clone();
             background.spawn(async move {
-                l.listen(Arc::new(move |t: &str| w.notify(&[t])), s).await;
+                outbox
+                    .listen(Arc::new(move |t: &str| w.notify(&[t])), s)
+                    .await;
             });
             deliver::start(
                 &config,
-                ledger.clone(),
+                store.outbox.clone(),
                 counters.clone(),
-                handoff,
+                lanes,
                 stop.clone(),
             )
         } else {
@@ -129,13 +136,12 @@ impl App {
         let state = AppState::new(Handles {
             request_metrics,
             config,
-            ledger,
+            store,
             dedup,
             counters,
             wake,
             arrivals,
             metrics,
-            idempotency,
             upstream: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
@@ -214,13 +220,10 @@ impl App {
     }
 }
 
-/// Connects the ledger (which also holds the idempotency rows) and, unless
-/// told not to, migrates it.
-async fn open_ledger(
-    config: &Config,
-) -> anyhow::Result<(Arc<dyn Ledger>, Arc<dyn IdempotencyStore>)> {
+/// Connects the ledger and, unless told not to, migrates it.
+async fn open_ledger(config: &Config) -> anyhow::Result<Store> {
     let db = &config.storage.database;
-    let (ledger, idem) = idempotency::connect(
+    let store = store::connect(
         db,
         config.storage.max_connections,
         config.storage.statement_timeout,
@@ -228,12 +231,13 @@ async fn open_ledger(
     .await
     .with_context(|| format!("opening ledger {}", db.display()))?;
     if config.storage.migrate {
-        ledger
+        store
+            .backend
             .migrate()
             .await
             .with_context(|| format!("migrating {}", db.display()))?;
     }
-    Ok((ledger, idem))
+    Ok(store)
 }
 
 /// Adds this instance's counter deltas to the ledger every `every` until
@@ -242,7 +246,7 @@ async fn open_ledger(
 /// (and the `/stats` reads waiting on it) forever.
 async fn flush_loop(
     counters: Arc<Counters>,
-    ledger: Arc<dyn Ledger>,
+    tallies: Arc<dyn Tallies>,
     every: Duration,
     bound: Duration,
     stop: CancellationToken,
@@ -250,16 +254,16 @@ async fn flush_loop(
     let flush = async || {
         counters
             .flush(async |deltas| {
-                ledger.add_counters(deltas).await?;
+                tallies.add_counters(deltas).await?;
                 // The per-minute series is best effort: never re-sent.
                 let minute = Millis::now().0.div_euclid(60_000);
-                let series = ledger.console().add_minute_counters(minute, deltas);
+                let series = tallies.add_minute_counters(minute, deltas);
                 match tokio::time::timeout(bound, series).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => tracing::debug!(error = %e, "per-minute counters not recorded"),
                     Err(_) => tracing::debug!("per-minute counters not recorded: timed out"),
                 }
-                Ok::<(), crate::store::StoreError>(())
+                Ok::<(), store::StoreError>(())
             })
             .await
     };
@@ -278,7 +282,7 @@ async fn flush_loop(
 }
 
 async fn purge_loop(
-    ledger: Arc<dyn Ledger>,
+    event_log: Arc<dyn EventLog>,
     idempotency: Arc<dyn IdempotencyStore>,
     every: Duration,
     stop: CancellationToken,
@@ -288,7 +292,7 @@ async fn purge_loop(
             _ = tokio::time::sleep(every) => {}
             _ = stop.cancelled() => return,
         }
-        match ledger.purge(Millis::now()).await {
+        match event_log.purge(Millis::now()).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged events past their dedup window"),
             Err(e) => tracing::warn!(error = %e, "purge failed; will retry"),

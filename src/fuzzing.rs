@@ -101,7 +101,7 @@ pub fn verify_request(data: &[u8]) {
     }
     let fields = Fields::with_query(&headers, &body, &query);
     let _ = event_id::resolve(&fields, &source.provider.event_id);
-    let _ = crate::verify::forwarded_headers::forwardable_json(&headers, &source.withheld);
+    let _ = crate::verify::forwarded_headers::forwardable(headers, &source.withheld).to_json();
 }
 
 /// `X-Forwarded-For` / peer resolution with a trusted proxy range.

@@ -6,23 +6,31 @@
 //! - [`verify`]: provider definitions (data, `providers/*.toml`) and signature
 //!   schemes; builds the only type dedup accepts, [`verify::Verified`].
 //! - [`dedup`]: the claim state machine over a fast [`dedup::cache::ClaimCache`]
-//!   (Redis or in-process) and the durable ledger.
-//! - [`store`]: the [`store::Ledger`] (PostgreSQL or SQLite): events, delivery
-//!   rows and counters, written with group commit.
+//!   (Redis or in-process) and the durable ledger; its event writer
+//!   ([`dedup::writer`]) group-commits new events and hands their deliveries
+//!   to this process's lanes; duplicate arrivals are recorded in the background.
+//! - [`batch`]: group commit, storage-agnostic: jobs of concurrent tasks share
+//!   one write (events; attempt records).
+//! - [`store`]: the ledger (PostgreSQL or SQLite) as capabilities, one per kind
+//!   of caller: [`store::EventLog`], [`store::Outbox`], [`store::Tallies`],
+//!   [`store::Console`], [`store::ReconcileStore`], [`store::IdempotencyStore`].
 //! - [`reconcile`]: asks provider APIs for the events they have and recovers
 //!   the ones never received, through the same dedup path (beside `ingest`).
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
-//! - [`deliver`]: outbox workers that forward events to targets.
+//! - [`deliver`]: outbox workers that forward events to targets, and the
+//!   hand-off lanes that bring them new rows without a claim.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
-//! - [`primitives`]: values every layer shares (durations, secrets, times),
-//!   the cryptographic building blocks and random tokens; imports nothing.
+//! - [`primitives`]: values every layer shares (durations, secrets, times,
+//!   stored headers), the cryptographic building blocks and random tokens;
+//!   imports nothing.
 //! - [`error`]: every handler error as an HTTP answer, and what it counts as.
 //! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
 //!   body read), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;
+pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod dedup;

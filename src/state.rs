@@ -1,16 +1,16 @@
 //! `AppState`: the handles every request handler shares.
 //!
-//! Rule: handles only (config, ledger, dedup, counters, wake-up, metrics),
-//! cheap to clone; no globals. Built by `app`, read by `ingest` and `admin`.
+//! Rule: handles only (config, the store's capabilities, dedup, counters,
+//! wake-up, metrics), cheap to clone; no globals. Built by `app`, read by
+//! `ingest`, `proxy` and `admin`.
 
 use crate::config::Config;
 use crate::dedup::Dedup;
+use crate::dedup::arrivals::Arrivals;
 use crate::deliver::Wake;
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
-use crate::store::Ledger;
-use crate::store::arrivals::Arrivals;
-use crate::store::idempotency::IdempotencyStore;
+use crate::store::Store;
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::ops::Deref;
 use std::sync::Arc;
@@ -22,7 +22,9 @@ pub struct AppState(Arc<Handles>);
 /// What an [`AppState`] points to.
 pub struct Handles {
     pub config: Arc<Config>,
-    pub ledger: Arc<dyn Ledger>,
+    /// The ledger, one handle per capability; a handler uses the one it
+    /// needs (the console, the tallies, the idempotency rows…).
+    pub store: Store,
     pub dedup: Arc<Dedup>,
     pub counters: Arc<Counters>,
     pub wake: Wake,
@@ -31,8 +33,6 @@ pub struct Handles {
     pub metrics: PrometheusHandle,
     /// The webhook path's metric handles, one set per source.
     pub request_metrics: RequestMetrics,
-    /// The Idempotency-Key proxy's rows (the ledger's own pool).
-    pub idempotency: Arc<dyn IdempotencyStore>,
     /// Client for `[apis.*]` upstreams (no redirects followed).
     pub upstream: reqwest::Client,
 }

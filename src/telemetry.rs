@@ -7,6 +7,7 @@ use crate::config::raw::LogFormat;
 use metrics_exporter_prometheus::{
     Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
+use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
 use tracing_subscriber::EnvFilter;
@@ -15,13 +16,22 @@ use tracing_subscriber::EnvFilter;
 pub fn init_logs(format: LogFormat, default_level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},sqlx=warn")));
+    // Colour codes only for a person at a terminal: in a file, journald or
+    // a log shipper they are noise around every field.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
         LogFormat::Human => builder.try_init(),
     };
+}
+
+/// A duration as the `latency_ms` log field: milliseconds with microsecond
+/// resolution, so a log line reads `1.234`, not `1.2340000000000002`.
+pub fn log_millis(d: Duration) -> f64 {
+    d.as_micros() as f64 / 1000.0
 }
 
 /// Verification and request latency buckets, in seconds.
@@ -94,6 +104,16 @@ pub fn metrics_handle() -> PrometheusHandle {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn log_latencies_are_milliseconds_without_float_noise() {
+        assert_eq!(log_millis(Duration::from_micros(1234)).to_string(), "1.234");
+        assert_eq!(
+            log_millis(Duration::from_nanos(2_300_999)).to_string(),
+            "2.3"
+        );
+        assert_eq!(log_millis(Duration::ZERO).to_string(), "0");
+    }
+
     use super::*;
 
     const CHILD: &str = "HOOKGATE_TEST_UPKEEP_CHILD";

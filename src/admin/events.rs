@@ -5,12 +5,12 @@
 //! - `POST /admin/events/{source}/{event_id}/redeliver` — send it again.
 //!
 //! Rule: parsing, rendering and redaction only; the queries live in
-//! `store::events`. The filter parser is shared with `POST /admin/replay`.
+//! `store::console`. The filter parser is shared with `POST /admin/replay`.
 
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::events::{
+use crate::store::console::{
     AttemptInfo, Cursor, DeliveryState, EventFilter, EventRecord, EventSummary, MAX_LIMIT,
 };
 use axum::Json;
@@ -99,21 +99,7 @@ fn time_error(k: &str) -> String {
 
 /// RFC 3339 (`Z` or a `±HH:MM` offset, optional fraction) to milliseconds.
 pub fn parse_time(text: &str) -> Option<Millis> {
-    let text = text.trim();
-    // Split a numeric offset off the time part (after `T`, position ≥ 19).
-    let (base, offset_secs) = match text.get(19..).and_then(|t| t.rfind(['+', '-'])) {
-        Some(at) if !text.ends_with(['Z', 'z']) => {
-            let (b, off) = text.split_at(19 + at);
-            let sign = if off.starts_with('-') { -1 } else { 1 };
-            let (h, m) = off[1..].split_once(':')?;
-            let secs = h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60;
-            (format!("{b}Z"), sign * secs)
-        }
-        _ => (text.to_owned(), 0),
-    };
-    let t = humantime::parse_rfc3339_weak(base.trim_end_matches(['Z', 'z'])).ok()?;
-    let ms = t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64;
-    Some(Millis(ms - offset_secs * 1000))
+    Millis::parse_rfc3339(text)
 }
 
 /// RFC 3339 in UTC with milliseconds.
@@ -139,8 +125,8 @@ pub async fn list(
         Err(e) => return e.into_response(),
     };
     let page = state
-        .ledger
-        .console()
+        .store
+        .console
         .list_events(&req.filter, req.cursor, req.limit)
         .await;
     match page {
@@ -162,7 +148,7 @@ pub async fn show(
     if let Err(e) = super::authorize(&state, &headers) {
         return e.into_response();
     }
-    match state.ledger.console().event(&source, &event_id).await {
+    match state.store.console.event(&source, &event_id).await {
         Ok(Some(rec)) => Json(record_json(&rec)).into_response(),
         Ok(None) => not_found(),
         Err(e) => unavailable(&e),
@@ -202,7 +188,7 @@ pub async fn redeliver(
     {
         return ApiError::BadRequest(format!("unknown target `{t}`")).into_response();
     }
-    let console = state.ledger.console();
+    let console = &state.store.console;
     let rec = match console.event(&source, &event_id).await {
         Ok(Some(r)) => r,
         Ok(None) => return not_found(),

@@ -14,7 +14,7 @@ pub async fn healthz() -> &'static str {
 }
 
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let (ledger, cache) = tokio::join!(state.ledger.ping(), state.dedup.cache().ping());
+    let (ledger, cache) = tokio::join!(state.store.backend.ping(), state.dedup.cache().ping());
     let ledger_up = ledger.is_ok();
     let cache_up = cache.is_ok();
     let status = match (ledger_up, cache_up) {

@@ -57,7 +57,15 @@ pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) ->
     if let Err(e) = authorize(&state, &headers) {
         return e.into_response();
     }
-    match stats::snapshot(&state.config, &state.counters, state.ledger.as_ref()).await {
+    let store = &state.store;
+    match stats::snapshot(
+        &state.config,
+        &state.counters,
+        &*store.tallies,
+        &*store.reconcile,
+    )
+    .await
+    {
         Ok(doc) => Json(doc).into_response(),
         Err(e) => {
             tracing::warn!(error = %e, "stats unavailable");

@@ -7,7 +7,7 @@
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::events::{DeliveryState, EventFilter};
+use crate::store::console::{DeliveryState, EventFilter};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -52,8 +52,8 @@ pub async fn handler(
         Err(e) => return e.into_response(),
     };
     match state
-        .ledger
-        .console()
+        .store
+        .console
         .replay_matching(&filter, Millis::now())
         .await
     {

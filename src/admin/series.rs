@@ -3,13 +3,14 @@
 //! ledger's per-minute counters (every instance flushes into them, so the
 //! series is cluster-wide); plus each target's outbox backlog.
 //!
-//! Rule: rendering only; rows come from `store::events`.
+//! Rule: rendering only; rows come from `store::tallies` and `store::console`.
 
 use super::events::format_time;
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
 use crate::state::AppState;
-use crate::store::events::{Backlog, MINUTES_KEPT, MinuteCount};
+use crate::store::console::Backlog;
+use crate::store::tallies::{MINUTES_KEPT, MinuteCount};
 use axum::Json;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
@@ -125,8 +126,10 @@ pub async fn handler(
     };
     let now = Millis::now();
     let first = now.0.div_euclid(60_000) - minutes + 1;
-    let console = state.ledger.console();
-    let (rows, backlog) = tokio::join!(console.minute_counters(first), console.backlog());
+    let (rows, backlog) = tokio::join!(
+        state.store.tallies.minute_counters(first),
+        state.store.console.backlog()
+    );
     match (rows, backlog) {
         (Ok(rows), Ok(backlog)) => {
             Json(render(&rows, &backlog, first, minutes, now)).into_response()

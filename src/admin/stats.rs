@@ -8,7 +8,8 @@
 
 use crate::config::Config;
 use crate::stats::{Counters, DeliveryOutcome, RejectReason};
-use crate::store::{Ledger, StoreError};
+use crate::store::reconcile::Status;
+use crate::store::{ReconcileStore, StoreError, Tallies};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
@@ -16,16 +17,17 @@ use std::collections::HashMap;
 pub async fn snapshot(
     config: &Config,
     counters: &Counters,
-    ledger: &dyn Ledger,
+    tallies: &dyn Tallies,
+    reconcile: &dyn ReconcileStore,
 ) -> Result<Value, StoreError> {
-    let totals = counters.totals(async || ledger.counters().await).await?;
+    let totals = counters.totals(async || tallies.counters().await).await?;
     let mut states: HashMap<(String, String, String), i64> = HashMap::new();
-    // `overtaken` rides along as one more state (store::rows::OVERTAKEN_SQL).
-    for c in ledger
+    // `overtaken` rides along as one more state (`Tallies::overtaken`).
+    for c in tallies
         .delivery_counts()
         .await?
         .into_iter()
-        .chain(ledger.overtaken().await?)
+        .chain(tallies.overtaken().await?)
     {
         states.insert((c.source, c.target, c.state), c.count);
     }
@@ -42,12 +44,10 @@ pub async fn snapshot(
             .unwrap_or(0)
     };
 
-    let reconcile: HashMap<String, crate::store::reconcile::Status> = if config.reconcile.is_empty()
-    {
+    let reconcile: HashMap<String, Status> = if config.reconcile.is_empty() {
         HashMap::new()
     } else {
-        ledger
-            .reconcile()
+        reconcile
             .statuses()
             .await?
             .into_iter()

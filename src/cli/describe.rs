@@ -43,7 +43,7 @@ pub fn describe(c: &Config) -> String {
             s.name,
             s.provider.name,
             s.keys.len(),
-            if s.provider.timestamp.is_some() {
+            if s.provider.timestamp.as_ref().is_some_and(|t| t.checked) {
                 show(s.tolerance)
             } else {
                 "-".into()

@@ -6,7 +6,7 @@
 
 use crate::admin::events::{parse_filter, record_json, summary_json};
 use crate::primitives::time::Millis;
-use crate::store::{self, Ledger};
+use crate::store::{self, Console};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
@@ -22,11 +22,11 @@ pub struct FilterArgs {
     /// Event type (Stripe `type`, GitHub `X-GitHub-Event`, …).
     #[arg(long = "type")]
     pub event_type: Option<String>,
-    /// RFC 3339, inclusive.
-    #[arg(long)]
+    /// RFC 3339, or a duration back from now (`90m`, `1h`, `2d`); inclusive.
+    #[arg(long, value_parser = point_in_time)]
     pub since: Option<String>,
-    /// RFC 3339, exclusive.
-    #[arg(long)]
+    /// RFC 3339, or a duration back from now; exclusive.
+    #[arg(long, value_parser = point_in_time)]
     pub until: Option<String>,
     /// Event-id prefix.
     #[arg(long)]
@@ -38,6 +38,23 @@ pub struct FilterArgs {
     /// provider API, or resent on its request); `false`: only received ones.
     #[arg(long)]
     pub recovered: Option<String>,
+}
+
+/// `--since` / `--until`: a duration (`1h`) is that long before now, as
+/// RFC 3339; anything else goes to the API's own time parser as it is.
+fn point_in_time(text: &str) -> Result<String, String> {
+    point_before(text, std::time::SystemTime::now())
+}
+
+fn point_before(text: &str, now: std::time::SystemTime) -> Result<String, String> {
+    match humantime::parse_duration(text) {
+        Ok(back) => now
+            .checked_sub(back)
+            .filter(|t| *t >= std::time::UNIX_EPOCH)
+            .map(|t| humantime::format_rfc3339_millis(t).to_string())
+            .ok_or_else(|| format!("`{text}` reaches back before 1970")),
+        Err(_) => Ok(text.to_owned()),
+    }
 }
 
 impl FilterArgs {
@@ -92,18 +109,19 @@ pub enum EventsCommand {
     },
 }
 
-async fn ledger(
+/// The config and the console's queries on the ledger it names.
+async fn console(
     config: &Option<PathBuf>,
-) -> anyhow::Result<(crate::config::Config, Arc<dyn Ledger>)> {
+) -> anyhow::Result<(crate::config::Config, Arc<dyn Console>)> {
     let config = super::load(config)?;
-    let ledger = store::connect(
+    let store = store::connect(
         &config.storage.database,
         Some(1),
         config.storage.statement_timeout,
     )
     .await
     .context("opening the ledger")?;
-    Ok((config, ledger))
+    Ok((config, store.console))
 }
 
 fn filter_error(e: crate::error::ApiError) -> anyhow::Error {
@@ -126,9 +144,8 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             pairs.extend(cursor.as_deref().map(|c| ("cursor", c)));
             pairs.push(("limit", &limit));
             let req = parse_filter(pairs, true).map_err(filter_error)?;
-            let (_, ledger) = self::ledger(config).await?;
-            let page = ledger
-                .console()
+            let (_, console) = self::console(config).await?;
+            let page = console
                 .list_events(&req.filter, req.cursor, req.limit)
                 .await?;
             if json {
@@ -164,8 +181,8 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             Ok(())
         }
         EventsCommand::Show { source, event_id } => {
-            let (_, ledger) = self::ledger(config).await?;
-            let Some(rec) = ledger.console().event(&source, &event_id).await? else {
+            let (_, console) = self::console(config).await?;
+            let Some(rec) = console.event(&source, &event_id).await? else {
                 bail!("unknown event {source}/{event_id}");
             };
             println!("{}", serde_json::to_string_pretty(&record_json(&rec))?);
@@ -176,13 +193,12 @@ pub async fn run(config: &Option<PathBuf>, command: EventsCommand) -> anyhow::Re
             event_id,
             target,
         } => {
-            let (config, ledger) = self::ledger(config).await?;
+            let (config, console) = self::console(config).await?;
             if let Some(t) = &target
                 && !config.targets.contains_key(t)
             {
                 bail!("unknown target `{t}`");
             }
-            let console = ledger.console();
             let Some(rec) = console.event(&source, &event_id).await? else {
                 bail!("unknown event {source}/{event_id}");
             };
@@ -201,7 +217,7 @@ pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
     let filter = parse_filter(args.filter.pairs(), false)
         .map_err(filter_error)?
         .filter;
-    let (config, ledger) = self::ledger(config).await?;
+    let (config, console) = self::console(config).await?;
     if let Some(s) = &filter.source
         && !config.sources.contains_key(s)
     {
@@ -212,12 +228,30 @@ pub async fn replay(config: &Option<PathBuf>, args: ReplayArgs) -> anyhow::Resul
     {
         bail!("unknown target `{t}`");
     }
-    let n = ledger
-        .console()
-        .replay_matching(&filter, Millis::now())
-        .await?;
+    let n = console.replay_matching(&filter, Millis::now()).await?;
     println!(
         "replayed {n} dead deliveries; running gateways pick them up within their poll interval"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::point_before;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn since_takes_a_duration_back_from_now_or_a_time_as_written() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(point_before("1h", now).unwrap(), "2023-11-14T21:13:20.000Z");
+        assert_eq!(
+            point_before("90m", now).unwrap(),
+            "2023-11-14T20:43:20.000Z"
+        );
+        assert_eq!(
+            point_before("2024-01-01T00:00:00Z", now).unwrap(),
+            "2024-01-01T00:00:00Z"
+        );
+        assert!(point_before("100000d", UNIX_EPOCH + Duration::from_secs(10)).is_err());
+    }
 }

@@ -1,4 +1,5 @@
-//! Command line: serve, check-config, sign, migrate, replay, events, reconcile.
+//! Command line: serve, check-config, sign, providers, migrate, replay,
+//! events, reconcile.
 
 pub(crate) mod describe;
 mod events;
@@ -43,6 +44,14 @@ pub enum Command {
     CheckConfig,
     /// Print the headers a provider would send for a body, and a curl line.
     Sign(sign::SignArgs),
+    /// Print the catalogue of built-in providers (Markdown tables, one per
+    /// category), or write it into a document between its markers.
+    Providers {
+        /// Replace the generated part of this file (`docs/providers.md`)
+        /// instead of printing.
+        #[arg(long, value_name = "FILE")]
+        update: Option<PathBuf>,
+    },
     /// Apply the ledger migrations and exit.
     Migrate,
     /// Make dead deliveries pending again (all dead ones unless filtered).
@@ -69,15 +78,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Sign(args) => sign::run(args),
+        Command::Providers { update } => providers(update.as_deref()),
         Command::Migrate => {
             let config = load(&cli.config)?;
-            let ledger = store::connect(
+            let store = store::connect(
                 &config.storage.database,
                 Some(1),
                 config.storage.statement_timeout,
             )
             .await?;
-            ledger.migrate().await?;
+            store.backend.migrate().await?;
             println!("migrated {}", config.storage.database.display());
             Ok(())
         }
@@ -103,6 +113,22 @@ async fn serve(config: &Option<PathBuf>, no_migrate: bool) -> anyhow::Result<()>
     let stop = CancellationToken::new();
     shutdown::on_signal(stop.clone());
     app.run_until_stopped(listener, stop).await
+}
+
+fn providers(update: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use crate::verify::catalogue;
+    let tables = catalogue::markdown();
+    let Some(path) = update else {
+        print!("{tables}");
+        return Ok(());
+    };
+    let doc =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let new =
+        catalogue::splice(&doc, &tables).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    std::fs::write(path, new).with_context(|| format!("writing {}", path.display()))?;
+    println!("updated {}", path.display());
+    Ok(())
 }
 
 pub(crate) fn load(path: &Option<PathBuf>) -> anyhow::Result<Config> {

@@ -5,10 +5,12 @@
 //! exits non-zero when the provider could not be read.
 
 use crate::dedup::cache::ClaimCache;
+use crate::dedup::writer::GroupCommit;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::Wake;
+use crate::deliver::lanes::Lanes;
 use crate::reconcile::{Reconciler, Report, RunOptions};
-use crate::store::{self, batch::GroupCommit, handoff::Handoff};
+use crate::store;
 use anyhow::Context;
 use clap::Args;
 use std::path::PathBuf;
@@ -39,11 +41,12 @@ pub async fn run(config: &Option<PathBuf>, args: ReconcileArgs) -> anyhow::Resul
         );
     };
     let db = &config.storage.database;
-    let ledger = store::connect(db, Some(2), config.storage.statement_timeout)
+    let store = store::connect(db, Some(2), config.storage.statement_timeout)
         .await
         .with_context(|| format!("opening ledger {}", db.display()))?;
     if config.storage.migrate {
-        ledger
+        store
+            .backend
             .migrate()
             .await
             .with_context(|| format!("migrating {}", db.display()))?;
@@ -57,20 +60,25 @@ pub async fn run(config: &Option<PathBuf>, args: ReconcileArgs) -> anyhow::Resul
     };
     // This process does not deliver: nothing is handed off, the serving
     // gateways claim the recovered events' deliveries.
-    let handoff = Handoff::from_config(&config, false);
+    let lanes = Lanes::from_config(&config, false);
+    let group = GroupCommit::start(
+        store.event_log.clone(),
+        lanes.clone(),
+        128,
+        config.storage.statement_timeout,
+    );
     let dedup = Arc::new(Dedup::new(
         cache,
-        GroupCommit::start(ledger.clone(), 128, config.storage.statement_timeout),
-        handoff.clone(),
-        ledger.clone(),
+        group,
+        store.event_log.clone(),
         config.dedup.clone(),
         config.storage.key_prefix.clone(),
     ));
     let r = Reconciler {
-        wake: Wake::new(&handoff),
+        wake: Wake::new(&lanes),
         config: config.clone(),
         dedup,
-        ledger,
+        store: store.reconcile,
         client: Reconciler::http_client(),
         retry: Default::default(),
         stop: tokio_util::sync::CancellationToken::new(),

@@ -78,7 +78,7 @@ pub struct Storage {
     pub cache_capacity: u64,
     pub redis_timeout: Duration,
     pub max_connections: Option<u32>,
-    /// Bound of one ledger call (see `store::batch` and `store::postgres`).
+    /// Bound of one ledger call (see `batch` and `store::postgres`).
     pub statement_timeout: Duration,
 }
 

@@ -19,24 +19,25 @@
 //! settles its claim: [`Unsettled`] releases it, or marks it `done` once the
 //! ledger answered.
 
+pub mod arrivals;
 pub mod cache;
 pub mod memory;
 pub mod redis;
+pub mod writer;
 
 use crate::config;
 use crate::primitives::time::Millis;
 use crate::primitives::token;
 use crate::stats::Layer;
-use crate::store::batch::GroupCommit;
 use crate::store::body_hashes::BodyClaim;
-use crate::store::handoff::Handoff;
-use crate::store::{Ledger, NewEvent, Recorded, StoreError};
+use crate::store::{EventLog, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
 use cache::{Claim, ClaimCache, Mark};
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
+use writer::GroupCommit;
 
 /// The answer for a verified request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,11 +163,8 @@ const CACHE_PROBE_EVERY: Duration = Duration::from_secs(1);
 pub struct Dedup {
     cache: Arc<dyn ClaimCache>,
     ledger: GroupCommit,
-    /// New events' deliveries go leased to this process's loops when a
-    /// slot is free (see `store::handoff`).
-    handoff: Handoff,
     /// For the body claims of `dedup_by_body` sources (one statement each).
-    bodies: Arc<dyn Ledger>,
+    bodies: Arc<dyn EventLog>,
     settings: config::Dedup,
     key_prefix: String,
     /// Last cache state seen, so an outage logs once, not once per request.
@@ -186,15 +184,13 @@ impl Dedup {
     pub fn new(
         cache: Arc<dyn ClaimCache>,
         ledger: GroupCommit,
-        handoff: Handoff,
-        bodies: Arc<dyn Ledger>,
+        bodies: Arc<dyn EventLog>,
         settings: config::Dedup,
         key_prefix: String,
     ) -> Self {
         Self {
             cache,
             ledger,
-            handoff,
             bodies,
             settings,
             key_prefix,
@@ -301,7 +297,7 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
-        expected_write: crate::store::batch::Approach,
+        expected_write: crate::batch::Approach,
     ) -> Result<Outcome, DedupError> {
         let hash = std::mem::take(&mut c.hash);
         let sha = c.sha;
@@ -345,7 +341,6 @@ impl Dedup {
         let facts = v.take_facts();
         let unrouted = facts.routed.targets.is_empty();
         let event_type = facts.event_type.clone();
-        let handoff = (!unrouted).then(|| self.handoff.reserve(&facts.routed.targets, now_ms));
         let event = NewEvent {
             source: source.name.clone(),
             event_id: v.event_id().as_str().to_owned(),
@@ -364,7 +359,8 @@ impl Dedup {
                 provider_ts: v.provider_timestamp(),
                 recovered: v.recovered(),
             },
-            handoff,
+            // Set by the writer, which reserves room on the delivery lanes.
+            handoff: None,
             fresh: have_claim,
         };
         match self.ledger.record(event, expected_write).await {

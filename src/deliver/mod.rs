@@ -9,6 +9,7 @@
 
 pub mod backoff;
 mod broker;
+pub mod lanes;
 pub mod nats;
 pub mod rabbitmq;
 mod rate;
@@ -20,8 +21,8 @@ pub mod sink;
 use crate::config::{self, Config, Target};
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
-use crate::store::handoff::{Handed, Handoff};
-use crate::store::{AttemptRecord, DueDelivery, Ledger, NextState};
+use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox};
+use lanes::{Handed, Lanes};
 use record::Recorder;
 use sink::{Sent, Sink};
 use std::collections::HashMap;
@@ -37,11 +38,11 @@ use tokio_util::sync::CancellationToken;
 pub struct Wake(Arc<HashMap<String, Arc<Notify>>>);
 
 impl Wake {
-    /// The loops' wake-ups live on their hand-off lanes: the store wakes a
-    /// lane when it commits a row the lane did not take.
-    pub fn new(handoff: &Handoff) -> Self {
+    /// The loops' wake-ups live on their hand-off lanes: the event writer
+    /// wakes a lane when it commits a row the lane did not take.
+    pub fn new(lanes: &Lanes) -> Self {
         Self(Arc::new(
-            handoff
+            lanes
                 .wakes()
                 .map(|(t, n)| (t.to_owned(), n.clone()))
                 .collect(),
@@ -67,7 +68,7 @@ impl Wake {
 
 /// Everything a target loop needs.
 struct Ctx {
-    ledger: Arc<dyn Ledger>,
+    outbox: Arc<dyn Outbox>,
     recorder: Recorder,
     client: reqwest::Client,
     settings: config::Delivery,
@@ -78,8 +79,22 @@ struct Ctx {
     grace: Duration,
 }
 
+impl Ctx {
+    /// A claim of up to `limit` rows of `target`, leased from now.
+    fn lease<'a>(&'a self, target: &'a str, limit: i64) -> LeaseRequest<'a> {
+        let now = Millis::now();
+        LeaseRequest {
+            target,
+            token: &self.token,
+            now,
+            until: now + self.settings.lease,
+            limit,
+        }
+    }
+}
+
 /// Consecutive failed attempts after which a target counts as down: its
-/// next success makes its retrying backlog due at once ([`Ledger::expedite`]).
+/// next success makes its retrying backlog due at once ([`Outbox::expedite`]).
 /// One failing event among successes never counts, so a poison event keeps
 /// its backoff.
 const DOWN_AFTER: u32 = 3;
@@ -138,9 +153,9 @@ impl TargetCtx {
 /// finish in-flight attempts within `grace`, and release their leases.
 pub fn start(
     config: &Config,
-    ledger: Arc<dyn Ledger>,
+    outbox: Arc<dyn Outbox>,
     counters: Arc<Counters>,
-    handoff: Handoff,
+    lanes: Lanes,
     stop: CancellationToken,
 ) -> JoinSet<()> {
     let client = reqwest::Client::builder()
@@ -149,10 +164,10 @@ pub fn start(
         .tcp_nodelay(true)
         .build()
         .expect("HTTP client with default TLS");
-    let token = handoff.token().to_owned();
+    let token = lanes.token().to_owned();
     let ctx = Arc::new(Ctx {
-        recorder: Recorder::start(ledger.clone(), token.clone()),
-        ledger,
+        recorder: Recorder::start(outbox.clone(), token.clone()),
+        outbox,
         client,
         settings: config.delivery.clone(),
         counters,
@@ -164,12 +179,12 @@ pub fn start(
     for target in config.targets.values() {
         let t = Arc::new(TargetCtx::new(
             target.clone(),
-            handoff.wake(&target.name),
+            lanes.wake(&target.name),
             &ctx.client,
         ));
         let lane = Lane {
-            rx: handoff.receiver(&target.name),
-            handoff: handoff.clone(),
+            rx: lanes.receiver(&target.name),
+            lanes: lanes.clone(),
         };
         set.spawn(target_loop(ctx.clone(), t, lane, stop.clone()));
     }
@@ -179,7 +194,7 @@ pub fn start(
 /// A target's hand-off lane: rows committed by this process, already leased.
 struct Lane {
     rx: Option<tokio::sync::mpsc::Receiver<Handed>>,
-    handoff: Handoff,
+    lanes: Lanes,
 }
 
 impl Lane {
@@ -219,17 +234,15 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
         let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
         let mut throttled = None;
         if wants && let Some(b) = bucket {
-            (free, throttled) = b.take(free, &*ctx.ledger, &t.target.name).await;
+            (free, throttled) = b.take(free, &*ctx.outbox, &t.target.name).await;
         }
         if wants && free > 0 {
-            let now = Millis::now();
-            let lease_until = now + ctx.settings.lease;
-            let (name, limit) = (&t.target.name, free as i64);
+            let lease = ctx.lease(&t.target.name, free as i64);
             // An ordered target has its own claim (one row per key at a
             // time); every other target keeps the plain one.
             let claimed = if t.target.order_by.is_some() {
-                ctx.ledger
-                    .claim_due_ordered(name, now, lease_until, &ctx.token, limit, &order_cursor)
+                ctx.outbox
+                    .claim_due_ordered(&lease, &order_cursor)
                     .await
                     .map(|(rows, last)| {
                         if let Some(k) = last {
@@ -238,9 +251,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
                         rows
                     })
             } else {
-                ctx.ledger
-                    .claim_due(name, now, lease_until, &ctx.token, limit)
-                    .await
+                ctx.outbox.claim_due(&lease).await
             };
             match claimed {
                 Ok(rows) => {
@@ -327,7 +338,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     }
     // No more hand-offs: rows still queued on the lane keep their lease and
     // are released below with the rest.
-    lane.handoff.close(&t.target.name);
+    lane.lanes.close(&t.target.name);
     if let Some(rx) = lane.rx.as_mut() {
         rx.close();
         while rx.try_recv().is_ok() {}
@@ -343,7 +354,7 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     if drained.is_err() {
         inflight.abort_all();
     }
-    match ctx.ledger.release_leases(&ctx.token, &t.target.name).await {
+    match ctx.outbox.release_leases(&ctx.token, &t.target.name).await {
         Ok(n) if n > 0 => {
             tracing::info!(target = %t.target.name, released = n, "released delivery leases")
         }
@@ -488,7 +499,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
 #[derive(Default)]
 struct Sending {
     _slot: Option<tokio::sync::OwnedSemaphorePermit>,
-    _lane: Option<crate::store::handoff::Slot>,
+    _lane: Option<lanes::Slot>,
 }
 
 impl Sending {
@@ -511,16 +522,14 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
     // Without one the key waits; the loop claims its row (first of its key)
     // once the bucket refills, so the key keeps its order.
     if let Some(b) = &t.bucket
-        && b.take(1, &*ctx.ledger, &t.target.name).await.0 == 0
+        && b.take(1, &*ctx.outbox, &t.target.name).await.0 == 0
     {
         t.wake.notify_one();
         return None;
     }
-    let now = Millis::now();
-    let lease_until = now + ctx.settings.lease;
     match ctx
-        .ledger
-        .claim_successor(&t.target.name, key, now, lease_until, &ctx.token)
+        .outbox
+        .claim_successor(&ctx.lease(&t.target.name, 1), key)
         .await
     {
         Ok(row) => {
@@ -545,7 +554,7 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
 /// The target answered after being down: its retrying backlog is due now,
 /// and its loop claims it at full speed instead of waiting out backoffs.
 async fn expedite(ctx: &Ctx, t: &TargetCtx) {
-    match ctx.ledger.expedite(&t.target.name, Millis::now()).await {
+    match ctx.outbox.expedite(&t.target.name, Millis::now()).await {
         Ok(n) => {
             if n > 0 {
                 tracing::info!(target = %t.target.name, rows = n, "target is back: retries due now");

@@ -5,13 +5,13 @@
 //! restart can take it), and nothing is dropped.
 //!
 //! The cap holds for the whole cluster: on PostgreSQL the bucket is a row
-//! every replica takes tokens from (`Ledger::take_rate_tokens`), a batch of
+//! every replica takes tokens from (`Outbox::take_rate_tokens`), a batch of
 //! at most a tenth of a second's worth at a time, kept in a small local
 //! reserve until spent. The embedded backend serves one process, whose
 //! in-memory bucket is the cap; so is a replica whose ledger cannot be
 //! reached (it cannot claim rows then either).
 
-use crate::store::Ledger;
+use crate::store::Outbox;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -51,7 +51,7 @@ impl Shared {
     pub async fn take(
         &self,
         want: usize,
-        ledger: &dyn Ledger,
+        outbox: &dyn Outbox,
         target: &str,
     ) -> (usize, Option<Duration>) {
         if want == 0 {
@@ -70,7 +70,7 @@ impl Shared {
         let ask = u32::try_from(want)
             .unwrap_or(u32::MAX)
             .min(capacity.ceil() as u32);
-        match ledger
+        match outbox
             .take_rate_tokens(target, ask, per_sec, capacity)
             .await
         {

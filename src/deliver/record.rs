@@ -6,8 +6,8 @@
 //! between "sent" and "recorded" leaves the row leased under our token; the
 //! lease expires and the event is sent again (at least once, never lost).
 
-use crate::store::batch::{BatchWrite, Batcher};
-use crate::store::{AttemptRecord, Ledger, StoreError};
+use crate::batch::{BatchWrite, Batcher};
+use crate::store::{AttemptRecord, Outbox, StoreError};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -16,14 +16,14 @@ const MAX_BATCH: usize = 256;
 
 /// Writes outcomes under this process's lease token.
 struct Outcomes {
-    ledger: Arc<dyn Ledger>,
+    outbox: Arc<dyn Outbox>,
     token: String,
 }
 
 #[async_trait]
 impl BatchWrite<(i64, AttemptRecord), bool> for Outcomes {
-    async fn write(&self, jobs: &[(i64, AttemptRecord)]) -> Result<Vec<bool>, StoreError> {
-        self.ledger.finish_attempts(&self.token, jobs).await
+    async fn write(&self, jobs: &mut [(i64, AttemptRecord)]) -> Result<Vec<bool>, StoreError> {
+        self.outbox.finish_attempts(&self.token, jobs).await
     }
 }
 
@@ -32,9 +32,9 @@ impl BatchWrite<(i64, AttemptRecord), bool> for Outcomes {
 pub struct Recorder(Batcher<(i64, AttemptRecord), bool>);
 
 impl Recorder {
-    pub fn start(ledger: Arc<dyn Ledger>, token: String) -> Self {
+    pub fn start(outbox: Arc<dyn Outbox>, token: String) -> Self {
         Self(Batcher::start(
-            Arc::new(Outcomes { ledger, token }),
+            Arc::new(Outcomes { outbox, token }),
             MAX_BATCH,
             "hookgate_attempt",
             // Attempts are not announced: a batch goes as soon as it forms.

@@ -42,17 +42,16 @@ pub fn build(
     attempt: i32,
     now_secs: i64,
 ) -> reqwest::RequestBuilder {
-    let stored: Vec<(String, String)> = serde_json::from_str(&d.headers).unwrap_or_default();
     let mut req = client.post(&target.url).timeout(target.timeout);
-    for (name, value) in &stored {
+    for (name, value) in d.headers.iter() {
         if target.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
         // Credentials or proxy headers stored for another target of the source.
-        if target.withholds(&d.source, name) {
+        if target.withholds(&d.source, name.as_str()) {
             continue;
         }
-        req = req.header(name.as_str(), value.as_str());
+        req = req.header(name, value);
     }
     req = req
         .header("hookgate-event-id", d.event_id.as_str())

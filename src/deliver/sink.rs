@@ -69,10 +69,11 @@ impl Sink {
 /// `hookgate-source`, `hookgate-attempt`, and `hookgate-event-type` when
 /// the provider names one).
 pub fn message_headers(target: &Target, d: &DueDelivery, attempt: i32) -> Vec<(String, String)> {
-    let stored: Vec<(String, String)> = serde_json::from_str(&d.headers).unwrap_or_default();
-    let mut out: Vec<(String, String)> = stored
-        .into_iter()
+    let mut out: Vec<(String, String)> = d
+        .headers
+        .pairs()
         .filter(|(name, _)| !target.withholds(&d.source, name))
+        .map(|(name, value)| (name.to_owned(), value.to_owned()))
         .collect();
     out.push(("hookgate-event-id".into(), d.event_id.clone()));
     out.push(("hookgate-source".into(), d.source.clone()));

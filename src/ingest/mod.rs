@@ -76,7 +76,7 @@ pub async fn receive(
         event.id = event_id.as_deref().unwrap_or(""),
         outcome,
         status = response.status().as_u16(),
-        latency_ms = latency.as_secs_f64() * 1000.0,
+        latency_ms = crate::telemetry::log_millis(latency),
         "webhook"
     );
     response
@@ -130,8 +130,8 @@ async fn handle(
 
     let cache_ttl = state.config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
-        // The store handed the new event's deliveries to their loops, or
-        // woke them (store::handoff).
+        // The writer handed the new event's deliveries to their loops, or
+        // woke them (dedup::writer).
         Ok(dedup::Outcome::New {
             unrouted,
             event_type,
@@ -149,7 +149,7 @@ async fn handle(
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
             // A body duplicate's id has no row to count an arrival on.
             if layer != Layer::Body {
-                // Queued in memory only; see store::arrivals.
+                // Queued in memory only; see `dedup::arrivals`.
                 let id = event_id.as_deref().unwrap_or_default();
                 state.arrivals.push(source_name, id, now, conflict);
             }

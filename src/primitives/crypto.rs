@@ -22,6 +22,12 @@ pub const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
     GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
 );
 
+/// URL-safe base64 that accepts input with or without padding.
+pub const BASE64URL_LENIENT: GeneralPurpose = GeneralPurpose::new(
+    &base64::alphabet::URL_SAFE,
+    GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+);
+
 /// MAC algorithm named in a provider file (`algorithm = "hmac-sha256"`).
 /// The plain digests are for schemes that put the secret into the hashed
 /// text themselves (T-Bank, Robokassa); the `hmac` scheme refuses them.
@@ -97,6 +103,8 @@ impl Algorithm {
 pub enum Encoding {
     Hex,
     Base64,
+    /// The URL-safe alphabet (`-`, `_`), written without padding (Sanity).
+    Base64url,
 }
 
 impl Encoding {
@@ -104,6 +112,7 @@ impl Encoding {
         match self {
             Self::Hex => hex::encode(bytes),
             Self::Base64 => general_purpose::STANDARD.encode(bytes),
+            Self::Base64url => general_purpose::URL_SAFE_NO_PAD.encode(bytes),
         }
     }
 
@@ -118,6 +127,7 @@ impl Encoding {
                 hex::decode_to_slice(text, &mut out).ok().map(|()| out)
             }
             Self::Base64 => BASE64_LENIENT.decode(text).ok(),
+            Self::Base64url => BASE64URL_LENIENT.decode(text).ok(),
         }
     }
 }
@@ -212,6 +222,14 @@ mod tests {
         assert_eq!(Encoding::Base64.decode("YWJj").unwrap(), b"abc");
         assert_eq!(Encoding::Base64.decode("YWI").unwrap(), b"ab");
         assert!(Encoding::Base64.decode("Y").is_none());
+        // URL-safe: `-` and `_` for `+` and `/`, padding optional.
+        assert_eq!(Encoding::Base64url.decode("-_8").unwrap(), vec![0xfb, 0xff]);
+        assert_eq!(
+            Encoding::Base64url.decode("-_8=").unwrap(),
+            vec![0xfb, 0xff]
+        );
+        assert_eq!(Encoding::Base64url.encode(&[0xfb, 0xff]), "-_8");
+        assert!(Encoding::Base64url.decode("+/8=").is_none());
         assert!(Encoding::Hex.decode("abc").is_none());
         assert_eq!(Encoding::Hex.decode("ABcd").unwrap(), vec![0xab, 0xcd]);
     }

@@ -33,6 +33,31 @@ impl Millis {
         self.0 / 1000
     }
 
+    /// An RFC 3339 time (`Z` or a `±HH:MM` offset, optional fraction).
+    pub fn parse_rfc3339(text: &str) -> Option<Self> {
+        let text = text.trim();
+        // Split a numeric offset off the time part (after `T`, position ≥ 19).
+        let (base, offset_secs) = match text.get(19..).and_then(|t| t.rfind(['+', '-'])) {
+            Some(at) if !text.ends_with(['Z', 'z']) => {
+                let (b, off) = text.split_at(19 + at);
+                let sign = if off.starts_with('-') { -1 } else { 1 };
+                let (h, m) = off[1..].split_once(':')?;
+                let secs = h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60;
+                (format!("{b}Z"), sign * secs)
+            }
+            _ => (text.to_owned(), 0),
+        };
+        let t = humantime::parse_rfc3339_weak(base.trim_end_matches(['Z', 'z'])).ok()?;
+        let ms = t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64;
+        Some(Self(ms - offset_secs * 1000))
+    }
+
+    /// RFC 3339 in UTC, whole seconds (`2023-11-14T22:13:20Z`).
+    pub fn format_rfc3339_seconds(self) -> String {
+        let at = UNIX_EPOCH + Duration::from_millis(self.0.max(0) as u64);
+        humantime::format_rfc3339_seconds(at).to_string()
+    }
+
     /// Time elapsed from `earlier` to `self`; zero if `earlier` is later.
     pub fn saturating_sub(self, earlier: Millis) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)

@@ -1,4 +1,4 @@
-//! The Idempotency-Key proxy (issue #12, docs/idempotency.md):
+//! The Idempotency-Key proxy (docs/idempotency.md):
 //! `/api/{name}/{rest}` → `<upstream>/{rest}`, with the claim + ledger of
 //! webhook dedup applied to the client's `Idempotency-Key`.
 //!
@@ -65,7 +65,7 @@ pub async fn handle(
         api = name,
         outcome = outcome.as_str(),
         status = response.status().as_u16(),
-        latency_ms = started.elapsed().as_secs_f64() * 1000.0,
+        latency_ms = crate::telemetry::log_millis(started.elapsed()),
         "proxy"
     );
     response
@@ -106,7 +106,8 @@ async fn proxy(
     };
     let cache = state.dedup.cache().as_ref();
     let mut waited = false;
-    let decision = claim::decide(&keyed, cache, state.idempotency.as_ref(), &mut waited).await;
+    let decision =
+        claim::decide(&keyed, cache, state.store.idempotency.as_ref(), &mut waited).await;
     if waited {
         state.counters.api(&api.name, ApiOutcome::InflightWait);
     }
@@ -182,6 +183,7 @@ async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response
 async fn store_response(state: &AppState, k: &Keyed, stored: &StoredResponse) {
     let expires_at = Millis::now() + k.api.ttl;
     match state
+        .store
         .idempotency
         .complete(&k.key, &k.token, stored, expires_at)
         .await
@@ -206,7 +208,7 @@ async fn store_response(state: &AppState, k: &Keyed, stored: &StoredResponse) {
 
 /// Frees the row and the cache claim (both only while they hold our token).
 async fn release(state: &AppState, k: &Keyed) {
-    if let Err(e) = state.idempotency.release(&k.key, &k.token).await {
+    if let Err(e) = state.store.idempotency.release(&k.key, &k.token).await {
         tracing::warn!(api = k.api.name, error = %e, "could not release the key; it frees after lock_ttl");
     }
     let _ = state.dedup.cache().release(&k.cache_key, &k.token).await;

@@ -33,7 +33,7 @@ use crate::dedup::{self, Dedup};
 use crate::deliver::Wake;
 use crate::primitives::time::Millis;
 use crate::store::reconcile::{Checkpoint, Finish, Lease};
-use crate::store::{Ledger, StoreError};
+use crate::store::{ReconcileStore, StoreError};
 use crate::verify::{EventId, Verified};
 use api::{Api, Retry};
 use bytes::Bytes;
@@ -192,7 +192,8 @@ struct Hold<'a> {
 pub struct Reconciler {
     pub config: Arc<Config>,
     pub dedup: Arc<Dedup>,
-    pub ledger: Arc<dyn Ledger>,
+    /// Leases, checkpoints, statuses and resends (`store::reconcile`).
+    pub store: Arc<dyn ReconcileStore>,
     pub wake: Wake,
     pub client: reqwest::Client,
     pub retry: Retry,
@@ -243,7 +244,7 @@ impl Reconciler {
             next_run_at: now + rec.interval,
             force: !opts.scheduled,
         };
-        let store = self.ledger.reconcile();
+        let store = &*self.store;
         let checkpoint = match store.start(&lease).await? {
             Some(c) => c,
             None if opts.scheduled => return Ok(None),
@@ -319,7 +320,7 @@ impl Reconciler {
     /// `since` (this run's start), polls for up to [`RESEND_WAIT`] until
     /// every resend this run asked for has arrived.
     async fn mark_resent(&self, source: &str, since: Option<Millis>) -> Result<(), ReconcileError> {
-        let store = self.ledger.reconcile();
+        let store = &*self.store;
         let deadline = Instant::now() + RESEND_WAIT;
         let mut marked = 0;
         let waiting = loop {
@@ -350,7 +351,7 @@ impl Reconciler {
         hold: &mut Hold<'_>,
         checkpoint: Option<Checkpoint>,
     ) -> Result<(), ReconcileError> {
-        let store = self.ledger.reconcile();
+        let store = &*self.store;
         let until = Millis::now() + LEASE;
         let held = match checkpoint {
             Some(c) if hold.checkpoint => {
@@ -428,7 +429,7 @@ impl Reconciler {
             .filter(|f| seen.insert(f.event_id.clone()))
             .collect();
         let ids: Vec<String> = items.iter().map(|f| f.event_id.clone()).collect();
-        let known = self.ledger.reconcile().known(source, &ids).await?;
+        let known = self.store.known(source, &ids).await?;
         report.found += items.len() as u64;
         for item in items {
             if known.contains(&item.event_id) {
@@ -492,8 +493,7 @@ impl Reconciler {
                 }
                 // Accepted: the event it brings is marked recovered later
                 // (`mark_resent`), off the ingest path.
-                self.ledger
-                    .reconcile()
+                self.store
                     .resend_requested(
                         &rec.source,
                         &item.event_id,

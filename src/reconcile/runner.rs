@@ -70,7 +70,7 @@ pub async fn run(r: Reconciler, source: String, stop: CancellationToken) {
 /// (cluster-wide: whichever replica ran last), so an alert on its age fires
 /// when no replica succeeds.
 async fn publish_last_success(r: &Reconciler, source: &str) {
-    let Ok(statuses) = r.ledger.reconcile().statuses().await else {
+    let Ok(statuses) = r.store.statuses().await else {
         return;
     };
     if let Some(ok) = statuses

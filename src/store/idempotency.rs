@@ -9,15 +9,18 @@
 //! release:  DELETE … WHERE lock_token = ours AND in_progress
 //! ```
 //! The row is the truth; the claim cache in front of it is only the fast path.
-//! Both backends share the SQL text (`$N` placeholders work on both) through
-//! [`impl_idempotency_store!`], so the backend files hold one line each.
+//!
+//! Rule: both backends run the same SQL text (`$N` placeholders work on
+//! both), so one implementation serves either backend's main pool
+//! ([`Portable`]); each statement is atomic on its own.
 
-use super::{Ledger, StoreError};
-use crate::config::Database;
+use super::StoreError;
+use super::portable::Portable;
+use super::rows::{Bind, Column, RowsAffected};
 use crate::primitives::time::Millis;
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::sync::Arc;
+use sqlx::{Database, Executor, IntoArguments};
 
 /// Where a key lives: the API, the subject it is namespaced to, the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,32 +86,9 @@ pub trait IdempotencyStore: Send + Sync + 'static {
     async fn purge_idempotency(&self, now: Millis) -> Result<u64, StoreError>;
 }
 
-/// Opens the ledger named by the config; the same pool serves as the
-/// idempotency store.
-pub async fn connect(
-    db: &Database,
-    max_connections: Option<u32>,
-    statement_timeout: std::time::Duration,
-) -> Result<(Arc<dyn Ledger>, Arc<dyn IdempotencyStore>), StoreError> {
-    Ok(match db {
-        Database::Postgres(url) => {
-            let l = Arc::new(super::postgres::PgLedger::connect(
-                url,
-                max_connections,
-                statement_timeout,
-            )?);
-            (l.clone(), l)
-        }
-        Database::Sqlite(url) => {
-            let l = Arc::new(super::sqlite::SqliteLedger::connect(url, max_connections).await?);
-            (l.clone(), l)
-        }
-    })
-}
-
 /// `$1..$3` key, `$4` request hash, `$5` token, `$6` locked_until,
 /// `$7` now, `$8` expires_at.
-pub(crate) const INSERT_SQL: &str = "INSERT INTO hookgate_idempotency
+const INSERT_SQL: &str = "INSERT INTO hookgate_idempotency
         (api, scope, idem_key, request_sha256, state, lock_token, locked_until,
          created_at, expires_at)
      VALUES ($1, $2, $3, $4, 'in_progress', $5, $6, $7, $8)
@@ -118,7 +98,7 @@ pub(crate) const INSERT_SQL: &str = "INSERT INTO hookgate_idempotency
 /// Compare-and-set takeover, same parameters as [`INSERT_SQL`]: an
 /// in-progress row of the same request whose owner's lock ran out, or any
 /// row past its window (not yet purged).
-pub(crate) const TAKEOVER_SQL: &str = "UPDATE hookgate_idempotency
+const TAKEOVER_SQL: &str = "UPDATE hookgate_idempotency
      SET request_sha256 = $4, state = 'in_progress', lock_token = $5, locked_until = $6,
          created_at = $7, expires_at = $8,
          resp_status = NULL, resp_headers = NULL, resp_body = NULL
@@ -127,26 +107,25 @@ pub(crate) const TAKEOVER_SQL: &str = "UPDATE hookgate_idempotency
             OR expires_at < $7)
      RETURNING locked_until";
 
-pub(crate) const SELECT_SQL: &str =
-    "SELECT state, request_sha256, resp_status, resp_headers, resp_body
+const SELECT_SQL: &str = "SELECT state, request_sha256, resp_status, resp_headers, resp_body
      FROM hookgate_idempotency WHERE api = $1 AND scope = $2 AND idem_key = $3";
 
 /// `$1..$3` key, `$4` token, `$5` status, `$6` headers, `$7` body, `$8` expires_at.
-pub(crate) const COMPLETE_SQL: &str = "UPDATE hookgate_idempotency
+const COMPLETE_SQL: &str = "UPDATE hookgate_idempotency
      SET state = 'completed', lock_token = NULL, resp_status = $5, resp_headers = $6,
          resp_body = $7, expires_at = $8
      WHERE api = $1 AND scope = $2 AND idem_key = $3
        AND state = 'in_progress' AND lock_token = $4";
 
-pub(crate) const RELEASE_SQL: &str = "DELETE FROM hookgate_idempotency
+const RELEASE_SQL: &str = "DELETE FROM hookgate_idempotency
      WHERE api = $1 AND scope = $2 AND idem_key = $3
        AND state = 'in_progress' AND lock_token = $4";
 
-pub(crate) const PURGE_SQL: &str = "DELETE FROM hookgate_idempotency
+const PURGE_SQL: &str = "DELETE FROM hookgate_idempotency
      WHERE expires_at < $1 AND (state = 'completed' OR locked_until < $1)";
 
 /// A row as read by [`SELECT_SQL`], turned into a [`Begin`].
-pub(crate) fn from_row(
+fn from_row(
     state: String,
     request_sha256: Vec<u8>,
     status: Option<i32>,
@@ -168,109 +147,106 @@ pub(crate) fn from_row(
     }
 }
 
-/// Implements [`IdempotencyStore`] for a backend type with a `pool` field.
-macro_rules! impl_idempotency_store {
-    ($ty:ty) => {
-        #[async_trait::async_trait]
-        impl $crate::store::idempotency::IdempotencyStore for $ty {
-            async fn begin(
-                &self,
-                c: &$crate::store::idempotency::RowClaim<'_>,
-            ) -> Result<$crate::store::idempotency::Begin, $crate::store::StoreError> {
-                use $crate::store::idempotency as idem;
-                for sql in [idem::INSERT_SQL, idem::TAKEOVER_SQL] {
-                    let won: Option<i64> = sqlx::query_scalar(sql)
-                        .bind(&c.key.api)
-                        .bind(&c.key.scope)
-                        .bind(&c.key.key)
-                        .bind(&c.request_sha256[..])
-                        .bind(c.token)
-                        .bind(c.locked_until)
-                        .bind(c.now)
-                        .bind(c.expires_at)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                    if won.is_some() {
-                        return Ok(idem::Begin::Claimed);
-                    }
-                }
-                self.lookup(c.key).await
-            }
+/// A row's columns as [`SELECT_SQL`] reads them.
+type StoredRow = (
+    String,
+    Vec<u8>,
+    Option<i32>,
+    Option<String>,
+    Option<Vec<u8>>,
+);
 
-            async fn lookup(
-                &self,
-                key: &$crate::store::idempotency::IdemKey,
-            ) -> Result<$crate::store::idempotency::Begin, $crate::store::StoreError> {
-                use $crate::store::idempotency as idem;
-                let row: Option<(
-                    String,
-                    Vec<u8>,
-                    Option<i32>,
-                    Option<String>,
-                    Option<Vec<u8>>,
-                )> = sqlx::query_as(idem::SELECT_SQL)
-                    .bind(&key.api)
-                    .bind(&key.scope)
-                    .bind(&key.key)
-                    .fetch_optional(&self.pool)
-                    .await?;
-                Ok(match row {
-                    Some((state, sha, status, headers, body)) => {
-                        idem::from_row(state, sha, status, headers, body)
-                    }
-                    None => idem::Begin::Vanished,
-                })
-            }
-
-            async fn complete(
-                &self,
-                key: &$crate::store::idempotency::IdemKey,
-                token: &str,
-                response: &$crate::store::idempotency::StoredResponse,
-                expires_at: $crate::primitives::time::Millis,
-            ) -> Result<bool, $crate::store::StoreError> {
-                let headers =
-                    serde_json::to_string(&response.headers).unwrap_or_else(|_| "[]".into());
-                let r = sqlx::query($crate::store::idempotency::COMPLETE_SQL)
-                    .bind(&key.api)
-                    .bind(&key.scope)
-                    .bind(&key.key)
-                    .bind(token)
-                    .bind(i32::from(response.status))
-                    .bind(headers)
-                    .bind(response.body.as_ref())
-                    .bind(expires_at)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(r.rows_affected() == 1)
-            }
-
-            async fn release(
-                &self,
-                key: &$crate::store::idempotency::IdemKey,
-                token: &str,
-            ) -> Result<(), $crate::store::StoreError> {
-                sqlx::query($crate::store::idempotency::RELEASE_SQL)
-                    .bind(&key.api)
-                    .bind(&key.scope)
-                    .bind(&key.key)
-                    .bind(token)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(())
-            }
-
-            async fn purge_idempotency(
-                &self,
-                now: $crate::primitives::time::Millis,
-            ) -> Result<u64, $crate::store::StoreError> {
-                let r = sqlx::query($crate::store::idempotency::PURGE_SQL)
-                    .bind(now)
-                    .execute(&self.pool)
-                    .await?;
-                Ok(r.rows_affected())
+#[async_trait]
+impl<DB> IdempotencyStore for Portable<DB>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'a> &'a str: Bind<DB>,
+    for<'a> &'a [u8]: Bind<DB>,
+    String: Bind<DB>,
+    i64: Bind<DB>,
+    i32: Bind<DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+    i64: Column<DB>,
+    i32: Column<DB>,
+    String: Column<DB>,
+    Vec<u8>: Column<DB>,
+    DB::QueryResult: RowsAffected,
+{
+    async fn begin(&self, c: &RowClaim<'_>) -> Result<Begin, StoreError> {
+        for sql in [INSERT_SQL, TAKEOVER_SQL] {
+            let won: Option<i64> = sqlx::query_scalar(sql)
+                .bind(c.key.api.as_str())
+                .bind(c.key.scope.as_str())
+                .bind(c.key.key.as_str())
+                .bind(&c.request_sha256[..])
+                .bind(c.token)
+                .bind(c.locked_until.0)
+                .bind(c.now.0)
+                .bind(c.expires_at.0)
+                .fetch_optional(&self.pool)
+                .await?;
+            if won.is_some() {
+                return Ok(Begin::Claimed);
             }
         }
-    };
+        self.lookup(c.key).await
+    }
+
+    async fn lookup(&self, key: &IdemKey) -> Result<Begin, StoreError> {
+        let row: Option<StoredRow> = sqlx::query_as(SELECT_SQL)
+            .bind(key.api.as_str())
+            .bind(key.scope.as_str())
+            .bind(key.key.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(match row {
+            Some((state, sha, status, headers, body)) => {
+                from_row(state, sha, status, headers, body)
+            }
+            None => Begin::Vanished,
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &IdemKey,
+        token: &str,
+        response: &StoredResponse,
+        expires_at: Millis,
+    ) -> Result<bool, StoreError> {
+        let headers = serde_json::to_string(&response.headers).unwrap_or_else(|_| "[]".into());
+        let r = sqlx::query(COMPLETE_SQL)
+            .bind(key.api.as_str())
+            .bind(key.scope.as_str())
+            .bind(key.key.as_str())
+            .bind(token)
+            .bind(i32::from(response.status))
+            .bind(headers)
+            .bind(response.body.as_ref())
+            .bind(expires_at.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected() == 1)
+    }
+
+    async fn release(&self, key: &IdemKey, token: &str) -> Result<(), StoreError> {
+        sqlx::query(RELEASE_SQL)
+            .bind(key.api.as_str())
+            .bind(key.scope.as_str())
+            .bind(key.key.as_str())
+            .bind(token)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn purge_idempotency(&self, now: Millis) -> Result<u64, StoreError> {
+        let r = sqlx::query(PURGE_SQL)
+            .bind(now.0)
+            .execute(&self.pool)
+            .await?;
+        Ok(r.rows_affected())
+    }
 }
-pub(crate) use impl_idempotency_store;

@@ -1,16 +1,31 @@
-//! What both ledger backends share: SQL text whose shape is the same on
-//! PostgreSQL and SQLite, row mappers, and batch helpers.
+//! What both backends share below the capability traits: SQL text whose
+//! shape is the same on PostgreSQL and SQLite, single statements written
+//! once generically over sqlx's `Database` (each backend runs them on the
+//! connection or pool it chooses), and row mappers.
 //!
 //! Rule: backends import from here and never from each other. Shared SQL uses
 //! `$N` placeholders, which both databases accept.
 
-use super::{
-    AttemptRecord, AttemptRow, DeliveryCount, DueDelivery, NewEvent, NextState, Recorded,
-    StoreError,
-};
+use super::outbox::{DueDelivery, LeaseRequest};
+use super::tallies::{DeliveryCount, MINUTES_KEPT, MinuteCount};
+use super::{StoreError, body_hashes};
+use crate::primitives::headers::StoredHeaders;
 use crate::primitives::time::Millis;
-use sqlx::Row;
-use std::collections::HashMap;
+use sqlx::{Database, Executor, IntoArguments, Row};
+
+/// A value a shared statement binds on backend `DB`.
+pub(crate) trait Bind<DB: Database>:
+    for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send
+{
+}
+impl<DB: Database, T: for<'q> sqlx::Encode<'q, DB> + sqlx::Type<DB> + Send> Bind<DB> for T {}
+
+/// A column type the row mappers decode on backend `DB`.
+pub(crate) trait Column<DB: sqlx::Database>:
+    for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>
+{
+}
+impl<DB: sqlx::Database, T: for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>> Column<DB> for T {}
 
 /// Counts per source, target and state, with `retrying` split out of
 /// `pending`.
@@ -96,7 +111,7 @@ pub(crate) const ORDERED_CANDIDATES_SQL: &str = "WITH RECURSIVE
      )";
 
 /// `$1` = target, `$2` = now, `$5` = key: the key's first pending row if it
-/// is due and unleased (see `Ledger::claim_successor`).
+/// is due and unleased (see `Outbox::claim_successor`).
 pub(crate) const SUCCESSOR_SQL: &str = "SELECT id FROM hookgate_deliveries
      WHERE id = (SELECT id FROM hookgate_deliveries
                  WHERE target = $1 AND state = 'pending' AND order_seq IS NOT NULL
@@ -117,101 +132,59 @@ pub(crate) const OVERTAKEN_SQL: &str =
      GROUP BY d.source, d.target";
 
 /// Every cluster-wide counter, as `(source, name, value)`.
-pub(crate) const COUNTERS_SQL: &str = "SELECT source, name, value FROM hookgate_counters";
+const COUNTERS_SQL: &str = "SELECT source, name, value FROM hookgate_counters";
 
 /// `$1` = lease token, `$2` = target.
-pub(crate) const RELEASE_LEASES_SQL: &str =
+const RELEASE_LEASES_SQL: &str =
     "UPDATE hookgate_deliveries SET lease_until = NULL, lease_token = NULL
      WHERE lease_token = $1 AND target = $2";
 
-/// `$1` = delivery id, `$2` = lease token, `$3` = state, `$4` = next attempt
-/// (NULL keeps it), `$5` = status, `$6` = error, `$7` = updated at.
-/// Returns the new attempt count; no row when the lease was lost.
-pub(crate) const FINISH_ATTEMPT_SQL: &str = "UPDATE hookgate_deliveries
-     SET state = $3, attempts = attempts + 1, next_attempt_at = COALESCE($4, next_attempt_at),
-         lease_until = NULL, lease_token = NULL, last_status = $5, last_error = $6,
-         updated_at = $7
-     WHERE id = $1 AND lease_token = $2
-     RETURNING attempts";
-
-/// `$1` = delivery id, `$2` = attempt number, then started at, latency,
-/// status, error.
-pub(crate) const INSERT_ATTEMPT_SQL: &str = "INSERT INTO hookgate_attempts
-         (delivery_id, attempt, started_at, latency_ms, status, error)
-     VALUES ($1, $2, $3, $4, $5, $6)";
-
-/// `$1` = source, `$2` = event id, `$3` = target; oldest attempt first.
-pub(crate) const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.status, a.error, a.latency_ms
-     FROM hookgate_attempts a
-     JOIN hookgate_deliveries d ON d.id = a.delivery_id
-     JOIN hookgate_events e ON e.id = d.event_pk
-     WHERE e.source = $1 AND e.event_id = $2 AND d.target = $3
-     ORDER BY a.id";
-
 /// `$1` = source, `$2` = event id.
-pub(crate) const EVENT_COUNT_SQL: &str =
+const EVENT_COUNT_SQL: &str =
     "SELECT COUNT(*) FROM hookgate_events WHERE source = $1 AND event_id = $2";
 
-/// The outcome of a batch whose first occurrences were all inserted (and
-/// had no delivery rows to hand off): each new, and a repeat within the
-/// batch a duplicate of its first occurrence. `repeats` is
-/// [`first_occurrence`]'s.
-pub(crate) fn fresh_results(batch: &[NewEvent], repeats: &[Option<usize>]) -> Vec<Recorded> {
-    repeats
-        .iter()
-        .map(|rep| match rep {
-            Some(first) => Recorded::Duplicate {
-                stored_sha256: batch[*first].body_sha256.to_vec(),
-                expires_at: batch[*first].expires_at,
-            },
-            None => Recorded::New,
-        })
-        .collect()
-}
+/// `$1` = first minute.
+const MINUTES_SQL: &str = "SELECT minute, source, name, value
+    FROM hookgate_counter_minutes WHERE minute >= $1";
 
-/// In-batch duplicates: the index of the first event with the same key, for
-/// each event that repeats an earlier one.
-pub(crate) fn first_occurrence(batch: &[NewEvent]) -> Vec<Option<usize>> {
-    let mut seen = HashMap::new();
-    batch
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let key = (e.source.as_str(), e.event_id.as_str());
-            match seen.get(&key) {
-                Some(&first) => Some(first),
-                None => {
-                    seen.insert(key, i);
-                    None
-                }
-            }
-        })
-        .collect()
-}
+/// `$1` = first minute kept.
+const MINUTES_PURGE_SQL: &str = "DELETE FROM hookgate_counter_minutes WHERE minute < $1";
 
-/// The `state` and `next_attempt_at` columns after an attempt (`None` keeps
-/// the current `next_attempt_at`).
-pub(crate) fn next_columns(rec: &AttemptRecord) -> (&'static str, Option<Millis>) {
-    match rec.next {
-        NextState::Delivered => ("delivered", None),
-        NextState::RetryAt(at) => ("pending", Some(at)),
-        NextState::Dead => ("dead", None),
-    }
-}
-
-/// A column type the row mappers can decode on backend `DB`.
-pub(crate) trait Column<DB: sqlx::Database>:
-    for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>
+/// The arguments of a claim statement: `$1` = target, `$2` = now, `$3` =
+/// lease until, `$4` = token, `$5` = limit (every claim binds these first).
+pub(crate) fn lease_arguments<DB>(r: &LeaseRequest<'_>) -> Result<DB::Arguments, StoreError>
+where
+    DB: Database,
+    for<'a> &'a str: Bind<DB>,
+    i64: Bind<DB>,
 {
+    use sqlx::Arguments;
+    let mut args = DB::Arguments::default();
+    args.add(r.target)
+        .and_then(|()| args.add(r.now.0))
+        .and_then(|()| args.add(r.until.0))
+        .and_then(|()| args.add(r.token))
+        .and_then(|()| args.add(r.limit))
+        .map_err(encode_error)?;
+    Ok(args)
 }
-impl<DB: sqlx::Database, T: for<'a> sqlx::Decode<'a, DB> + sqlx::Type<DB>> Column<DB> for T {}
 
+/// A value the driver could not encode, as the store's error (about the
+/// data: see `StoreError::is_about_the_data`).
+pub(crate) fn encode_error(e: sqlx::error::BoxDynError) -> StoreError {
+    StoreError::Database(sqlx::Error::Encode(e))
+}
+
+/// A claimed row: `id, source, target, event_id, body, headers,
+/// received_at, attempts, event_type` and, on the ordered claims, the
+/// ordering key. The headers are read from their row text once, here.
 pub(crate) fn due_from_row<R: Row>(r: &R) -> Result<DueDelivery, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
     i64: Column<R::Database>,
     i32: Column<R::Database>,
     String: Column<R::Database>,
+    for<'a> &'a str: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
     Vec<u8>: Column<R::Database>,
     Millis: Column<R::Database>,
     Option<String>: Column<R::Database>,
@@ -222,7 +195,7 @@ where
         target: r.try_get(2usize)?,
         event_id: r.try_get(3usize)?,
         body: r.try_get::<Vec<u8>, _>(4usize)?.into(),
-        headers: r.try_get(5usize)?,
+        headers: StoredHeaders::from_json(r.try_get::<&str, _>(5usize)?),
         received_at: r.try_get(6usize)?,
         attempts: r.try_get(7usize)?,
         event_type: r.try_get(8usize)?,
@@ -231,33 +204,167 @@ where
     })
 }
 
-pub(crate) fn count_from_row<R: Row>(r: &R) -> Result<DeliveryCount, StoreError>
+/// The rows of [`COUNTS_SQL`] (`Tallies::delivery_counts`) or
+/// [`OVERTAKEN_SQL`] (`Tallies::overtaken`) as [`DeliveryCount`]s.
+pub(crate) async fn counts<'c, DB, E>(
+    e: E,
+    sql: &'static str,
+) -> Result<Vec<DeliveryCount>, StoreError>
 where
-    usize: sqlx::ColumnIndex<R>,
-    i64: Column<R::Database>,
-    String: Column<R::Database>,
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+    i64: Column<DB>,
+    String: Column<DB>,
 {
-    Ok(DeliveryCount {
-        source: r.try_get(0usize)?,
-        target: r.try_get(1usize)?,
-        state: r.try_get(2usize)?,
-        count: r.try_get(3usize)?,
-    })
+    let rows = sqlx::query(sql).fetch_all(e).await?;
+    rows.iter()
+        .map(|r| {
+            Ok(DeliveryCount {
+                source: r.try_get(0usize)?,
+                target: r.try_get(1usize)?,
+                state: r.try_get(2usize)?,
+                count: r.try_get(3usize)?,
+            })
+        })
+        .collect()
 }
 
-pub(crate) fn attempt_from_row<R: Row>(r: &R) -> Result<AttemptRow, StoreError>
+/// Every cluster-wide counter (`Tallies::counters`).
+pub(crate) async fn counters<'c, DB, E>(e: E) -> Result<Vec<(String, String, i64)>, StoreError>
 where
-    usize: sqlx::ColumnIndex<R>,
-    i64: Column<R::Database>,
-    i32: Column<R::Database>,
-    String: Column<R::Database>,
-    Option<i32>: Column<R::Database>,
-    Option<String>: Column<R::Database>,
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    (String, String, i64): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
-    Ok(AttemptRow {
-        attempt: r.try_get(0usize)?,
-        status: r.try_get(1usize)?,
-        error: r.try_get(2usize)?,
-        latency_ms: r.try_get(3usize)?,
-    })
+    Ok(sqlx::query_as(COUNTERS_SQL).fetch_all(e).await?)
+}
+
+/// Per-minute counters from `since_minute` on (`Tallies::minute_counters`).
+pub(crate) async fn minute_counters<'c, DB, E>(
+    e: E,
+    since_minute: i64,
+) -> Result<Vec<MinuteCount>, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    i64: Bind<DB>,
+    (i64, String, String, i64): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let rows: Vec<(i64, String, String, i64)> = sqlx::query_as(MINUTES_SQL)
+        .bind(since_minute)
+        .fetch_all(e)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(minute, source, name, value)| MinuteCount {
+            minute,
+            source,
+            name,
+            value,
+        })
+        .collect())
+}
+
+/// On the hour (`minute` a multiple of 60), deletes the per-minute
+/// counters older than [`MINUTES_KEPT`]; otherwise nothing.
+pub(crate) async fn purge_old_minutes<'c, DB, E>(e: E, minute: i64) -> Result<(), StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    i64: Bind<DB>,
+{
+    if minute % 60 == 0 {
+        sqlx::query(MINUTES_PURGE_SQL)
+            .bind(minute - MINUTES_KEPT)
+            .execute(e)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Event rows of one id (`EventLog::event_count`).
+pub(crate) async fn event_count<'c, DB, E>(
+    e: E,
+    source: &str,
+    event_id: &str,
+) -> Result<i64, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    for<'a> &'a str: Bind<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar(EVENT_COUNT_SQL)
+        .bind(source)
+        .bind(event_id)
+        .fetch_one(e)
+        .await?)
+}
+
+/// The id holding a body after claiming it (`EventLog::claim_body`).
+pub(crate) async fn claim_body<'c, DB, E>(
+    e: E,
+    c: &body_hashes::BodyClaim<'_>,
+) -> Result<String, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    for<'a> &'a str: Bind<DB>,
+    for<'a> &'a [u8]: Bind<DB>,
+    i64: Bind<DB>,
+    (String,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    Ok(sqlx::query_scalar(body_hashes::CLAIM_SQL)
+        .bind(c.source)
+        .bind(&c.body_sha256[..])
+        .bind(c.event_id)
+        .bind(c.expires_at.0)
+        .bind(c.now.0)
+        .fetch_one(e)
+        .await?)
+}
+
+/// Gives back `token`'s leases on `target` (`Outbox::release_leases`).
+pub(crate) async fn release_leases<'c, DB, E>(
+    e: E,
+    token: &str,
+    target: &str,
+) -> Result<u64, StoreError>
+where
+    DB: Database,
+    DB::Arguments: IntoArguments<DB>,
+    E: Executor<'c, Database = DB>,
+    for<'a> &'a str: Bind<DB>,
+    DB::QueryResult: RowsAffected,
+{
+    let r = sqlx::query(RELEASE_LEASES_SQL)
+        .bind(token)
+        .bind(target)
+        .execute(e)
+        .await?;
+    Ok(r.rows_affected())
+}
+
+/// How many rows a statement changed, on either backend's result type.
+pub(crate) trait RowsAffected {
+    fn rows_affected(&self) -> u64;
+}
+
+impl RowsAffected for sqlx::postgres::PgQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::postgres::PgQueryResult::rows_affected(self)
+    }
+}
+
+impl RowsAffected for sqlx::sqlite::SqliteQueryResult {
+    fn rows_affected(&self) -> u64 {
+        sqlx::sqlite::SqliteQueryResult::rows_affected(self)
+    }
 }

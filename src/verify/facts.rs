@@ -8,7 +8,6 @@
 use super::fields::Fields;
 use super::provider::Provider;
 use super::schemes::hmac::signature_values_of;
-use super::spec::TimeUnit;
 
 /// Longest event type kept, in characters.
 pub const MAX_EVENT_TYPE: usize = 128;
@@ -60,11 +59,7 @@ pub fn provider_timestamp(provider: &Provider, fields: &Fields<'_>) -> Option<i6
     let pairs = signature_values_of(&provider.signature, fields)
         .map(|(_, pairs)| pairs.as_slice())
         .unwrap_or_default();
-    let ts: i64 = fields.lookup(&spec.from, pairs)?.trim().parse().ok()?;
-    Some(match spec.unit {
-        TimeUnit::Seconds => ts,
-        TimeUnit::Millis => ts.div_euclid(1000),
-    })
+    spec.unit.unix_secs(&fields.lookup(&spec.from, pairs)?)
 }
 
 #[cfg(test)]
@@ -163,9 +158,18 @@ mod tests {
 
     #[test]
     fn every_shipped_provider_says_where_its_type_is_or_why_it_has_none() {
-        // Robokassa's ResultURL reports one thing (a paid invoice); the
-        // generic providers leave the type to the source (`event_type`).
-        let untyped = ["robokassa", "basic", "bearer", "hmac"];
+        // Robokassa's ResultURL reports one thing (a paid invoice);
+        // Airtable's notification is a typeless ping; Mandrill's events are a
+        // JSON array inside one form field; the generic providers leave the
+        // type to the source (`event_type`).
+        let untyped = [
+            "robokassa",
+            "airtable",
+            "mandrill",
+            "basic",
+            "bearer",
+            "hmac",
+        ];
         let registry = crate::verify::registry::Registry::builtin();
         for name in registry.names() {
             let p = registry.get(name).unwrap();

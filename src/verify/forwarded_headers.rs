@@ -9,8 +9,8 @@
 
 use super::provider::Provider;
 use super::schemes::Scheme;
+use crate::primitives::headers::StoredHeaders;
 use http::HeaderMap;
-use std::borrow::Cow;
 
 /// Headers that describe this hop, not the event, and are never forwarded.
 const HOP_BY_HOP: &[&str] = &[
@@ -88,24 +88,9 @@ pub fn withheld(provider: &Provider, keep: Keep) -> Vec<String> {
 /// `withheld` removed. A value that is not ASCII is kept: as text when it
 /// is UTF-8, otherwise read as ISO-8859-1 (RFC 9110 §5.5's `obs-text`).
 ///
-/// Written as the ledger stores them, a JSON array of `[name, value]`
-/// pairs, straight from the header map: every new event pays for this, and
-/// collecting the pairs as owned strings first would copy each header twice.
-pub fn forwardable_json(headers: &HeaderMap, withheld: &[String]) -> String {
-    struct Pairs<'h>(&'h HeaderMap, &'h [String]);
-    impl serde::Serialize for Pairs<'_> {
-        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-            s.collect_seq(forwarded(self.0, self.1))
-        }
-    }
-    serde_json::to_string(&Pairs(headers, withheld)).expect("strings always serialize")
-}
-
-/// The headers [`forwardable_json`] keeps, borrowed where they are UTF-8.
-fn forwarded<'h>(
-    headers: &'h HeaderMap,
-    withheld: &'h [String],
-) -> impl Iterator<Item = (&'h str, Cow<'h, str>)> {
+/// The names and values move out of the request's map, uncopied: this runs
+/// for every new event.
+pub fn forwardable(headers: HeaderMap, withheld: &[String]) -> StoredHeaders {
     let named_by_connection: Vec<String> = headers
         .get_all(http::header::CONNECTION)
         .iter()
@@ -114,25 +99,34 @@ fn forwarded<'h>(
         .map(|t| t.trim().to_ascii_lowercase())
         .filter(|t| !t.is_empty())
         .collect();
-    headers
-        .iter()
-        .filter(move |(name, _)| {
-            let n = name.as_str();
-            !HOP_BY_HOP.contains(&n)
-                && !n.starts_with("hookgate-")
-                && !named_by_connection.iter().any(|c| c == n)
-                && !withheld.iter().any(|w| w == n)
-        })
-        .map(|(name, value)| (name.as_str(), header_cow(value.as_bytes())))
-}
-
-/// A header value's bytes as text: UTF-8 when valid (borrowed), else
-/// ISO-8859-1.
-fn header_cow(bytes: &[u8]) -> Cow<'_, str> {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => Cow::Borrowed(s),
-        Err(_) => Cow::Owned(bytes.iter().map(|&b| char::from(b)).collect()),
+    let forwarded = |n: &str| {
+        !HOP_BY_HOP.contains(&n)
+            && !n.starts_with("hookgate-")
+            && !named_by_connection.iter().any(|c| c == n)
+            && !withheld.iter().any(|w| w == n)
+    };
+    let mut out = StoredHeaders::with_capacity(headers.len());
+    // A name comes once, with its first value; its further values follow
+    // with `None`, so the name is copied only for those.
+    let mut values = headers.into_iter().peekable();
+    let mut name: Option<http::HeaderName> = None;
+    while let Some((first, value)) = values.next() {
+        if first.is_some() {
+            name = first;
+        }
+        let Some(n) = &name else { continue };
+        if !forwarded(n.as_str()) {
+            continue;
+        }
+        let more = matches!(values.peek(), Some((None, _)));
+        let n = if more {
+            n.clone()
+        } else {
+            name.take().expect("matched above")
+        };
+        out.push(n, value);
     }
+    out
 }
 
 #[cfg(test)]
@@ -172,13 +166,14 @@ mod tests {
         h.append("x-twice", HeaderValue::from_static("1"));
         h.append("x-twice", HeaderValue::from_static("2"));
         assert_eq!(
-            forwardable_json(&h, &[]),
+            forwardable(h, &[]).to_json(),
             r#"[["x-name","a \"q\""],["x-twice","1"],["x-twice","2"]]"#
         );
-        assert_eq!(forwardable_json(&HeaderMap::new(), &[]), "[]");
+        assert_eq!(forwardable(HeaderMap::new(), &[]).to_json(), "[]");
     }
 
     fn forwarded_pairs(h: &HeaderMap, withheld: &[String]) -> Vec<(String, String)> {
-        serde_json::from_str(&forwardable_json(h, withheld)).unwrap()
+        let stored = forwardable(h.clone(), withheld);
+        serde_json::from_str(&stored.to_json()).unwrap()
     }
 }

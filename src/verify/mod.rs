@@ -9,6 +9,7 @@
 //! Layering: `verify` imports only `primitives`; `config` builds each
 //! [`source::Source`] with the checks the schemes provide here.
 
+pub mod catalogue;
 pub mod client_ip;
 pub mod error;
 pub mod event_id;
@@ -30,6 +31,7 @@ pub mod sign;
 pub mod source;
 pub mod spec;
 
+use crate::primitives::headers::StoredHeaders;
 use bytes::Bytes;
 pub use error::VerifyError;
 pub use event_id::{EventId, MAX_EVENT_ID};
@@ -55,18 +57,19 @@ pub struct Verified {
     /// Read from the provider's API by reconciliation, not received.
     recovered: bool,
     /// Where [`Verified::take_facts`] gets the facts from.
-    facts: Pending,
+    facts: FactsSource,
 }
 
-/// An event's facts before [`Verified::take_facts`] hands them over.
+/// Where an event's facts come from until [`Verified::take_facts`] hands
+/// them over.
 #[derive(Debug)]
-enum Pending {
+enum FactsSource {
     /// Known up front (an event read from the provider's API).
-    Given(Box<Facts>),
-    /// To be read from the request verification kept.
-    Kept(Box<Kept>),
+    Known(Box<Facts>),
+    /// To be read from the parts of the request verification kept.
+    FromRequest(Box<RequestParts>),
     /// Handed over already.
-    Taken,
+    HandedOver,
 }
 
 /// What storing and routing an event needs beyond its id and body. Read
@@ -75,9 +78,8 @@ enum Pending {
 #[derive(Debug, Clone)]
 pub struct Facts {
     /// The request headers to forward (hop-by-hop, Host and Content-Length
-    /// removed), as the ledger stores them: a JSON array of `[name, value]`
-    /// pairs ([`forwarded_headers::forwardable_json`]).
-    pub headers: String,
+    /// removed; [`forwarded_headers::forwardable`]).
+    pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
     /// The source's targets whose routes match (see [`route`]; none:
@@ -86,7 +88,7 @@ pub struct Facts {
 }
 
 /// A verified request's parts that [`Facts`] are read from.
-struct Kept {
+struct RequestParts {
     headers: HeaderMap,
     query: String,
     /// The body's JSON walk done during verification, reused.
@@ -95,22 +97,23 @@ struct Kept {
 
 /// Header names only: the values may hold credentials (`Authorization`,
 /// a token scheme's header) that the forwarded list leaves out.
-impl std::fmt::Debug for Kept {
+impl std::fmt::Debug for RequestParts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kept")
+        f.debug_struct("RequestParts")
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
             .field("query_len", &self.query.len())
             .finish_non_exhaustive()
     }
 }
 
-impl Kept {
+impl RequestParts {
     fn facts(self, source: &Source, body: &[u8]) -> Facts {
         let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        drop(fields);
         Facts {
-            headers: forwarded_headers::forwardable_json(&self.headers, &source.withheld),
+            headers: forwarded_headers::forwardable(self.headers, &source.withheld),
             event_type,
             routed,
         }
@@ -118,10 +121,10 @@ impl Kept {
 }
 
 impl Default for Facts {
-    /// No headers (an empty JSON array), no type, no routes.
+    /// No headers, no type, no routes.
     fn default() -> Self {
         Self {
-            headers: "[]".to_owned(),
+            headers: StoredHeaders::default(),
             event_type: None,
             routed: route::Selected::default(),
         }
@@ -130,6 +133,21 @@ impl Default for Facts {
 
 /// The header a recovered event is stored and forwarded with (value `true`).
 pub const RECOVERED_HEADER: &str = "hookgate-recovered";
+
+/// What a recovered event is stored and forwarded with: its content type
+/// and [`RECOVERED_HEADER`].
+fn recovered_headers() -> StoredHeaders {
+    let mut h = StoredHeaders::with_capacity(2);
+    h.push(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    h.push(
+        http::HeaderName::from_static(RECOVERED_HEADER),
+        http::HeaderValue::from_static("true"),
+    );
+    h
+}
 
 impl Verified {
     /// An event read back from the provider's own API (Stripe's
@@ -168,12 +186,8 @@ impl Verified {
             key_index: None,
             provider_timestamp,
             recovered: true,
-            facts: Pending::Given(Box::new(Facts {
-                headers: serde_json::json!([
-                    ["content-type", "application/json"],
-                    [RECOVERED_HEADER, "true"],
-                ])
-                .to_string(),
+            facts: FactsSource::Known(Box::new(Facts {
+                headers: recovered_headers(),
                 event_type,
                 routed,
             })),
@@ -210,10 +224,10 @@ impl Verified {
     /// now (dedup asks once it may store the event), or as given by
     /// [`Verified::from_provider_api`]. Asked again, they are empty.
     pub fn take_facts(&mut self) -> Facts {
-        match std::mem::replace(&mut self.facts, Pending::Taken) {
-            Pending::Given(f) => *f,
-            Pending::Kept(k) => k.facts(&self.source, &self.body),
-            Pending::Taken => {
+        match std::mem::replace(&mut self.facts, FactsSource::HandedOver) {
+            FactsSource::Known(f) => *f,
+            FactsSource::FromRequest(k) => k.facts(&self.source, &self.body),
+            FactsSource::HandedOver => {
                 debug_assert!(false, "an event's facts are taken once");
                 Facts::default()
             }
@@ -270,11 +284,7 @@ pub(crate) fn check_with(
     let query = incoming.query.unwrap_or_default();
     let fields = fields_of(source, &incoming.headers, &body, query);
 
-    let unsigned = !sig.headers.is_empty()
-        && !sig
-            .headers
-            .iter()
-            .any(|h| incoming.headers.contains_key(h.as_str()));
+    let unsigned = !sig.headers.is_empty() && !sig.present_in(&incoming.headers);
     if unsigned && let Some(answer) = reply::control(provider, &fields, false, None) {
         return Ok(Checked::Answer(answer));
     }
@@ -309,7 +319,7 @@ pub(crate) fn check_with(
         key_index,
         provider_timestamp,
         recovered: false,
-        facts: Pending::Kept(Box::new(Kept {
+        facts: FactsSource::FromRequest(Box::new(RequestParts {
             headers: incoming.headers,
             query: query.to_owned(),
             json,
@@ -318,7 +328,7 @@ pub(crate) fn check_with(
 }
 
 /// A request's fields as `source` reads them: its provider's pointers in
-/// one walk of the body. Verification and [`Kept::facts`] build theirs
+/// one walk of the body. Verification and [`RequestParts::facts`] build theirs
 /// here, so the walk one leaves the other can reuse.
 fn fields_of<'a>(
     source: &'a Source,

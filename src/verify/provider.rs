@@ -62,6 +62,9 @@ pub struct Provider {
     pub category: Category,
     /// Where the secret is in the provider's dashboard.
     pub dashboard: String,
+    /// The catalogue's note for this provider (what to set, or that it
+    /// does not sign).
+    pub note: String,
     pub signature: Signature,
     pub timestamp: Option<Timestamp>,
     pub event_id: EventIdRule,
@@ -84,8 +87,12 @@ pub struct Provider {
 pub struct Signature {
     pub scheme: Scheme,
     /// Lowercase header names, first present wins (may be empty for schemes
-    /// that carry the signature in the body).
+    /// that carry the signature in the body). A trailing `*` is a prefix.
     pub headers: Vec<String>,
+    /// Every present header contributes signatures, not the first only.
+    pub every_header: bool,
+    /// `hmac`: where the signature is when it is not in a header.
+    pub from: Option<Lookup>,
     pub query: Option<String>,
     pub format: HeaderFormat,
     pub separator: String,
@@ -98,12 +105,42 @@ pub struct Signature {
     pub content: Vec<Segment>,
 }
 
+impl Signature {
+    /// Whether `name` (lowercase) is one of the signature headers, a
+    /// trailing `*` in a configured name matching any rest.
+    pub fn names(&self, name: &str) -> bool {
+        self.headers.iter().any(|h| match h.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == h,
+        })
+    }
+
+    /// Whether the request carries any signature header.
+    pub fn present_in(&self, headers: &http::HeaderMap) -> bool {
+        self.headers.iter().any(|h| match h.strip_suffix('*') {
+            Some(_) => headers.keys().any(|k| self.names(k.as_str())),
+            None => headers.contains_key(h.as_str()),
+        })
+    }
+
+    /// The header a signer writes: the first named, a `*` made `1`.
+    pub fn first_header(&self) -> Option<String> {
+        let h = self.headers.first()?;
+        Some(match h.strip_suffix('*') {
+            Some(prefix) => format!("{prefix}1"),
+            None => h.clone(),
+        })
+    }
+}
+
 #[derive(Debug)]
 pub struct Timestamp {
     pub from: Lookup,
     pub unit: TimeUnit,
     pub tolerance: Duration,
     pub reject_future: bool,
+    /// The window is checked (else the timestamp is only signed content).
+    pub checked: bool,
 }
 
 #[derive(Debug)]
@@ -150,7 +187,7 @@ impl Provider {
     }
 
     fn build(text: &str, source: Option<&SourceOverrides<'_>>) -> Result<Self, String> {
-        let mut f: ProviderFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut f = ProviderFile::parse(text)?;
         let o = source.copied().unwrap_or_default();
         let (overrides, event_id) = (o.signature, o.event_id);
         if let Some(t) = o.event_type {
@@ -178,6 +215,7 @@ impl Provider {
                     unit: t.unit,
                     tolerance: t.tolerance.0,
                     reject_future: t.reject_future,
+                    checked: t.checked,
                 })
             })
             .transpose()?;
@@ -225,6 +263,7 @@ impl Provider {
             docs: f.docs,
             category: f.category,
             dashboard: f.dashboard,
+            note: f.note,
             signature,
             timestamp,
             event_id,
@@ -280,6 +319,18 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     .into_iter()
     .map(|h| h.to_ascii_lowercase())
     .collect();
+    let from = s
+        .from
+        .as_deref()
+        .map(Lookup::parse)
+        .transpose()
+        .map_err(|e| format!("signature.from: {e}"))?;
+    if from.is_some() && (s.scheme != Scheme::Hmac || !headers.is_empty()) {
+        return Err("signature.from is for the `hmac` scheme, instead of `header`".into());
+    }
+    if headers.iter().any(|h| h.ends_with('*')) && !s.every_header {
+        return Err("a header name ending in `*` needs `every_header = true`".into());
+    }
     let d = s.scheme.defaults();
     let need = |what: &str| {
         format!(
@@ -288,7 +339,7 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         )
     };
     let mut incomplete = None;
-    if d.needs_header && headers.is_empty() {
+    if d.needs_header && headers.is_empty() && from.is_none() {
         incomplete = Some(need("header"));
     }
     if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() {
@@ -322,6 +373,8 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     let sig = Signature {
         scheme: s.scheme,
         headers,
+        every_header: s.every_header,
+        from,
         query: s.query,
         format: s.format,
         separator,
@@ -376,76 +429,4 @@ fn check_response(
         content_type,
         reject_status,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const BASE: &str = r#"
-        name = "x"
-        title = "X"
-        [signature]
-        header = "x-sig"
-        algorithm = "hmac-sha256"
-        encoding = "hex"
-        signed_content = "{body}"
-        [event_id]
-        from = "json:/id"
-    "#;
-
-    #[test]
-    fn bad_provider_files_are_rejected_with_a_reason() {
-        assert!(Provider::from_toml(BASE).is_ok());
-        let e = Provider::from_toml(&BASE.replace("{body}", "{timestamp}.{body}")).unwrap_err();
-        assert!(e.contains("[timestamp] is missing"), "{e}");
-        let e = Provider::from_toml(&BASE.replace("hex", "hexx")).unwrap_err();
-        assert!(e.contains("unknown variant"), "{e}");
-        let e = Provider::from_toml(&BASE.replace("json:/id", "json:id")).unwrap_err();
-        assert!(e.contains("must start with `/`"), "{e}");
-        let e = Provider::from_toml(&BASE.replace("hmac-sha256", "md5")).unwrap_err();
-        assert!(e.contains("hmac-* algorithm"), "{e}");
-        let e = Provider::from_toml(&BASE.replace("from = \"json:/id\"", "")).unwrap_err();
-        assert!(e.contains("event_id needs"), "{e}");
-    }
-
-    #[test]
-    fn overrides_replace_signature_fields_and_are_checked() {
-        let p = Provider::from_toml(BASE).unwrap();
-        let o = SignatureOverrides {
-            header: Some(OneOrMany::One("X-Other".into())),
-            algorithm: Some(Algorithm::HmacSha512),
-            ..Default::default()
-        };
-        let c = p
-            .customized(&SourceOverrides {
-                signature: Some(&o),
-                ..Default::default()
-            })
-            .unwrap();
-        assert_eq!(c.signature.headers, vec!["x-other"]);
-        assert_eq!(c.signature.algorithm, Algorithm::HmacSha512);
-        let bad = SignatureOverrides {
-            signed_content: Some("{nope".into()),
-            ..Default::default()
-        };
-        assert!(
-            p.customized(&SourceOverrides {
-                signature: Some(&bad),
-                ..Default::default()
-            })
-            .is_err()
-        );
-        let id = EventIdSpec {
-            body_hash: true,
-            ..Default::default()
-        };
-        let c = p
-            .customized(&SourceOverrides {
-                event_id: Some(&id),
-                ..Default::default()
-            })
-            .unwrap();
-        assert!(c.event_id.from.is_none() && c.event_id.body_hash);
-    }
 }

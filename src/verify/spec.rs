@@ -5,6 +5,7 @@
 use super::schemes::Scheme;
 use crate::primitives::crypto::{Algorithm, Encoding, SecretEncoding};
 use crate::primitives::duration::Dur;
+use crate::primitives::time::Millis;
 use serde::Deserialize;
 use std::time::Duration;
 
@@ -25,6 +26,10 @@ pub(super) struct ProviderFile {
     /// one) in the provider's dashboard, for the catalogue.
     #[serde(default)]
     pub(super) dashboard: String,
+    /// One line the catalogue adds to the provider's row: what to set
+    /// when registering the URL, or that the provider does not sign.
+    #[serde(default)]
+    pub(super) note: String,
     /// Where the provider's event type lives (`json:/type`), or several
     /// places whose values are joined with `.` (GitHub:
     /// `["header:X-GitHub-Event", "json:/action"]` gives `issues.opened`).
@@ -40,14 +45,78 @@ pub(super) struct ProviderFile {
     pub(super) control: Vec<ControlSpec>,
 }
 
+/// What a file does not take from its `preset`: it must say them itself.
+const OWN_KEYS: &[&str] = &["name", "title", "docs", "category", "dashboard", "note"];
+/// Tables a file replaces whole instead of key by key: an id rule is
+/// tried in order (`from`, then `composite`), so keeping the preset's
+/// `from` under the file's `composite` would change its meaning.
+const WHOLE_TABLES: &[&str] = &["event_id"];
+
+impl ProviderFile {
+    /// Parses a provider file. `preset = "standard-webhooks"` (any built-in
+    /// provider) starts from that provider's definition: each table of the
+    /// file replaces the preset's keys one by one (`[event_id]` replaces
+    /// the preset's whole), other keys replace whole, and the naming keys
+    /// (`name`, `title`, `docs`, …) are never inherited. Clerk, Resend and OpenAI speak Standard Webhooks; their
+    /// files add only what is theirs (event type, id, dashboard).
+    pub(super) fn parse(text: &str) -> Result<Self, String> {
+        let mut file: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        if let Some(preset) = file.remove("preset") {
+            let name = preset
+                .as_str()
+                .ok_or("preset must name a built-in provider")?;
+            let base_text = super::registry::BUILTIN
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, t)| *t)
+                .ok_or_else(|| format!("preset `{name}` is not a built-in provider"))?;
+            let mut base: toml::Table = base_text
+                .parse()
+                .map_err(|e: toml::de::Error| e.to_string())?;
+            if base.contains_key("preset") {
+                return Err(format!("preset `{name}` has a preset itself; name its own"));
+            }
+            for k in OWN_KEYS {
+                base.remove(*k);
+            }
+            for (k, v) in file {
+                match (base.get_mut(&k), v) {
+                    (Some(toml::Value::Table(b)), toml::Value::Table(t))
+                        if !WHOLE_TABLES.contains(&k.as_str()) =>
+                    {
+                        b.extend(t)
+                    }
+                    (_, v) => {
+                        base.insert(k, v);
+                    }
+                }
+            }
+            file = base;
+        }
+        toml::Value::Table(file)
+            .try_into()
+            .map_err(|e: toml::de::Error| e.to_string())
+    }
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct SignatureSpec {
     /// `hmac` (default, all data) or a code scheme (`adyen`, `paypal`, …).
     #[serde(default)]
     pub(super) scheme: Scheme,
-    /// Header(s) carrying the signature; the first present is used.
+    /// Header(s) carrying the signature; the first present is used. A
+    /// name ending in `*` stands for every header with that prefix
+    /// (DocuSign's `X-DocuSign-Signature-1`, `-2`, …; needs `every_header`).
     pub(super) header: Option<OneOrMany>,
+    /// Every listed header present contributes its signatures, instead of
+    /// the first present only: providers that sign with each active key in
+    /// its own header (Box's primary and secondary, DocuSign's numbered ones).
+    #[serde(default)]
+    pub(super) every_header: bool,
+    /// `hmac`: the signature is a value in the request instead of a header
+    /// (`json:/signature/signature`: Mailgun carries it in the body).
+    pub(super) from: Option<String>,
     /// `token` scheme: query parameter carrying the token instead of a header.
     pub(super) query: Option<String>,
     /// How the header value holds signatures.
@@ -173,7 +242,7 @@ pub enum HeaderFormat {
 pub(super) struct TimestampSpec {
     /// Where the signed timestamp is (`signature:t`, `header:webhook-timestamp`).
     pub(super) from: String,
-    /// `s` (default) or `ms` since the Unix epoch.
+    /// `s` (default) or `ms` since the Unix epoch, or `rfc3339`.
     #[serde(default)]
     pub(super) unit: TimeUnit,
     /// Default window; a source may override it with `tolerance`.
@@ -182,6 +251,12 @@ pub(super) struct TimestampSpec {
     /// Reject timestamps in the future beyond the window too (default true).
     #[serde(default = "yes")]
     pub(super) reject_future: bool,
+    /// Check the window at all (default true). `false`: the timestamp is
+    /// signed but its age is not checked, for providers that document no
+    /// window and may resend an old signature (Sanity, Mailgun); replays
+    /// are then bounded by dedup only.
+    #[serde(default = "yes")]
+    pub(super) checked: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -191,6 +266,31 @@ pub enum TimeUnit {
     Seconds,
     #[serde(rename = "ms")]
     Millis,
+    /// An RFC 3339 time, `Z` or a numeric offset (Box's
+    /// `2016-07-11T10:10:33-07:00`).
+    #[serde(rename = "rfc3339")]
+    Rfc3339,
+}
+
+impl TimeUnit {
+    /// A timestamp as written in this unit, in unix seconds.
+    pub fn unix_secs(self, text: &str) -> Option<i64> {
+        let text = text.trim();
+        match self {
+            Self::Seconds => text.parse().ok(),
+            Self::Millis => text.parse::<i64>().ok().map(|ms| ms.div_euclid(1000)),
+            Self::Rfc3339 => Millis::parse_rfc3339(text).map(|t| t.0.div_euclid(1000)),
+        }
+    }
+
+    /// Unix seconds written in this unit (for `hookgate sign`).
+    pub fn write(self, secs: i64) -> String {
+        match self {
+            Self::Seconds => secs.to_string(),
+            Self::Millis => (secs * 1000).to_string(),
+            Self::Rfc3339 => Millis::from_secs(secs).format_rfc3339_seconds(),
+        }
+    }
 }
 
 fn five_minutes() -> Dur {

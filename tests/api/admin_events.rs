@@ -198,7 +198,7 @@ async fn events_are_listed_filtered_and_shown_with_credentials_redacted(b: Backe
     assert_eq!(arrivals.len(), 2);
     assert_eq!(arrivals[0]["conflict"], false);
     assert_eq!(arrivals[1]["conflict"], true);
-    // A burst of identical copies: folded per flush (store::arrivals), the
+    // A burst of identical copies: folded per flush (dedup::arrivals), the
     // counts still add up to every copy.
     for _ in 0..3 {
         let r = app

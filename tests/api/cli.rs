@@ -311,3 +311,78 @@ async fn sign_plaid_with_a_test_key_and_the_printed_jwk_pinned() {
         .await;
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
 }
+
+/// `hookgate providers` prints the catalogue; `--update` rewrites only the
+/// generated part of a document, which for the shipped docs/providers.md is
+/// already what the binary writes (the unit test keeps it so).
+#[test]
+fn providers_prints_the_catalogue_and_updates_a_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, out, err) = hookgate(&["providers"], dir.path());
+    assert!(ok, "{err}");
+    assert!(out.contains("### Developer tools"), "{out}");
+    assert!(out.contains(") `box` |"), "{out}");
+
+    let shipped = include_str!("../../docs/providers.md");
+    let begin = shipped.find("<!-- generated:").unwrap();
+    let end = shipped.find("<!-- generated: end -->").unwrap();
+    let marker_end = begin + shipped[begin..].find('\n').unwrap();
+    let stale = format!(
+        "{}\n\nstale table\n\n{}",
+        &shipped[..marker_end],
+        &shipped[end..]
+    );
+    let doc = dir.path().join("providers.md");
+    std::fs::write(&doc, stale).unwrap();
+    let (ok, _, err) = hookgate(&["providers", "--update", "providers.md"], dir.path());
+    assert!(ok, "{err}");
+    assert_eq!(std::fs::read_to_string(&doc).unwrap(), shipped);
+
+    std::fs::write(&doc, "no markers here").unwrap();
+    let (ok, _, err) = hookgate(&["providers", "--update", "providers.md"], dir.path());
+    assert!(!ok);
+    assert!(err.contains("has no"), "{err}");
+}
+
+/// A gateway whose log is a file or a pipe writes plain text: colour codes
+/// are for a terminal, and around every field in journald or a log shipper
+/// they are noise.
+#[test]
+fn serve_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::helpers::process::free_port();
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        format!("[server]\nlisten = \"127.0.0.1:{port}\"\n[storage]\ndatabase_url = \"sqlite://hg.db\"\n"),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args(["--config", "hookgate.toml", "serve"])
+        .current_dir(dir.path())
+        .env_remove("DATABASE_URL")
+        .env_remove("REDIS_URL")
+        .env("RUST_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("hookgate listening");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let text = seen.join("\n");
+    assert!(text.contains("hookgate listening"), "{text}");
+    assert!(
+        !text.contains('\u{1b}'),
+        "colour codes in a piped log:\n{text:?}"
+    );
+}

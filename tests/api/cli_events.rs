@@ -43,6 +43,15 @@ async fn the_cli_lists_shows_redelivers_and_replays_with_filters() {
     assert!(ok, "{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(doc["items"].as_array().unwrap().len(), 2, "{out}");
+    // Relative times: all three arrived within the last hour, none before it.
+    let (ok, out, err) = hookgate(&["events", "list", "--since", "1h", "--json"], &config);
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["items"].as_array().unwrap().len(), 3, "{out}");
+    let (ok, out, err) = hookgate(&["events", "list", "--until", "1h", "--json"], &config);
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["items"].as_array().unwrap().len(), 0, "{out}");
     let (ok, out, _) = hookgate(&["events", "list", "--state", "dead"], &config);
     assert!(
         ok && out.contains("evt_cli_b1") && out.contains("down=dead(1)"),

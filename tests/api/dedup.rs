@@ -349,13 +349,14 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
     )
     .await
     .unwrap();
-    ledger.migrate().await.unwrap();
+    ledger.backend.migrate().await.unwrap();
+    let ledger = ledger.event_log;
     let event = |id: &str, sha: u8| NewEvent {
         source: "stripe".into(),
         event_id: id.into(),
         body: bytes::Bytes::from(stripe_body(id)),
         body_sha256: [sha; 32],
-        headers: "[]".into(),
+        headers: Default::default(),
         received_at: Millis(now() * 1000),
         expires_at: Millis(now() * 1000 + 3_600_000),
         targets: vec![],
@@ -370,7 +371,8 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
     let first = ledger
         .record(&[event("evt_f1", 1), event("evt_f2", 2), event("evt_f1", 1)])
         .await
-        .unwrap();
+        .unwrap()
+        .outcomes;
     assert_eq!(first[0], Recorded::New);
     assert_eq!(first[1], Recorded::New);
     assert!(dup_of(&first[2], 1), "{first:?}");
@@ -378,7 +380,8 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
     let second = ledger
         .record(&[event("evt_f3", 3), event("evt_f2", 9), event("evt_f4", 4)])
         .await
-        .unwrap();
+        .unwrap()
+        .outcomes;
     assert_eq!(second[0], Recorded::New, "{second:?}");
     assert!(
         dup_of(&second[1], 2),
@@ -395,11 +398,16 @@ async fn a_fresh_batch_holding_a_stored_id_is_written_with_conflict_handling() {
     let third = ledger
         .record(&[to_billing("evt_f5", 5), to_billing("evt_f1", 7)])
         .await
-        .unwrap();
+        .unwrap()
+        .outcomes;
     assert_eq!(third[0], Recorded::New, "{third:?}");
     assert!(dup_of(&third[1], 1), "{third:?}");
     // A fresh batch with delivery rows and no stored id.
-    let fourth = ledger.record(&[to_billing("evt_f6", 6)]).await.unwrap();
+    let fourth = ledger
+        .record(&[to_billing("evt_f6", 6)])
+        .await
+        .unwrap()
+        .outcomes;
     assert_eq!(fourth, vec![Recorded::New]);
     for id in ["evt_f1", "evt_f2", "evt_f3", "evt_f4", "evt_f5", "evt_f6"] {
         assert_eq!(ledger.event_count("stripe", id).await.unwrap(), 1, "{id}");

@@ -92,7 +92,8 @@ async fn failures_are_retried_and_every_attempt_is_recorded(b: Backend) {
     assert!(done, "delivered after retries");
     let attempts = app
         .state
-        .ledger
+        .store
+        .console
         .attempts("stripe", "evt_flaky", "flaky")
         .await
         .unwrap();
@@ -375,7 +376,7 @@ async fn delivered_each_once(app: &TestApp, t: &TestTarget, n: usize) {
     assert_eq!(t.count(), n, "each event once");
 }
 
-/// A lane holds two rounds of the target's `concurrency` (store::handoff::
+/// A lane holds two rounds of the target's `concurrency` (deliver::lanes::
 /// LANE_DEPTH): while a full round is being sent, the next round's rows are
 /// handed off too (leased at commit, waiting in the lane for a target slot)
 /// instead of paying a claim; only what comes after them is claimed. The

@@ -478,7 +478,7 @@ async fn expired_keys_are_purged_and_then_run_again(backend: Backend) {
     };
     // purge_interval is 200ms in the test config.
     let purged = eventually(Duration::from_secs(5), || async {
-        app.state.idempotency.lookup(&key).await.unwrap()
+        app.state.store.idempotency.lookup(&key).await.unwrap()
             == hookgate::store::idempotency::Begin::Vanished
     })
     .await;

@@ -198,7 +198,7 @@ async fn a_request_cut_while_its_event_waits_for_the_ledger_gives_its_claim_back
 
     // While the table is still held, the id is free in the cache again: at
     // once, not when the ledger gives up (statement_timeout on PostgreSQL,
-    // SQLite's 5 s busy timeout, src/store/sqlite.rs).
+    // SQLite's 5 s busy timeout, src/store/sqlite/mod.rs).
     let key = format!("{}:v1:stripe:evt_cut", app.prefix);
     let cache = app.state.dedup.cache().clone();
     let free = eventually(Duration::from_secs(2), || {

@@ -126,7 +126,7 @@ fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
     Reconciler {
         config: Arc::new(config),
         dedup: app.state.dedup.clone(),
-        ledger: app.state.ledger.clone(),
+        store: app.state.store.reconcile.clone(),
         wake: app.state.wake.clone(),
         client: Reconciler::http_client(),
         retry: Default::default(),
@@ -301,7 +301,7 @@ async fn dry_run_reports_and_changes_nothing(backend: Backend) {
     }
     let stats = app.stats().await;
     assert_eq!(stats["sources"]["stripe"]["unique"], 8);
-    let statuses = app.state.ledger.reconcile().statuses().await.unwrap();
+    let statuses = app.state.store.reconcile.statuses().await.unwrap();
     assert!(
         statuses.is_empty(),
         "a dry run took the lease: {statuses:?}"
@@ -371,7 +371,7 @@ fn lease(owner: &str, now: i64) -> Lease<'_> {
 
 async fn a_lease_is_renewed_by_its_owner_and_by_no_one_else(backend: Backend) {
     let app = spawn_app(Opts::new(backend)).await;
-    let store = app.state.ledger.reconcile();
+    let store = &app.state.store.reconcile;
     let cursor = Checkpoint {
         since: Millis(0),
         cursor: "evt_x".into(),
@@ -427,7 +427,7 @@ async fn a_run_that_lost_its_lease_stops(backend: Backend, scheduled: bool) {
     // Act: while page two is on its way, the lease is past (as seen from a
     // replica whose clock is beyond it) and that replica takes it.
     assert!(eventually(Duration::from_secs(20), || async { fake.holding() }).await);
-    let store = app.state.ledger.reconcile();
+    let store = &app.state.store.reconcile;
     let later = Millis::now() + LEASE + Duration::from_secs(1);
     let thief = Lease {
         source: "stripe",
@@ -482,7 +482,7 @@ async fn marked(app: &TestApp) -> HashSet<String> {
 
 async fn only_events_received_after_their_resend_request_are_marked(backend: Backend) {
     let app = spawn_app(Opts::new(backend)).await;
-    let store = app.state.ledger.reconcile();
+    let store = &app.state.store.reconcile;
     let day = Duration::from_secs(86_400);
     // Arrived by itself before anyone asked.
     assert_eq!(app.post_stripe("evt_mark_before").await.status(), 200);

@@ -4,7 +4,8 @@
 //! Rule: a lost LISTEN connection is never fatal; delivery falls back to
 //! polling and the connection is retried every second until `stop`.
 
-use super::{NOTIFY_CHANNEL, OnCommit};
+use super::NOTIFY_CHANNEL;
+use crate::store::OnCommit;
 use sqlx::postgres::{PgListener, PgPool};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;

@@ -1,29 +1,105 @@
-//! The outbox side of the PostgreSQL ledger: leasing due deliveries,
-//! recording attempts, giving leases back, making a recovered target's
-//! retries due. (Operator replay and redeliver live in `store::events`.)
+//! [`Outbox`] on PostgreSQL: claims with `FOR UPDATE SKIP LOCKED` on the
+//! outbox pool (sequential scans priced out), attempt records as one
+//! `UNNEST` statement on the record pool (asynchronous commit), the shared
+//! rate buckets, and the cross-replica wake-ups of [`listen`](super::listen).
+//! (Operator replay and redeliver live in `store::console`.)
 //!
 //! Rule: a delivery row changes only under its lease token, so two workers
 //! never both own one row.
 
-use super::super::rows::{
-    ORDERED_CANDIDATES_SQL, RELEASE_LEASES_SQL, SUCCESSOR_SQL, due_from_row, next_columns,
-};
-use super::super::{AttemptRecord, DueDelivery, StoreError};
+use super::PgStore;
 use crate::primitives::time::Millis;
-use sqlx::PgConnection;
-use sqlx::Row;
+use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, lease_arguments};
+use crate::store::{
+    AttemptRecord, DueDelivery, LeaseRequest, OnCommit, Outbox, RateGrant, StoreError, rows,
+};
+use async_trait::async_trait;
+use sqlx::postgres::PgArguments;
+use sqlx::{PgConnection, Postgres, Row};
 use std::collections::HashSet;
 use std::sync::LazyLock;
+use tokio_util::sync::CancellationToken;
 
-pub(super) async fn claim_due(
+#[async_trait]
+impl Outbox for PgStore {
+    async fn claim_due(&self, r: &LeaseRequest<'_>) -> Result<Vec<DueDelivery>, StoreError> {
+        self.bounded(&self.outbox, async |c| claim_due(c, r).await)
+            .await
+    }
+
+    async fn claim_due_ordered(
+        &self,
+        r: &LeaseRequest<'_>,
+        after: &str,
+    ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
+        self.bounded(&self.outbox, async |c| claim_due_ordered(c, r, after).await)
+            .await
+    }
+
+    async fn claim_successor(
+        &self,
+        r: &LeaseRequest<'_>,
+        key: &str,
+    ) -> Result<Option<DueDelivery>, StoreError> {
+        self.bounded(&self.outbox, async |c| claim_successor(c, r, key).await)
+            .await
+    }
+
+    async fn take_rate_tokens(
+        &self,
+        target: &str,
+        want: u32,
+        per_sec: f64,
+        capacity: f64,
+    ) -> Result<Option<RateGrant>, StoreError> {
+        self.bounded(&self.outbox, async |c| {
+            take_rate_tokens(c, target, want, per_sec, capacity).await
+        })
+        .await
+        .map(Some)
+    }
+
+    async fn finish_attempts(
+        &self,
+        token: &str,
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError> {
+        self.bounded(&self.records, async |c| {
+            finish_attempts(c, token, batch).await
+        })
+        .await
+    }
+
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
+        self.bounded(&self.outbox, async |c| expedite(c, target, now).await)
+            .await
+    }
+
+    async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
+        self.bounded(&self.pool, async |c| {
+            rows::release_leases(c, token, target).await
+        })
+        .await
+    }
+
+    async fn listen(&self, on_commit: OnCommit, stop: CancellationToken) {
+        super::listen::listen(&self.pool, on_commit, stop).await
+    }
+}
+
+/// `sql` with a claim's first five arguments bound (`rows::lease_arguments`).
+fn claim(
+    sql: &'static str,
+    r: &LeaseRequest<'_>,
+) -> Result<sqlx::query::Query<'static, Postgres, PgArguments>, StoreError> {
+    Ok(sqlx::query_with(sql, lease_arguments::<Postgres>(r)?))
+}
+
+async fn claim_due(
     conn: &mut PgConnection,
-    target: &str,
-    now: Millis,
-    lease_until: Millis,
-    token: &str,
-    limit: i64,
+    r: &LeaseRequest<'_>,
 ) -> Result<Vec<DueDelivery>, StoreError> {
-    let rows = sqlx::query(
+    let rows = claim(
         "WITH due AS (
              SELECT id FROM hookgate_deliveries
              WHERE target = $1 AND state = 'pending' AND next_attempt_at <= $2
@@ -39,12 +115,8 @@ pub(super) async fn claim_due(
          SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
                 l.attempts, e.event_type
          FROM leased l JOIN hookgate_events e ON e.id = l.event_pk",
-    )
-    .bind(target)
-    .bind(now)
-    .bind(lease_until)
-    .bind(token)
-    .bind(limit)
+        r,
+    )?
     .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(due_from_row).collect()
@@ -56,16 +128,12 @@ pub(super) async fn claim_due(
 /// retrying rows, so at most one row per key is ever leased. Eligibility is
 /// stable under concurrent claims: a pending row leaves `pending` only
 /// forward (delivered, dead), and a row made pending again by replay gets a
-/// new, last sequence number in its key (`store::events`), so no snapshot
+/// new, last sequence number in its key (`store::console`), so no snapshot
 /// can see a row as first in its key while an earlier one is pending.
 /// Returns the rows and the last key leased (the loop's next cursor).
-pub(super) async fn claim_due_ordered(
+async fn claim_due_ordered(
     conn: &mut PgConnection,
-    target: &str,
-    now: Millis,
-    lease_until: Millis,
-    token: &str,
-    limit: i64,
+    r: &LeaseRequest<'_>,
     after: &str,
 ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
@@ -88,12 +156,7 @@ pub(super) async fn claim_due_ordered(
              ORDER BY due.pass, due.k"
         )
     });
-    let rows = sqlx::query(SQL.as_str())
-        .bind(target)
-        .bind(now)
-        .bind(lease_until)
-        .bind(token)
-        .bind(limit)
+    let rows = claim(SQL.as_str(), r)?
         .bind(after)
         .fetch_all(&mut *conn)
         .await?;
@@ -109,14 +172,12 @@ pub(super) async fn claim_due_ordered(
     ))
 }
 
-/// The key's next row, leased if due and free (see `Ledger::claim_successor`).
-pub(super) async fn claim_successor(
+/// The key's next row, leased if due and free (see `Outbox::claim_successor`).
+/// `$5` is the key here, not a limit: the statement leases at most one row.
+async fn claim_successor(
     conn: &mut PgConnection,
-    target: &str,
+    r: &LeaseRequest<'_>,
     key: &str,
-    now: Millis,
-    lease_until: Millis,
-    token: &str,
 ) -> Result<Option<DueDelivery>, StoreError> {
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
@@ -132,10 +193,10 @@ pub(super) async fn claim_successor(
         )
     });
     let row = sqlx::query(SQL.as_str())
-        .bind(target)
-        .bind(now)
-        .bind(lease_until)
-        .bind(token)
+        .bind(r.target)
+        .bind(r.now)
+        .bind(r.until)
+        .bind(r.token)
         .bind(key)
         .fetch_optional(&mut *conn)
         .await?;
@@ -146,13 +207,13 @@ pub(super) async fn claim_successor(
 /// 0014), refilled by the database's clock: one statement, the row locked
 /// for its duration, so replicas taking at once never both spend a token.
 /// A missing row starts full.
-pub(super) async fn take_rate_tokens(
+async fn take_rate_tokens(
     conn: &mut PgConnection,
     target: &str,
     want: u32,
     per_sec: f64,
     capacity: f64,
-) -> Result<crate::store::RateGrant, StoreError> {
+) -> Result<RateGrant, StoreError> {
     const SQL: &str = "WITH now AS (
              SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint AS us
          ), seed AS (
@@ -186,7 +247,7 @@ pub(super) async fn take_rate_tokens(
     } else {
         std::time::Duration::from_secs_f64(((1.0 - left).max(0.0) / per_sec).max(0.001))
     };
-    Ok(crate::store::RateGrant {
+    Ok(RateGrant {
         granted: granted as u32,
         wait,
     })
@@ -196,7 +257,7 @@ pub(super) async fn take_rate_tokens(
 /// commit for the whole batch): move each delivery on under our lease token,
 /// and log an attempt row for each one that moved. Returns, per input, whether
 /// its row was still ours.
-pub(super) async fn finish_attempts(
+async fn finish_attempts(
     conn: &mut PgConnection,
     token: &str,
     batch: &[(i64, AttemptRecord)],
@@ -207,7 +268,7 @@ pub(super) async fn finish_attempts(
     let (mut ids, mut states, mut next_at, mut status) = (vec![], vec![], vec![], vec![]);
     let (mut error, mut started, mut latency) = (vec![], vec![], vec![]);
     for (id, rec) in batch {
-        let (state, at) = next_columns(rec);
+        let (state, at) = rec.next_columns();
         ids.push(*id);
         states.push(state);
         next_at.push(at);
@@ -256,11 +317,7 @@ pub(super) async fn finish_attempts(
 
 /// Unleased retrying rows of `target` become due now; rows another
 /// transaction holds are skipped rather than waited for.
-pub(super) async fn expedite(
-    conn: &mut PgConnection,
-    target: &str,
-    now: Millis,
-) -> Result<u64, StoreError> {
+async fn expedite(conn: &mut PgConnection, target: &str, now: Millis) -> Result<u64, StoreError> {
     let r = sqlx::query(
         "UPDATE hookgate_deliveries SET next_attempt_at = $2
          WHERE id IN (
@@ -273,18 +330,5 @@ pub(super) async fn expedite(
     .bind(now)
     .execute(&mut *conn)
     .await?;
-    Ok(r.rows_affected())
-}
-
-pub(super) async fn release_leases(
-    conn: &mut PgConnection,
-    token: &str,
-    target: &str,
-) -> Result<u64, StoreError> {
-    let r = sqlx::query(RELEASE_LEASES_SQL)
-        .bind(token)
-        .bind(target)
-        .execute(&mut *conn)
-        .await?;
     Ok(r.rows_affected())
 }

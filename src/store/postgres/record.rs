@@ -8,10 +8,12 @@
 //! written the usual way: one statement more, only then). Rows are
 //! locked in one global key order so concurrent batches cannot deadlock.
 
-use super::super::rows::{first_occurrence, fresh_results};
-use super::super::{NewEvent, Recorded, StoreError};
 use super::NOTIFY_CHANNEL;
+use super::record_sql::{EVENTS_ONLY_SQL, FRESH_INSERT_SQL, INSERT_SQL, ORDERED_INSERT_SQL};
+use crate::primitives::headers::JsonRows;
 use crate::primitives::time::Millis;
+use crate::store::event_log::{duplicate_of, first_occurrence, fresh_results};
+use crate::store::{LeasedRow, NewEvent, Recorded, StoreError, Written};
 use sqlx::PgConnection;
 use sqlx::Row;
 use std::collections::HashMap;
@@ -23,13 +25,13 @@ type Key<'a> = (&'a str, &'a str);
 /// Inserts every event not already present, with its delivery rows, in one
 /// statement (its own transaction: one round trip, one commit); a fresh
 /// batch without delivery rows first as a plain INSERT ([`insert_fresh`]),
-/// which costs one statement more when it holds a stored id. Results are in
+/// which costs one statement more when it holds a stored id. Outcomes are in
 /// input order.
 pub(super) async fn record(
     conn: &mut PgConnection,
     batch: &[NewEvent],
     pause: &FreshPause,
-) -> Result<Vec<Recorded>, StoreError> {
+) -> Result<Written, StoreError> {
     let repeats = first_occurrence(batch);
     // Arrival order (the queue's), for the sequence numbers of ordered
     // targets: the batch is written in key order, not in this one.
@@ -70,22 +72,24 @@ pub(super) async fn record(
         .map(|(i, e)| (key(e), i))
         .collect();
 
-    let (mut pk, leased) = insert_all(conn, &unique, &position, &arrival).await?;
-    // Committed: hand the leased rows to this process's loops.
-    for (at, e) in unique.iter().enumerate() {
-        if pk[at].is_some() {
-            e.committed(&leased[at]);
-        }
-    }
+    let mut rows = insert_all(conn, &unique, &position, &arrival).await?;
     // Only when something conflicted: the conflicting rows are committed
     // (ON CONFLICT waited for them), so a plain read sees their hashes.
-    let mut stored = stored_hashes(conn, &unique, &pk, &position).await?;
-    readmit_expired(conn, &unique, &position, &arrival, &mut pk, &mut stored).await?;
+    let mut stored = stored_hashes(conn, &unique, &rows.pk, &position).await?;
+    readmit_expired(conn, &unique, &position, &arrival, &mut rows, &mut stored).await?;
 
-    Ok(results(batch, &repeats, &position, &pk, stored))
+    Ok(results(batch, &repeats, &position, rows, stored))
 }
 
-/// An id whose stored row is past its window is new again (docs/design.md
+/// What [`insert_all`] wrote, per event of its input: the new primary key
+/// (`None` where the id was stored already), and the rows written leased as
+/// `(target index, delivery id)`.
+struct Inserted {
+    pk: Vec<Option<i64>>,
+    leased: Vec<Vec<(usize, i64)>>,
+}
+
+/// An id whose stored row is past its window is new again (docs/design.md,
 /// "Dedup window"), even while that row is kept for an unfinished delivery:
 /// the old row is renamed `<id>~expired~<pk>` (its deliveries, attempts and
 /// arrivals stay with it, for the operator) and the event is inserted again.
@@ -97,7 +101,7 @@ async fn readmit_expired(
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
     arrival: &HashMap<Key<'_>, i64>,
-    pk: &mut [Option<i64>],
+    rows: &mut Inserted,
     stored: &mut [Option<(Vec<u8>, Millis)>],
 ) -> Result<(), StoreError> {
     let expired: Vec<&NewEvent> = unique
@@ -127,17 +131,15 @@ async fn readmit_expired(
         .enumerate()
         .map(|(i, e)| (key(e), i))
         .collect();
-    let (pk2, leased2) = insert_all(conn, &expired, &again, arrival).await?;
+    let again_rows = insert_all(conn, &expired, &again, arrival).await?;
     for (i, e) in expired.iter().enumerate() {
-        if pk2[i].is_some() {
-            e.committed(&leased2[i]);
-        }
         let at = position[&key(e)];
-        pk[at] = pk2[i];
+        rows.pk[at] = again_rows.pk[i];
+        rows.leased[at].clone_from(&again_rows.leased[i]);
     }
     // Whatever still conflicts (another writer re-admitted it first) is a
     // duplicate of that new row.
-    let still = stored_hashes(conn, &expired, &pk2, &again).await?;
+    let still = stored_hashes(conn, &expired, &again_rows.pk, &again).await?;
     for (i, e) in expired.iter().enumerate() {
         stored[position[&key(e)]] = still[i].clone();
     }
@@ -187,15 +189,16 @@ fn events<'q>(
     sql: &'static str,
     unique: &[&'q NewEvent],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let headers = JsonRows::of(unique.iter().map(|e| &e.headers));
     sqlx::query(sql)
         .bind(column(unique, |e| e.source.as_str()))
         .bind(column(unique, |e| e.event_id.as_str()))
         .bind(column(unique, |e| e.body.as_ref()))
         .bind(column(unique, |e| &e.body_sha256[..]))
-        .bind(column(unique, |e| e.headers.as_str()))
+        .bind(headers.iter().collect::<Vec<_>>())
         .bind(column(unique, |e| e.received_at))
         .bind(column(unique, |e| e.expires_at))
-        // Console facts (store::events): event type, matched key, provider time.
+        // Console facts: event type, matched key, provider time.
         .bind(column(unique, |e| e.facts.event_type.as_deref()))
         .bind(column(unique, |e| e.facts.key_index))
         .bind(column(unique, |e| e.facts.provider_ts))
@@ -231,9 +234,7 @@ fn unique_in_lock_order<'a>(batch: &'a [NewEvent], repeats: &[Option<usize>]) ->
 /// Inserts the events, one delivery row per target of each inserted event
 /// (due at once; leased to this process where a hand-off slot was reserved)
 /// and one NOTIFY per distinct target with unleased rows (delivered at
-/// COMMIT, waking the workers of every replica), in ONE statement. Returns
-/// the new primary key of each event inserted (`None` where the key already
-/// existed), and per event its leased rows as `(target index, delivery id)`.
+/// COMMIT, waking the workers of every replica), in ONE statement.
 ///
 /// A batch with ordering keys uses [`ORDERED_INSERT_SQL`] instead: the same
 /// statement, which also takes each ordered row's sequence number.
@@ -242,7 +243,7 @@ async fn insert_all(
     unique: &[&NewEvent],
     position: &HashMap<Key<'_>, usize>,
     arrival: &HashMap<Key<'_>, i64>,
-) -> Result<(Vec<Option<i64>>, Vec<Vec<(usize, i64)>>), StoreError> {
+) -> Result<Inserted, StoreError> {
     let (mut t_source, mut t_event, mut t_target) = (vec![], vec![], vec![]);
     let (mut t_lease_until, mut t_token) = (vec![], vec![]);
     let (mut t_order_key, mut t_arrival) = (vec![], vec![]);
@@ -308,7 +309,7 @@ async fn insert_all(
             }
         }
     }
-    Ok((pk, leased))
+    Ok(Inserted { pk, leased })
 }
 
 /// The stored body hash of each event whose insert conflicted (`None`
@@ -347,158 +348,44 @@ async fn stored_hashes(
     Ok(stored)
 }
 
-/// One result per input event, in input order.
+/// One outcome per input event, in input order, and the leased rows of
+/// the new ones by their place in the batch.
 fn results(
     batch: &[NewEvent],
     repeats: &[Option<usize>],
     position: &HashMap<Key<'_>, usize>,
-    pk: &[Option<i64>],
+    mut rows: Inserted,
     mut stored: Vec<Option<(Vec<u8>, Millis)>>,
-) -> Vec<Recorded> {
-    batch
+) -> Written {
+    let mut leased = Vec::new();
+    let outcomes = batch
         .iter()
         .zip(repeats)
-        .map(|(e, rep)| match rep {
-            Some(first) => Recorded::Duplicate {
-                stored_sha256: batch[*first].body_sha256.to_vec(),
-                expires_at: batch[*first].expires_at,
-            },
-            None => {
-                let at = position[&key(e)];
-                match pk[at] {
-                    Some(_) => Recorded::New,
-                    None => {
-                        let (stored_sha256, expires_at) = stored[at].take().unwrap_or_default();
-                        Recorded::Duplicate {
-                            stored_sha256,
-                            expires_at,
-                        }
-                    }
-                }
+        .enumerate()
+        .map(|(i, (e, rep))| {
+            if let Some(first) = rep {
+                return duplicate_of(&batch[*first]);
             }
+            let at = position[&key(e)];
+            if rows.pk[at].is_none() {
+                let (stored_sha256, expires_at) = stored[at].take().unwrap_or_default();
+                return Recorded::Duplicate {
+                    stored_sha256,
+                    expires_at,
+                };
+            }
+            leased.extend(std::mem::take(&mut rows.leased[at]).into_iter().map(
+                |(target, delivery_id)| LeasedRow {
+                    event: i,
+                    target,
+                    delivery_id,
+                },
+            ));
+            Recorded::New
         })
-        .collect()
+        .collect();
+    Written { outcomes, leased }
 }
-
-/// The statement's head, shared by both forms: insert the events, skipping
-/// ids already stored (`ins`), then the form's own CTEs follow.
-macro_rules! events_cte {
-    () => {
-        "WITH ins AS (
-         INSERT INTO hookgate_events
-             (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts, recovered)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                              $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[], $17::bool[])
-         ON CONFLICT (source, event_id) DO NOTHING
-         RETURNING id, source, event_id, received_at
-     ), "
-    };
-}
-
-/// The statement's tail, shared by both forms: after `dl` (the delivery
-/// rows) ends `INSERT … SELECT …`, one NOTIFY per target with unleased
-/// rows, then the inserted events (kind 0) and their leased rows (kind 1).
-macro_rules! result_tail {
-    () => {
-        "
-         RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
-     ), woke AS (
-         SELECT pg_notify($14, target)
-         FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
-     )
-     SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
-            (SELECT count(*) FROM woke) AS woke
-     FROM ins
-     UNION ALL
-     SELECT 1, dl.id, ins.source, ins.event_id, dl.target, 0
-     FROM dl JOIN ins ON ins.id = dl.event_pk WHERE dl.leased"
-    };
-}
-
-/// Events, their delivery rows and the NOTIFY, in one statement. The scalar
-/// subquery makes `woke` run (once), after `dl`. Rows of kind 0 are the
-/// inserted events, kind 1 their leased delivery rows.
-const INSERT_SQL: &str = concat!(
-    events_cte!(),
-    "dl AS (
-         INSERT INTO hookgate_deliveries
-             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
-         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
-                t.lease_until, t.token
-         FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
-             AS t(source, event_id, target, lease_until, token)
-           ON t.source = ins.source AND t.event_id = ins.event_id",
-    result_tail!()
-);
-
-/// The events alone, `recovered` as `$11`: the head of [`FRESH_INSERT_SQL`]
-/// and [`EVENTS_ONLY_SQL`].
-macro_rules! events_insert {
-    () => {
-        "INSERT INTO hookgate_events
-             (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts, recovered)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
-                              $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[], $11::bool[])"
-    };
-}
-
-/// [`insert_fresh`]: no conflict handling, no rows back.
-const FRESH_INSERT_SQL: &str = events_insert!();
-
-/// [`INSERT_SQL`] for a batch without delivery rows: the events alone, with
-/// the same result rows (kind 0).
-const EVENTS_ONLY_SQL: &str = concat!(
-    events_insert!(),
-    "
-     ON CONFLICT (source, event_id) DO NOTHING
-     RETURNING 0 AS kind, id, source, event_id, NULL::text AS target"
-);
-
-/// [`INSERT_SQL`] for a batch with ordering keys (`$18`, parallel to the
-/// delivery arrays: NULL for an unordered target, `''` for an ordered one
-/// whose event has no key, stored as key NULL and sequence 0; `$19` = each
-/// row's place in the batch's arrival order).
-/// Per (target, key) of the inserted events, `bump` adds the number of new
-/// rows to `hookgate_order_keys.last_seq` and each row takes its number in
-/// arrival order. The counter's row lock is held until COMMIT, so a second
-/// batch with the same key waits for this one: sequence order is commit
-/// order (docs/design.md "Ordering"). `bump` runs after `ins` has finished
-/// (its window sort reads all of it) and takes keys sorted, so two batches
-/// lock counters in one order and never deadlock.
-const ORDERED_INSERT_SQL: &str = concat!(
-    events_cte!(),
-    "t AS (
-         SELECT * FROM UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[],
-                              $18::text[], $19::int8[])
-             AS t(source, event_id, target, lease_until, token, order_key, arrival)
-     ), ord AS (
-         SELECT t.target, t.order_key, t.arrival,
-                row_number() OVER (PARTITION BY t.target, t.order_key ORDER BY t.arrival) AS r,
-                count(*) OVER (PARTITION BY t.target, t.order_key) AS c
-         FROM ins JOIN t ON t.source = ins.source AND t.event_id = ins.event_id
-         WHERE t.order_key <> ''
-     ), bump AS (
-         INSERT INTO hookgate_order_keys AS k (target, order_key, last_seq)
-         SELECT target, order_key, count(*) FROM ord
-         GROUP BY target, order_key ORDER BY target, order_key
-         ON CONFLICT (target, order_key) DO UPDATE SET last_seq = k.last_seq + excluded.last_seq
-         RETURNING k.target, k.order_key, k.last_seq
-     ), dl AS (
-         INSERT INTO hookgate_deliveries
-             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token,
-              order_key, order_seq)
-         SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
-                t.lease_until, t.token, NULLIF(t.order_key, ''),
-                CASE WHEN t.order_key = '' THEN 0 ELSE b.last_seq - o.c + o.r END
-         FROM ins JOIN t ON t.source = ins.source AND t.event_id = ins.event_id
-         LEFT JOIN ord o ON o.target = t.target AND o.arrival = t.arrival
-         LEFT JOIN bump b ON b.target = t.target AND b.order_key = t.order_key",
-    result_tail!()
-);
 
 #[cfg(test)]
 mod tests {

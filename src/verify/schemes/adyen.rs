@@ -15,6 +15,8 @@ use serde_json::Value;
 pub struct Adyen;
 
 impl SchemeDef for Adyen {
+    const SUMMARY: &'static str = "HMAC-SHA256 (hex key) → base64 per item, over 8 fields joined with `:`";
+
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha256, Encoding::Base64);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

@@ -12,6 +12,8 @@ use base64::Engine;
 pub struct Basic;
 
 impl SchemeDef for Basic {
+    const SUMMARY: &'static str = "HTTP Basic `user:password`; the body is not signed";
+
     const DEFAULTS: Defaults = Defaults::keyed(true, Algorithm::Sha256, Encoding::Base64);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

@@ -20,6 +20,11 @@ use serde::Deserialize;
 pub struct Braintree;
 
 impl SchemeDef for Braintree {
+    const HANDSHAKE: Option<&'static str> =
+        Some("GET `bt_challenge` answered with `public_key|HMAC` (needs `[sources.x.braintree] public_key`)");
+
+    const SUMMARY: &'static str = "HMAC-SHA1 (key = SHA-1 of the private key) → hex over `bt_payload`";
+
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha1, Encoding::Hex);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

@@ -18,6 +18,8 @@ pub const MAX_CANDIDATES: usize = 16;
 pub struct Hmac;
 
 impl SchemeDef for Hmac {
+    const SUMMARY: &'static str = "MAC over the signed-content template of the provider file";
+
     const DEFAULTS: Defaults = Defaults {
         needs_header: true,
         algorithm: None,
@@ -41,8 +43,13 @@ impl SchemeDef for Hmac {
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let provider = &ctx.source.provider;
-    let (values, pairs) = signature_values_of(sig, ctx.fields)?;
-    let candidates = parse_candidates(sig, values, pairs)?;
+    let (candidates, pairs) = match &sig.from {
+        Some(at) => (candidates_at(sig, ctx.fields, at)?, &[][..]),
+        None => {
+            let (values, pairs) = signature_values_of(sig, ctx.fields)?;
+            (parse_candidates(sig, values, pairs)?, pairs.as_slice())
+        }
+    };
 
     let timestamp = match &provider.timestamp {
         Some(t) => Some(
@@ -81,15 +88,13 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     }
     let key = key.ok_or(VerifyError::InvalidSignature)?;
 
-    if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp) {
-        let ts: i64 = ts
-            .trim()
-            .parse()
-            .map_err(|_| VerifyError::MalformedTimestamp)?;
-        let secs = match spec.unit {
-            TimeUnit::Seconds => ts,
-            TimeUnit::Millis => ts.div_euclid(1000),
-        };
+    if let (Some(spec), Some(ts)) = (&provider.timestamp, &timestamp)
+        && spec.checked
+    {
+        let secs = spec
+            .unit
+            .unix_secs(ts)
+            .ok_or(VerifyError::MalformedTimestamp)?;
         crate::verify::check_window(secs, ctx.now, ctx.source.tolerance, spec.reject_future)?;
     }
     Ok(key)
@@ -141,6 +146,23 @@ fn has_lowercase(content: &[Segment]) -> bool {
     })
 }
 
+/// The signature a request carries at `at` instead of a header (Mailgun's
+/// `json:/signature/signature`), after the provider's prefix.
+fn candidates_at(
+    sig: &Signature,
+    fields: &Fields<'_>,
+    at: &Lookup,
+) -> Result<Vec<Vec<u8>>, VerifyError> {
+    let value = fields.lookup(at, &[]).ok_or(VerifyError::MissingSignature)?;
+    if value.len() > MAX_SIGNATURE_HEADER {
+        return Err(VerifyError::MalformedSignature("header too long"));
+    }
+    let text = value
+        .strip_prefix(sig.prefix.as_str())
+        .ok_or(VerifyError::MalformedSignature("missing prefix"))?;
+    decode_candidates(sig, &[text])
+}
+
 /// Header values, and the `k=v` pairs parsed from them.
 use crate::verify::fields::SignatureValues as Values;
 
@@ -163,13 +185,8 @@ pub fn signature_values<'h>(
     sig: &Signature,
     headers: &'h HeaderMap,
 ) -> Result<Values<'h>, VerifyError> {
-    let name = sig
-        .headers
-        .iter()
-        .find(|h| headers.contains_key(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
     let mut values = Vec::new();
-    for v in headers.get_all(name.as_str()) {
+    let mut add = |v: &'h http::HeaderValue| -> Result<(), VerifyError> {
         if v.len() > MAX_SIGNATURE_HEADER {
             return Err(VerifyError::MalformedSignature("header too long"));
         }
@@ -177,18 +194,31 @@ pub fn signature_values<'h>(
             .to_str()
             .map_err(|_| VerifyError::MalformedSignature("not visible ASCII"))?;
         values.push(v.trim());
+        Ok(())
+    };
+    if sig.every_header {
+        for (name, v) in headers {
+            if sig.names(name.as_str()) {
+                add(v)?;
+            }
+        }
+    } else if let Some(name) = sig.headers.iter().find(|h| headers.contains_key(h.as_str())) {
+        for v in headers.get_all(name.as_str()) {
+            add(v)?;
+        }
+    }
+    if values.is_empty() {
+        return Err(VerifyError::MissingSignature);
     }
     if values.len() > MAX_CANDIDATES {
         return Err(VerifyError::MalformedSignature("too many signatures"));
     }
     let mut pairs = Vec::new();
     if sig.format == HeaderFormat::Pairs {
+        // Whitespace also ends an item: Persona sends one `t=…,v1=…` set
+        // per secret while rotating, the sets separated by a space.
         for v in &values {
-            for item in split_items(v, &sig.separator) {
-                let item = item.trim();
-                if item.is_empty() {
-                    continue;
-                }
+            for item in split_items(v, &sig.separator).flat_map(str::split_ascii_whitespace) {
                 let (k, val) = item
                     .split_once('=')
                     .ok_or(VerifyError::MalformedSignature("expected key=value items"))?;
@@ -279,10 +309,14 @@ pub fn decode_candidates(sig: &Signature, texts: &[&str]) -> Result<Vec<Vec<u8>>
 fn sign(s: &Signer<'_>, out: &mut Vec<(String, String)>) -> Result<(String, String), String> {
     let Signer { provider, key, req } = *s;
     let sig = &provider.signature;
-    let ts = match provider.timestamp.as_ref().map(|t| t.unit) {
-        Some(TimeUnit::Millis) => (req.timestamp * 1000).to_string(),
-        _ => req.timestamp.to_string(),
-    };
+    if sig.from.is_some() {
+        return Err("the signature travels inside the body: build the body with it".into());
+    }
+    let ts = provider
+        .timestamp
+        .as_ref()
+        .map_or(TimeUnit::Seconds, |t| t.unit)
+        .write(req.timestamp);
     let mut ts_pair_key = None;
     let mut ts_value = ts.clone();
     if let Some(t) = &provider.timestamp {
@@ -326,8 +360,8 @@ fn sign(s: &Signer<'_>, out: &mut Vec<(String, String)>) -> Result<(String, Stri
         },
         HeaderFormat::Tagged => format!("{first_key},{mac}"),
     };
-    let header = sig.headers.first().ok_or("the provider names no header")?;
-    Ok((header.clone(), value))
+    let header = sig.first_header().ok_or("the provider names no header")?;
+    Ok((header, value))
 }
 
 /// A signed value: from a header already generated, from the body, or a

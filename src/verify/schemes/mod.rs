@@ -49,6 +49,14 @@ pub trait SchemeDef {
         GetAnswer::NotOffered
     }
 
+    /// What the scheme checks, in one line, for the catalogue
+    /// (`docs/providers.md`); `hmac` describes itself from the provider file.
+    const SUMMARY: &'static str;
+
+    /// The verification exchange the scheme answers itself (Braintree's
+    /// GET challenge), for the catalogue.
+    const HANDSHAKE: Option<&'static str> = None;
+
     /// Where [`SchemeDef::event_type`] finds the type, for `check-config`;
     /// `None`: the scheme reads none.
     const TYPE_FROM: Option<&'static str> = None;
@@ -121,6 +129,20 @@ macro_rules! schemes {
             ) -> Result<Option<FetchedKey>, VerifyError> {
                 match self {
                     $(Self::$variant => <$module::$def as SchemeDef>::fetch(source, incoming, now).await,)*
+                }
+            }
+
+            /// What the scheme checks; see [`SchemeDef::SUMMARY`].
+            pub fn summary(self) -> &'static str {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::SUMMARY,)*
+                }
+            }
+
+            /// The exchange the scheme answers; see [`SchemeDef::HANDSHAKE`].
+            pub fn handshake(self) -> Option<&'static str> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::HANDSHAKE,)*
                 }
             }
 
@@ -280,7 +302,7 @@ pub fn decode_hex(text: &str, want: usize) -> Result<Vec<u8>, VerifyError> {
 /// The first signature header the provider names, for schemes that sign
 /// into one header.
 pub fn first_header(sig: &Signature) -> String {
-    sig.headers.first().cloned().unwrap_or_default()
+    sig.first_header().unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -9,6 +9,8 @@ use crate::verify::sign::{Signed, Signer};
 pub struct Unsigned;
 
 impl SchemeDef for Unsigned {
+    const SUMMARY: &'static str = "none: the provider does not sign; `allow_ips` required";
+
     const DEFAULTS: Defaults = Defaults {
         needs_secret: false,
         needs_allow_ips: true,

@@ -54,6 +54,8 @@ const FAILED_FOR: i64 = 60;
 pub struct Paypal;
 
 impl SchemeDef for Paypal {
+    const SUMMARY: &'static str = "RSA-SHA256 with the certificate PayPal names, over `{id}|{time}|{webhook_id}|{crc32 of body}`";
+
     const DEFAULTS: Defaults = Defaults {
         needs_secret: false,
         ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Base64)

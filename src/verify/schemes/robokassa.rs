@@ -12,6 +12,8 @@ use crate::verify::sign::{Signed, Signer};
 pub struct Robokassa;
 
 impl SchemeDef for Robokassa {
+    const SUMMARY: &'static str = "digest (MD5 or the shop's choice) → hex of `OutSum:InvId:Password2[:Shp_…]`";
+
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Md5, Encoding::Hex);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

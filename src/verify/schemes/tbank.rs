@@ -13,6 +13,8 @@ use serde_json::Value;
 pub struct Tbank;
 
 impl SchemeDef for Tbank {
+    const SUMMARY: &'static str = "SHA-256 → hex of the sorted root values with the password";
+
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

@@ -14,6 +14,8 @@ use crate::verify::sign::{Signed, Signer};
 pub struct Token;
 
 impl SchemeDef for Token {
+    const SUMMARY: &'static str = "shared token, compared in constant time; the body is not signed";
+
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {

@@ -14,6 +14,8 @@ use crate::verify::sign::{Signed, Signer};
 pub struct Twilio;
 
 impl SchemeDef for Twilio {
+    const SUMMARY: &'static str = "HMAC-SHA1 → base64 over the public URL + sorted form parameters (JSON: URL with `bodySHA256`)";
+
     const DEFAULTS: Defaults = Defaults {
         signs_url: true,
         ..Defaults::keyed(true, Algorithm::HmacSha1, Encoding::Base64)

@@ -352,7 +352,8 @@ impl TestApp {
     /// Rows in the ledger for one event.
     pub async fn rows(&self, source: &str, event_id: &str) -> i64 {
         self.state
-            .ledger
+            .store
+            .event_log
             .event_count(source, event_id)
             .await
             .unwrap()

@@ -29,6 +29,8 @@ const MAX_KID: usize = 128;
 pub struct Plaid;
 
 impl SchemeDef for Plaid {
+    const SUMMARY: &'static str = "ES256 JWS (key fetched by `kid`) with a SHA-256 claim of the body";
+
     const DEFAULTS: Defaults = Defaults {
         needs_secret: false,
         ..Defaults::keyed(true, Algorithm::Sha256, Encoding::Hex)

@@ -1,0 +1,211 @@
+//! [`Outbox`] on SQLite: one writer at a time makes each claim a plain
+//! `UPDATE … RETURNING id` (no row locks to skip), and the claimed rows are
+//! read with their events in the same transaction.
+//!
+//! Rule: a delivery row changes only under its lease token, so two workers
+//! never both own one row.
+
+use super::SqliteStore;
+use crate::primitives::time::Millis;
+use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, lease_arguments};
+use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, Outbox, StoreError, rows};
+use async_trait::async_trait;
+use sqlx::Sqlite;
+use std::sync::LazyLock;
+
+/// `?1` = target, `?2` = now, `?3` = lease until, `?4` = token, `?5` =
+/// limit. One writer at a time in SQLite makes this UPDATE the whole claim.
+const CLAIM_SQL: &str = "UPDATE hookgate_deliveries SET lease_until = ?3, lease_token = ?4
+     WHERE id IN (
+         SELECT id FROM hookgate_deliveries
+         WHERE target = ?1 AND state = 'pending' AND next_attempt_at <= ?2
+           AND (lease_until IS NULL OR lease_until < ?2)
+         ORDER BY next_attempt_at LIMIT ?5)
+     RETURNING id";
+
+/// [`CLAIM_SQL`] for a target with `order_by`: the candidates of
+/// [`ORDERED_CANDIDATES_SQL`] (each key's first pending row, round-robin
+/// from the cursor, `?6`), with `?N` placeholders.
+static CLAIM_ORDERED_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{ORDERED_CANDIDATES_SQL}
+         UPDATE hookgate_deliveries SET lease_until = ?3, lease_token = ?4
+         WHERE id IN (
+             SELECT d.id FROM hookgate_deliveries d JOIN candidates c ON c.id = d.id
+             WHERE d.target = ?1 AND d.state = 'pending' AND d.next_attempt_at <= ?2
+               AND (d.lease_until IS NULL OR d.lease_until < ?2)
+             ORDER BY c.pass, c.k
+             LIMIT ?5)
+         RETURNING id"
+    )
+    .replace('$', "?")
+});
+
+/// The key's next row ([`SUCCESSOR_SQL`], `?5` = key), leased.
+static SUCCESSOR_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "UPDATE hookgate_deliveries SET lease_until = ?3, lease_token = ?4
+         WHERE id IN ({SUCCESSOR_SQL}) RETURNING id"
+    )
+    .replace('$', "?")
+});
+
+/// `$1` = delivery id, `$2` = lease token, `$3` = state, `$4` = next attempt
+/// (NULL keeps it), `$5` = status, `$6` = error, `$7` = updated at.
+/// Returns the new attempt count; no row when the lease was lost.
+const FINISH_ATTEMPT_SQL: &str = "UPDATE hookgate_deliveries
+     SET state = $3, attempts = attempts + 1, next_attempt_at = COALESCE($4, next_attempt_at),
+         lease_until = NULL, lease_token = NULL, last_status = $5, last_error = $6,
+         updated_at = $7
+     WHERE id = $1 AND lease_token = $2
+     RETURNING attempts";
+
+/// `$1` = delivery id, `$2` = attempt number, then started at, latency,
+/// status, error.
+const INSERT_ATTEMPT_SQL: &str = "INSERT INTO hookgate_attempts
+         (delivery_id, attempt, started_at, latency_ms, status, error)
+     VALUES ($1, $2, $3, $4, $5, $6)";
+
+#[async_trait]
+impl Outbox for SqliteStore {
+    async fn claim_due(&self, r: &LeaseRequest<'_>) -> Result<Vec<DueDelivery>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_SQL, lease_arguments::<Sqlite>(r)?)
+            .fetch_all(&mut *tx)
+            .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+
+    async fn claim_due_ordered(
+        &self,
+        r: &LeaseRequest<'_>,
+        after: &str,
+    ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
+        // One writer: the claim and the cursor's read are one transaction.
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> =
+            sqlx::query_scalar_with(CLAIM_ORDERED_SQL.as_str(), lease_arguments::<Sqlite>(r)?)
+                .bind(after)
+                .fetch_all(&mut *tx)
+                .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
+        tx.commit().await?;
+        let keys = rows.iter().filter_map(|r| r.order_key.clone()).collect();
+        Ok((rows, last_key(keys, after)))
+    }
+
+    async fn claim_successor(
+        &self,
+        r: &LeaseRequest<'_>,
+        key: &str,
+    ) -> Result<Option<DueDelivery>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(SUCCESSOR_CLAIM_SQL.as_str())
+            .bind(r.target)
+            .bind(r.now)
+            .bind(r.until)
+            .bind(r.token)
+            .bind(key)
+            .fetch_all(&mut *tx)
+            .await?;
+        let rows = read_claimed(&mut tx, &ids).await?;
+        tx.commit().await?;
+        Ok(rows.into_iter().next())
+    }
+
+    async fn finish_attempts(
+        &self,
+        token: &str,
+        batch: &[(i64, AttemptRecord)],
+    ) -> Result<Vec<bool>, StoreError> {
+        // One transaction (one fsync) for the whole batch.
+        let mut tx = self.pool.begin().await?;
+        let mut out = Vec::with_capacity(batch.len());
+        for (delivery_id, rec) in batch {
+            let (state, next_at) = rec.next_columns();
+            let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(token)
+                .bind(state)
+                .bind(next_at)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .bind(rec.finished_at())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(attempt) = attempt else {
+                out.push(false);
+                continue;
+            };
+            sqlx::query(INSERT_ATTEMPT_SQL)
+                .bind(delivery_id)
+                .bind(attempt)
+                .bind(rec.started_at)
+                .bind(rec.latency_ms)
+                .bind(rec.status)
+                .bind(rec.error.as_deref())
+                .execute(&mut *tx)
+                .await?;
+            out.push(true);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
+        let r = sqlx::query(
+            "UPDATE hookgate_deliveries SET next_attempt_at = ?2
+             WHERE target = ?1 AND state = 'pending' AND attempts > 0 AND next_attempt_at > ?2
+               AND (lease_until IS NULL OR lease_until < ?2)",
+        )
+        .bind(target)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(r.rows_affected())
+    }
+
+    async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
+        rows::release_leases(&self.pool, token, target).await
+    }
+}
+
+/// The ids as a JSON array, for `json_each`.
+fn json_ids(ids: &[i64]) -> String {
+    format!(
+        "[{}]",
+        ids.iter().map(i64::to_string).collect::<Vec<_>>().join(",")
+    )
+}
+
+/// The claimed rows with their events, in one read (the ids go in as a
+/// JSON array).
+async fn read_claimed(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    ids: &[i64],
+) -> Result<Vec<DueDelivery>, StoreError> {
+    if ids.is_empty() {
+        return Ok(vec![]);
+    }
+    let rows = sqlx::query(
+        "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
+                d.attempts, e.event_type, d.order_key
+         FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
+         WHERE d.id IN (SELECT value FROM json_each(?))",
+    )
+    .bind(json_ids(ids))
+    .fetch_all(&mut **tx)
+    .await?;
+    rows.iter().map(due_from_row).collect()
+}
+
+/// The ordered claim's next cursor: the last key in walk order, which
+/// visits the keys after `after` first and then wraps around, so it is the
+/// largest key not after `after` if the walk wrapped, else the largest.
+/// (SQLite compares text by bytes, like `str`.)
+pub(super) fn last_key(keys: Vec<String>, after: &str) -> Option<String> {
+    let wrapped = keys.iter().filter(|k| k.as_str() <= after).max().cloned();
+    wrapped.or_else(|| keys.into_iter().max())
+}
