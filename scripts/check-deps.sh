@@ -35,24 +35,18 @@ allowed=$(entries | sed 's/\s\+--\s.*$//; s/\s\+/ /g; s/ $//' | sort)
 missing_reason=$(entries | grep -v '\s--\s\+\S' || true)
 
 status=0
-if [ -n "$missing_reason" ]; then
-  echo "entries in $allow without a reason (\"-- why\"):"
-  echo "$missing_reason"
+# Prints a problem ($1) and its lines ($2), if there are any.
+problem() {
+  [ -n "$2" ] || return 0
+  echo "$1:"
+  echo "$2" | sed 's/^/  /'
   status=1
-fi
-new=$(comm -23 <(echo "$found") <(echo "$allowed"))
-if [ -n "$new" ]; then
-  echo "crates built in more than one major version, not in $allow:"
-  echo "$new" | sed 's/^/  /'
-  echo "(cargo tree --locked -d -e normal,build -i <name>@<version> shows who pulls each in)"
-  status=1
-fi
-stale=$(comm -13 <(echo "$found") <(echo "$allowed"))
-if [ -n "$stale" ]; then
-  echo "entries in $allow that no longer match the tree (remove or update them):"
-  echo "$stale" | sed 's/^/  /'
-  status=1
-fi
+}
+problem "entries in $allow without a reason (\"-- why\")" "$missing_reason"
+problem "crates built in more than one major version, not in $allow (who pulls each in: cargo tree --locked -e normal,build -i <name>@<version>)" \
+  "$(comm -23 <(echo "$found") <(echo "$allowed"))"
+problem "entries in $allow that no longer match the tree (remove or update them)" \
+  "$(comm -13 <(echo "$found") <(echo "$allowed"))"
 if [ "$status" = 0 ]; then
   echo "duplicate major versions: $(echo "$found" | grep -c . || true), all allowed with a reason"
 fi
