@@ -6,9 +6,9 @@
 use super::hmac::decode_candidates;
 use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
-use crate::verify::request::scalar;
+use crate::verify::json_pointer::scalar;
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 

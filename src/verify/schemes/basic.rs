@@ -5,7 +5,7 @@
 use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
 use super::{Ctx, Defaults, SchemeDef, first_header};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding};
+use crate::primitives::crypto::{Algorithm, BASE64_LENIENT, Encoding};
 use crate::verify::sign::{Signed, Signer};
 use base64::Engine;
 

@@ -7,10 +7,10 @@
 
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
 use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
-use crate::verify::request::Fields;
+use crate::verify::fields::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{GetAnswer, VerifyError};

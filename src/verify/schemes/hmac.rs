@@ -5,7 +5,7 @@ use super::{Ctx, Defaults, SchemeDef, matching_key};
 use crate::verify::VerifyError;
 use crate::verify::locator::{Locator, Lookup, Segment};
 use crate::verify::provider::Signature;
-use crate::verify::request::Fields;
+use crate::verify::fields::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::spec::{HeaderFormat, TimeUnit};
 use http::HeaderMap;
@@ -164,7 +164,7 @@ fn candidates_at(
 }
 
 /// Header values, and the `k=v` pairs parsed from them.
-use crate::verify::request::SignatureValues as Values;
+use crate::verify::fields::SignatureValues as Values;
 
 /// [`signature_values`] of the request `fields` reads, parsed on the first
 /// call and kept with the fields (a request has one provider, so one
@@ -230,9 +230,8 @@ pub fn signature_values<'h>(
 }
 
 /// `text.split(sep)`, with a one-character separator (every built-in
-/// provider's) searched as a `char`: a `&str` pattern runs the two-way
-/// searcher, ~650 instructions for a Stripe header (callgrind,
-/// docs/design.md "Twelfth pass").
+/// provider's) searched as a `char`: a `&str` pattern runs the general
+/// two-way searcher, far slower for a short header on every request.
 fn split_items<'t, 's>(text: &'t str, sep: &'s str) -> impl Iterator<Item = &'t str> + use<'t, 's> {
     let mut chars = sep.chars();
     let (by_char, by_str) = match (chars.next(), chars.next()) {
@@ -384,7 +383,7 @@ fn value_for(
     }
     match lookup.header() {
         Some(h) => {
-            let v = uuid::Uuid::new_v4().to_string();
+            let v = crate::primitives::token::random_uuid();
             out.push((h.to_owned(), v.clone()));
             Ok(v)
         }

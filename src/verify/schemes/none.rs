@@ -3,7 +3,7 @@
 
 use super::{Ctx, Defaults, SchemeDef};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{Signed, Signer};
 
 pub struct Unsigned;

@@ -6,7 +6,7 @@
 
 use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{Signed, Signer};
 
 pub struct Robokassa;

@@ -5,7 +5,7 @@
 
 use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;

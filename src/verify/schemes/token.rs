@@ -7,7 +7,7 @@
 use super::hmac::MAX_SIGNATURE_HEADER;
 use super::{Ctx, Defaults, SchemeDef, password};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Lookup;
 use crate::verify::sign::{Signed, Signer};
 

@@ -8,7 +8,7 @@
 use super::hmac::{decode_candidates, signature_values};
 use super::{Ctx, Defaults, SchemeDef, first_header, matching_key};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::sign::{Signed, Signer};
 
 pub struct Twilio;
