@@ -11,7 +11,7 @@ use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
 use crate::primitives::time::Millis;
-use crate::state::{AppState, Shared};
+use crate::state::{AppState, Handles};
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
 use crate::store::{self, EventLog, IdempotencyStore, Store, Tallies};
@@ -133,7 +133,7 @@ impl App {
         };
 
         let request_metrics = RequestMetrics::new(config.sources.keys().map(String::as_str));
-        let state = AppState::new(Shared {
+        let state = AppState::new(Handles {
             request_metrics,
             config,
             store,

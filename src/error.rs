@@ -1,20 +1,36 @@
-//! The one place errors become HTTP answers: status, short fixed body,
-//! `Retry-After`, `WWW-Authenticate`, the provider's own reject status, and
-//! the bounded outcome label the answer is counted under.
+//! The one place a handler's errors become HTTP answers: status, short
+//! fixed body, `Retry-After`, `WWW-Authenticate`, the provider's own reject
+//! status, and the bounded outcome the answer is counted under. Two shapes:
+//! [`ApiError`] answers providers and operators (webhooks, admin) in plain
+//! text; [`ProxyError`] answers the Idempotency-Key proxy's API clients in
+//! JSON (`{"error": code, "message": text}`), as the APIs behind it do.
 //!
 //! Rule: client bodies are short and fixed; details are logged once where
 //! the request is handled, never echoed (no expected signature, no secret).
+//! The transport's own refusals (a route layer's timeout, hyper's header
+//! limits) are configured with those layers in `http` and `serve`.
 
+use crate::serve::BodyError;
+use crate::stats::apis::ApiOutcome;
 use crate::stats::{Outcome, RejectReason};
 use crate::verify::VerifyError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use std::time::Duration;
+
+/// `Retry-After` seconds: a 409 for a request still in flight elsewhere,
+/// and a 503 while storage (or a provider's key host) is unavailable.
+const RETRY_IN_FLIGHT: &str = "1";
+const RETRY_UNAVAILABLE: &str = "5";
 
 /// Every non-2xx answer hookgate gives.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
     #[error("unknown source")]
     UnknownSource,
+    /// `/admin/events/{source}/{id}` names no stored event.
+    #[error("unknown event")]
+    UnknownEvent,
     #[error("body too large")]
     TooLarge,
     #[error("could not read body")]
@@ -53,6 +69,15 @@ impl From<VerifyError> for ApiError {
     }
 }
 
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge => Self::TooLarge,
+            BodyError::Unreadable => Self::BadBody,
+        }
+    }
+}
+
 impl ApiError {
     /// A verification failure, answered with `provider_status` instead of
     /// 401 when it is about authenticity and the provider wants its own.
@@ -65,7 +90,9 @@ impl ApiError {
 
     pub fn status(&self) -> StatusCode {
         match self {
-            Self::UnknownSource | Self::NotConfigured(_) => StatusCode::NOT_FOUND,
+            Self::UnknownSource | Self::UnknownEvent | Self::NotConfigured(_) => {
+                StatusCode::NOT_FOUND
+            }
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BadBody | Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::Rejected {
@@ -84,8 +111,8 @@ impl ApiError {
     /// Seconds a client should wait before retrying: every 409 and 503.
     fn retry_after(&self) -> Option<&'static str> {
         match self.status() {
-            StatusCode::CONFLICT => Some("1"),
-            StatusCode::SERVICE_UNAVAILABLE => Some("5"),
+            StatusCode::CONFLICT => Some(RETRY_IN_FLIGHT),
+            StatusCode::SERVICE_UNAVAILABLE => Some(RETRY_UNAVAILABLE),
             _ => None,
         }
     }
@@ -93,13 +120,14 @@ impl ApiError {
     /// What this answer counts as in `/stats` and `hookgate_requests_total`.
     pub fn outcome(&self) -> Outcome {
         match self {
-            Self::Rejected { error, .. } => Outcome::Rejected(error.label()),
+            Self::Rejected { error, .. } => Outcome::Rejected(reject_reason(*error)),
             Self::TooLarge => Outcome::Rejected(RejectReason::BodyTooLarge),
             Self::UnknownSource => Outcome::UnknownSource,
             Self::InFlight => Outcome::InFlight,
             Self::Unavailable => Outcome::Unavailable,
             Self::Timeout => Outcome::Timeout,
             Self::BadBody
+            | Self::UnknownEvent
             | Self::Unauthorized
             | Self::UsePost
             | Self::NotConfigured(_)
@@ -123,6 +151,138 @@ impl IntoResponse for ApiError {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
             }
             _ => {}
+        }
+        res
+    }
+}
+
+/// The reason a refused request is counted under in `/stats` and metrics.
+pub fn reject_reason(e: VerifyError) -> RejectReason {
+    match e {
+        VerifyError::MissingSignature => RejectReason::MissingSignature,
+        VerifyError::MalformedSignature(_) => RejectReason::MalformedSignature,
+        VerifyError::InvalidSignature => RejectReason::InvalidSignature,
+        VerifyError::MissingTimestamp | VerifyError::MalformedTimestamp => {
+            RejectReason::BadTimestamp
+        }
+        VerifyError::TimestampOutOfTolerance => RejectReason::TimestampOutOfTolerance,
+        VerifyError::MissingEventId => RejectReason::MissingEventId,
+        VerifyError::InvalidEventId(_) => RejectReason::InvalidEventId,
+        VerifyError::BadBody(_) => RejectReason::BadBody,
+        VerifyError::IpNotAllowed => RejectReason::IpNotAllowed,
+        VerifyError::CertificateUnavailable => RejectReason::CertificateUnavailable,
+    }
+}
+
+/// Every error answer of the Idempotency-Key proxy (`/api/{name}/…`).
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    #[error("no such API")]
+    UnknownApi,
+    #[error("request body too large")]
+    TooLarge,
+    #[error("could not read the request body")]
+    BadBody,
+    /// A missing or malformed key or scope header (the text says which).
+    #[error("{0}")]
+    InvalidKey(String),
+    /// The key was used for a different request; `status` is the API's
+    /// `mismatch_status`.
+    #[error("this idempotency key was already used for a different request")]
+    KeyReused { status: StatusCode },
+    #[error("a request with this idempotency key is still being processed")]
+    InFlight,
+    #[error("storage unavailable; the request was not forwarded")]
+    Unavailable,
+    /// The upstream did not answer within the API's `timeout`.
+    #[error("the upstream did not answer within {0:?}")]
+    UpstreamTimeout(Duration),
+    #[error("the upstream could not be reached")]
+    UpstreamUnreachable,
+    #[error("the upstream answer is too large")]
+    UpstreamTooLarge,
+    /// The task that owned the call ended without an answer.
+    #[error("proxy task failed")]
+    TaskFailed,
+}
+
+impl From<BodyError> for ProxyError {
+    fn from(e: BodyError) -> Self {
+        match e {
+            BodyError::TooLarge => Self::TooLarge,
+            BodyError::Unreadable => Self::BadBody,
+        }
+    }
+}
+
+impl ProxyError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::UnknownApi => StatusCode::NOT_FOUND,
+            Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BadBody | Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            Self::KeyReused { status } => *status,
+            Self::InFlight => StatusCode::CONFLICT,
+            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            Self::UpstreamUnreachable | Self::UpstreamTooLarge | Self::TaskFailed => {
+                StatusCode::BAD_GATEWAY
+            }
+        }
+    }
+
+    /// The `error` field: a stable code a client can branch on.
+    fn code(&self) -> &'static str {
+        match self {
+            Self::UnknownApi => "unknown_api",
+            Self::TooLarge => "body_too_large",
+            Self::BadBody => "bad_body",
+            Self::InvalidKey(_) => "invalid_idempotency_key",
+            Self::KeyReused { .. } => "idempotency_key_reused",
+            Self::InFlight => "request_in_progress",
+            Self::Unavailable => "unavailable",
+            Self::UpstreamTimeout(_) => "upstream_timeout",
+            Self::UpstreamUnreachable | Self::UpstreamTooLarge | Self::TaskFailed => {
+                "upstream_error"
+            }
+        }
+    }
+
+    /// Only a request that may succeed as it is when retried says when:
+    /// one still in flight, and one refused while storage is down.
+    fn retry_after(&self) -> Option<&'static str> {
+        match self {
+            Self::InFlight => Some(RETRY_IN_FLIGHT),
+            Self::Unavailable => Some(RETRY_UNAVAILABLE),
+            _ => None,
+        }
+    }
+
+    /// What this answer counts as in `/stats`'s `apis` and
+    /// `hookgate_api_requests_total`.
+    pub fn outcome(&self) -> ApiOutcome {
+        match self {
+            Self::UnknownApi | Self::TooLarge | Self::BadBody | Self::InvalidKey(_) => {
+                ApiOutcome::BadRequest
+            }
+            Self::KeyReused { .. } => ApiOutcome::Conflict,
+            Self::InFlight => ApiOutcome::InflightRejected,
+            Self::Unavailable => ApiOutcome::Unavailable,
+            Self::UpstreamTimeout(_)
+            | Self::UpstreamUnreachable
+            | Self::UpstreamTooLarge
+            | Self::TaskFailed => ApiOutcome::UpstreamError,
+        }
+    }
+}
+
+impl IntoResponse for ProxyError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({ "error": self.code(), "message": self.to_string() });
+        let mut res = (self.status(), axum::Json(body)).into_response();
+        if let Some(secs) = self.retry_after() {
+            res.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
         }
         res
     }
@@ -159,5 +319,32 @@ mod tests {
         assert_eq!(no_id.status(), StatusCode::BAD_REQUEST);
         let plain = ApiError::rejected(VerifyError::InvalidSignature, None);
         assert_eq!(plain.status(), StatusCode::UNAUTHORIZED);
+    }
+
+    #[test]
+    fn both_timestamp_problems_count_as_one_reason_and_the_others_as_their_own() {
+        use RejectReason as R;
+        let all = [
+            (VerifyError::MissingSignature, R::MissingSignature),
+            (VerifyError::MalformedSignature("x"), R::MalformedSignature),
+            (VerifyError::InvalidSignature, R::InvalidSignature),
+            (VerifyError::MissingTimestamp, R::BadTimestamp),
+            (VerifyError::MalformedTimestamp, R::BadTimestamp),
+            (
+                VerifyError::TimestampOutOfTolerance,
+                R::TimestampOutOfTolerance,
+            ),
+            (VerifyError::MissingEventId, R::MissingEventId),
+            (VerifyError::InvalidEventId("x"), R::InvalidEventId),
+            (VerifyError::BadBody("x"), R::BadBody),
+            (VerifyError::IpNotAllowed, R::IpNotAllowed),
+            (
+                VerifyError::CertificateUnavailable,
+                R::CertificateUnavailable,
+            ),
+        ];
+        for (e, want) in all {
+            assert_eq!(reject_reason(e), want, "{e}");
+        }
     }
 }

@@ -7,8 +7,8 @@
 
 use crate::config::Config;
 use crate::primitives::secret::Secret;
+use crate::verify::fields::Fields;
 use crate::verify::registry::Registry;
-use crate::verify::request::Fields;
 use crate::verify::source::Source;
 use crate::verify::{Incoming, client_ip, event_id, provider::Provider};
 use bytes::Bytes;
@@ -31,7 +31,8 @@ fn sources() -> &'static [Arc<Source>] {
                     .ok()
                     .into_iter()
                     .collect();
-                let withheld = crate::verify::request::withheld(&provider, Default::default());
+                let withheld =
+                    crate::verify::forwarded_headers::withheld(&provider, Default::default());
                 Some(Arc::new(Source {
                     name: name.to_owned(),
                     tolerance: provider.default_tolerance(),
@@ -100,7 +101,7 @@ pub fn verify_request(data: &[u8]) {
     }
     let fields = Fields::with_query(&headers, &body, &query);
     let _ = event_id::resolve(&fields, &source.provider.event_id);
-    let _ = crate::verify::request::forwardable(headers, &source.withheld).to_json();
+    let _ = crate::verify::forwarded_headers::forwardable(headers, &source.withheld).to_json();
 }
 
 /// `X-Forwarded-For` / peer resolution with a trusted proxy range.

@@ -20,9 +20,13 @@
 //! - [`deliver`]: outbox workers that forward events to targets, and the
 //!   hand-off lanes that bring them new rows without a claim.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
+//! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
 //! - [`primitives`]: values every layer shares (durations, secrets, times,
-//!   stored headers); imports nothing.
-//! - [`app`], [`http`], [`serve`] (accept loop and transport limits), [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//!   stored headers), the cryptographic building blocks and random tokens;
+//!   imports nothing.
+//! - [`error`]: every handler error as an HTTP answer, and what it counts as.
+//! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
+//!   body read), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;

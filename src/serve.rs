@@ -2,7 +2,8 @@
 //! `serve` does not expose, a cap on open connections, and graceful drain.
 //!
 //! Rule: transport only. What is served is `http`'s router; what happens at
-//! shutdown after the drain is `app`'s business.
+//! shutdown after the drain is `app`'s business. Handlers that read a body
+//! themselves (webhooks, the proxy) read it through [`read_body`].
 //!
 //! Limits (docs/operations.md, "Security model"):
 //! - `header_read_timeout`: a client must finish a request's headers in
@@ -15,7 +16,10 @@
 //!   one closes.
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use http::{HeaderMap, header};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -26,6 +30,37 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+
+/// Why a request body could not be read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over the limit: declared so by `Content-Length`, or found so while
+    /// reading (413).
+    TooLarge,
+    /// The client's stream failed (reset, malformed chunking) (400).
+    Unreadable,
+}
+
+/// The request body, at most `max` bytes. A declared `Content-Length` over
+/// `max` is refused before a byte is read; an undeclared or understated one
+/// is cut off at `max`.
+pub async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
+        {
+            BodyError::TooLarge
+        } else {
+            BodyError::Unreadable
+        }
+    })
+}
 
 /// Transport limits of one listener.
 #[derive(Debug, Clone, Copy)]

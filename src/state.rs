@@ -17,9 +17,10 @@ use std::sync::Arc;
 
 /// Handles shared by every request; cheap to clone.
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<Handles>);
 
-pub struct Shared {
+/// What an [`AppState`] points to.
+pub struct Handles {
     pub config: Arc<Config>,
     /// The ledger, one handle per capability; a handler uses the one it
     /// needs (the console, the tallies, the idempotency rows…).
@@ -37,14 +38,14 @@ pub struct Shared {
 }
 
 impl Deref for AppState {
-    type Target = Shared;
-    fn deref(&self) -> &Shared {
+    type Target = Handles;
+    fn deref(&self) -> &Handles {
         &self.0
     }
 }
 
 impl AppState {
-    pub fn new(shared: Shared) -> Self {
-        Self(Arc::new(shared))
+    pub fn new(handles: Handles) -> Self {
+        Self(Arc::new(handles))
     }
 }

@@ -15,7 +15,7 @@ use crate::store::console::{
 };
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Deserialize;
@@ -210,7 +210,7 @@ pub async fn redeliver(
 }
 
 fn not_found() -> Response {
-    (StatusCode::NOT_FOUND, "unknown event\n").into_response()
+    ApiError::UnknownEvent.into_response()
 }
 
 fn unavailable(e: &crate::store::StoreError) -> Response {

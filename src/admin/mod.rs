@@ -45,7 +45,7 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
         .ok_or(ApiError::Unauthorized)?;
     let expected = Sha256::digest(expected.expose().as_bytes());
     let given = Sha256::digest(given.trim().as_bytes());
-    if crate::verify::crypto::mac_eq(&expected, &given) {
+    if crate::primitives::crypto::mac_eq(&expected, &given) {
         Ok(())
     } else {
         Err(ApiError::Unauthorized)

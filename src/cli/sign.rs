@@ -1,9 +1,9 @@
 //! `hookgate sign`: the headers (and body, where the signature travels in
 //! it) a provider would send, plus a ready curl line.
 
+use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
-use crate::verify::crypto::SigningKey;
 use crate::verify::provider::Provider;
 use crate::verify::registry::Registry;
 use crate::verify::schemes::Scheme;

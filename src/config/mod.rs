@@ -10,8 +10,8 @@ pub mod reconcile;
 pub mod redis_url;
 mod validate;
 
+use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
-use crate::verify::crypto::SigningKey;
 use crate::verify::registry::Registry;
 use crate::verify::source::Source;
 use figment::Figment;

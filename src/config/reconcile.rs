@@ -135,7 +135,7 @@ pub struct GitHubApp {
     /// The App's client id or app id (the JWT's `iss`).
     pub id: String,
     /// The App's private key, parsed at load, as an RS256 signer.
-    pub key: Arc<rsa::pkcs1v15::SigningKey<rsa::sha2::Sha256>>,
+    pub key: Arc<rsa::pkcs1v15::SigningKey<sha2::Sha256>>,
 }
 
 /// The key's own `Debug` prints its private numbers.
@@ -151,9 +151,9 @@ impl fmt::Debug for GitHubApp {
 /// An RSA private key in PEM: PKCS#1 (`BEGIN RSA PRIVATE KEY`, what GitHub
 /// hands out) or PKCS#8 (`BEGIN PRIVATE KEY`). `None` for anything else; the
 /// parser's error is dropped, so no part of the text reaches a message.
-fn rsa_private_key(pem: &str) -> Option<rsa::RsaPrivateKey> {
-    rsa::RsaPrivateKey::from_pkcs1_pem(pem)
-        .or_else(|_| rsa::RsaPrivateKey::from_pkcs8_pem(pem))
+fn rsa_private_key(pem: &str) -> Option<rsa::PrivateKey> {
+    rsa::PrivateKey::from_pkcs1_pem(pem)
+        .or_else(|_| rsa::PrivateKey::from_pkcs8_pem(pem))
         .ok()
 }
 
@@ -421,13 +421,13 @@ mod tests {
         // Debug shows neither the PEM nor the key's private numbers.
         let shown = format!("{c:?}");
         assert!(shown.contains("key: \"[redacted]\""), "{shown}");
-        let private = rsa::RsaPrivateKey::from_pkcs1_pem(APP_PEM).unwrap();
+        let private = rsa::PrivateKey::from_pkcs1_pem(APP_PEM).unwrap();
         let prime = private.primes()[0].to_string();
         assert!(!shown.contains(key_line()) && !shown.contains(&prime[..30]));
 
         // PKCS#8 too, here as a literal; a numeric app id.
         use rsa::pkcs8::EncodePrivateKey;
-        let pkcs8 = rsa::RsaPrivateKey::from_pkcs1_pem(APP_PEM)
+        let pkcs8 = rsa::PrivateKey::from_pkcs1_pem(APP_PEM)
             .unwrap()
             .to_pkcs8_pem(rsa::pkcs8::LineEnding::LF)
             .unwrap();

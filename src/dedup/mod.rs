@@ -27,6 +27,8 @@ pub mod writer;
 
 use crate::config;
 use crate::primitives::time::Millis;
+use crate::primitives::token;
+use crate::stats::Layer;
 use crate::store::body_hashes::BodyClaim;
 use crate::store::{EventLog, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
@@ -36,15 +38,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 use writer::GroupCommit;
-
-/// Where a duplicate was caught.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layer {
-    Cache,
-    Ledger,
-    /// `dedup_by_body`: the body is held by another event id.
-    Body,
-}
 
 /// The answer for a verified request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,8 +214,10 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
     ) -> Result<Outcome, DedupError> {
-        // Tells the ledger writer this event may join its next batch.
-        let mut announced = self.ledger.approach();
+        // While `expected_write` is held, the ledger's group commit counts
+        // this request as a write on its way and may hold a formed batch a
+        // moment for it; dropping it says no write is coming from here.
+        let mut expected_write = self.ledger.approach();
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
             // `concat` sizes the string once (this runs for every request).
@@ -235,14 +230,16 @@ impl Dedup {
             ]
             .concat(),
             // Only needs to be unique among concurrent claims of one key.
-            token: hex_of(&rand::random::<[u8; 16]>()),
-            hash: hex_of(&sha),
+            token: token::random_hex(),
+            hash: token::hex(&sha),
             sha,
         };
         let deadline = Instant::now() + self.settings.inflight_wait;
         if !self.try_cache() {
             // Skipping the cache is always safe: the ledger's unique key decides.
-            return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
+            return self
+                .owned(v, c, cache_ttl, now_ms, false, expected_write)
+                .await;
         }
         loop {
             let asked = Instant::now();
@@ -254,7 +251,9 @@ impl Dedup {
             match claim {
                 Ok(Claim::Owned) => {
                     self.cache_up();
-                    return self.owned(v, c, cache_ttl, now_ms, true, announced).await;
+                    return self
+                        .owned(v, c, cache_ttl, now_ms, true, expected_write)
+                        .await;
                 }
                 Ok(Claim::Done { body_sha256 }) => {
                     self.cache_up();
@@ -273,13 +272,15 @@ impl Dedup {
                         return Err(DedupError::InFlight);
                     }
                     // Not on its way to the writer while it waits.
-                    drop(announced);
+                    drop(expected_write);
                     tokio::time::sleep(INFLIGHT_POLL).await;
-                    announced = self.ledger.approach();
+                    expected_write = self.ledger.approach();
                 }
                 Err(e) => {
                     self.cache_failed(&e);
-                    return self.owned(v, c, cache_ttl, now_ms, false, announced).await;
+                    return self
+                        .owned(v, c, cache_ttl, now_ms, false, expected_write)
+                        .await;
                 }
             }
         }
@@ -296,7 +297,7 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
-        announced: crate::batch::Approach,
+        expected_write: crate::batch::Approach,
     ) -> Result<Outcome, DedupError> {
         let hash = std::mem::take(&mut c.hash);
         let sha = c.sha;
@@ -320,7 +321,7 @@ impl Dedup {
                 Ok(holder) if holder == claim.event_id => {}
                 Ok(holder) => {
                     // No event for the writer from this request.
-                    drop(announced);
+                    drop(expected_write);
                     // Our id was never recorded: let it go, so only the
                     // body decides the next copy too.
                     u.settle(Owed::Release).await;
@@ -331,7 +332,7 @@ impl Dedup {
                     });
                 }
                 Err(e) => {
-                    drop(announced);
+                    drop(expected_write);
                     return Err(unavailable(u, e).await);
                 }
             }
@@ -362,7 +363,7 @@ impl Dedup {
             handoff: None,
             fresh: have_claim,
         };
-        match self.ledger.record(event, announced).await {
+        match self.ledger.record(event, expected_write).await {
             Ok(Recorded::New) => {
                 // Committed: the mark is queued (not awaited) and the
                 // request answered; a copy arriving before the mark is sent
@@ -378,7 +379,7 @@ impl Dedup {
                 stored_sha256,
                 expires_at,
             }) => {
-                let stored = hex_of(&stored_sha256);
+                let stored = token::hex(&stored_sha256);
                 let conflict = stored != hash;
                 if conflict {
                     log_conflict(&v, &stored, &hash);
@@ -537,14 +538,6 @@ async fn send_marks(dedup: Weak<Dedup>, mut rx: tokio::sync::mpsc::Receiver<Mark
         }
         batch.clear();
     }
-}
-
-/// Lower-case hex of a digest, written in one pass (`hex::encode` collects
-/// it a `char` at a time, on a path every request takes).
-fn hex_of(bytes: &[u8]) -> String {
-    let mut out = vec![0; bytes.len() * 2];
-    hex::encode_to_slice(bytes, &mut out).expect("the output is twice the input");
-    String::from_utf8(out).expect("hex digits are ASCII")
 }
 
 /// The cache may call an id a duplicate only while its ledger row does:

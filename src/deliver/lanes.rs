@@ -93,7 +93,7 @@ impl Lanes {
                 };
                 (t.name.as_str(), lane)
             }),
-            &uuid::Uuid::new_v4().simple().to_string(),
+            &crate::primitives::token::random_hex(),
             config.delivery.lease,
             enabled,
         )

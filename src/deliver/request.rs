@@ -26,7 +26,7 @@ pub fn message_id(source: &str, event_id: &str) -> String {
 /// `v1,<base64 HMAC-SHA256(key, "{id}.{ts}.{body}")>`.
 pub fn standard_signature(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String {
     let ts = ts.to_string();
-    let mac = crate::verify::crypto::Algorithm::HmacSha256
+    let mac = crate::primitives::crypto::Algorithm::HmacSha256
         .mac(key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body]);
     format!(
         "v1,{}",

@@ -8,6 +8,7 @@ pub mod challenge;
 use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
+use crate::serve;
 use crate::state::AppState;
 use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
@@ -102,22 +103,7 @@ async fn handle(
     let headers = &request.headers;
     let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
-    let max = state.config.server.max_body_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(ApiError::TooLarge);
-    }
-    let bytes = axum::body::to_bytes(body, max).await.map_err(|e| {
-        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-        {
-            ApiError::TooLarge
-        } else {
-            ApiError::BadBody
-        }
-    })?;
+    let bytes = serve::read_body(body, headers, state.config.server.max_body_bytes).await?;
 
     let now = Millis::now();
     let verify_started = Instant::now();
@@ -161,12 +147,7 @@ async fn handle(
             (Outcome::New, "new")
         }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
-            let layer = match layer {
-                dedup::Layer::Cache => Layer::Cache,
-                dedup::Layer::Ledger => Layer::Ledger,
-                // Its id has no row to count an arrival on.
-                dedup::Layer::Body => Layer::Body,
-            };
+            // A body duplicate's id has no row to count an arrival on.
             if layer != Layer::Body {
                 // Queued in memory only; see `dedup::arrivals`.
                 let id = event_id.as_deref().unwrap_or_default();

@@ -1,8 +1,13 @@
-//! Values every layer shares (durations, secrets, times, stored headers).
+//! Values every layer shares (durations, secrets, times, stored headers),
+//! the cryptographic building blocks (MACs, digests, encodings,
+//! constant-time comparison) that verification, delivery and the admin
+//! token check use, and random tokens.
 //!
 //! Rule: imports nothing from the crate, so every module may import it.
 
+pub mod crypto;
 pub mod duration;
 pub mod headers;
 pub mod secret;
 pub mod time;
+pub mod token;

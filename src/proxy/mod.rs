@@ -14,13 +14,16 @@ pub mod forward;
 pub mod key;
 
 use crate::config::apis::Api;
+use crate::error::ProxyError;
 use crate::primitives::time::Millis;
+use crate::primitives::token;
+use crate::serve;
 use crate::state::AppState;
 use crate::stats::apis::ApiOutcome;
 use crate::store::idempotency::StoredResponse;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use claim::{Decision, Keyed};
@@ -30,9 +33,6 @@ use std::time::Instant;
 
 /// Set on every replayed answer.
 pub const REPLAYED_HEADER: &str = "idempotency-replayed";
-/// `Retry-After` seconds for a 409 (in flight) and a 503 (storage down).
-const RETRY_IN_FLIGHT: &str = "1";
-const RETRY_UNAVAILABLE: &str = "5";
 
 /// Every method on `/api/{name}/{*rest}`.
 pub async fn handle(
@@ -45,7 +45,8 @@ pub async fn handle(
 ) -> Response {
     let started = Instant::now();
     let Some(api) = state.config.apis.get(&name).cloned() else {
-        return error(StatusCode::NOT_FOUND, "unknown_api", "no such API");
+        // Not counted: there is no API to count it under.
+        return ProxyError::UnknownApi.into_response();
     };
     // The raw (still percent-encoded) path after `/api/<name>`, and the query.
     let rest = uri
@@ -78,9 +79,9 @@ async fn proxy(
     headers: HeaderMap,
     body: Body,
 ) -> (ApiOutcome, Response) {
-    let body = match read_body(body, &headers, api.max_body_bytes).await {
+    let body = match serve::read_body(body, &headers, api.max_body_bytes).await {
         Ok(b) => b,
-        Err(r) => return (ApiOutcome::BadRequest, r),
+        Err(e) => return refused(e.into()),
     };
     if !api.methods.contains(&method) {
         return pass_through(state, &api, method, &path_and_query, &headers, body).await;
@@ -94,19 +95,12 @@ async fn proxy(
     };
     let id = match id {
         Ok(id) => id,
-        Err(e) => {
-            let r = error(
-                StatusCode::BAD_REQUEST,
-                "invalid_idempotency_key",
-                &e.to_string(),
-            );
-            return (ApiOutcome::BadRequest, r);
-        }
+        Err(e) => return refused(ProxyError::InvalidKey(e.to_string())),
     };
     let keyed = Keyed {
         cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
         fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
-        token: format!("{:032x}", rand::random::<u128>()),
+        token: token::random_hex(),
         key: id,
         api: api.clone(),
     };
@@ -130,25 +124,12 @@ async fn proxy(
         Ok(Decision::Replay(stored)) => (ApiOutcome::Replay, replay(stored)),
         Ok(Decision::Conflict) => {
             let status = StatusCode::from_u16(api.mismatch_status).unwrap_or(StatusCode::CONFLICT);
-            let msg = "this idempotency key was already used for a different request";
-            (
-                ApiOutcome::Conflict,
-                error(status, "idempotency_key_reused", msg),
-            )
+            refused(ProxyError::KeyReused { status })
         }
-        Ok(Decision::InFlight) => {
-            let msg = "a request with this idempotency key is still being processed";
-            let r = error(StatusCode::CONFLICT, "request_in_progress", msg);
-            (
-                ApiOutcome::InflightRejected,
-                retry_after(r, RETRY_IN_FLIGHT),
-            )
-        }
+        Ok(Decision::InFlight) => refused(ProxyError::InFlight),
         Err(e) => {
             tracing::warn!(api = api.name, error = %e, "idempotency store unavailable; answering 503");
-            let msg = "storage unavailable; the request was not forwarded";
-            let r = error(StatusCode::SERVICE_UNAVAILABLE, "unavailable", msg);
-            (ApiOutcome::Unavailable, retry_after(r, RETRY_UNAVAILABLE))
+            refused(ProxyError::Unavailable)
         }
     }
 }
@@ -188,18 +169,12 @@ async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response
             }
             Err(e) => {
                 release(&state, &k).await;
-                (ApiOutcome::UpstreamError, forward_error(&k.api, &e))
+                refused(upstream_failed(&k.api, &e))
             }
         }
     });
-    task.await.unwrap_or_else(|_| {
-        let r = error(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "proxy task failed",
-        );
-        (ApiOutcome::UpstreamError, r)
-    })
+    task.await
+        .unwrap_or_else(|_| refused(ProxyError::TaskFailed))
 }
 
 /// Completes the row, then marks the cache done. If the row cannot be
@@ -275,39 +250,8 @@ async fn pass_through(
     };
     match call(state, api, &req).await {
         Ok(up) => (ApiOutcome::Passthrough, upstream_response(up)),
-        Err(e) => (ApiOutcome::UpstreamError, forward_error(api, &e)),
+        Err(e) => refused(upstream_failed(api, &e)),
     }
-}
-
-/// The body, at most `max` bytes (413 past that, on `Content-Length` or
-/// while reading).
-async fn read_body(body: Body, headers: &HeaderMap, max: usize) -> Result<Bytes, Response> {
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            "request body too large",
-        )
-    };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max as u64) {
-        return Err(too_large());
-    }
-    axum::body::to_bytes(body, max).await.map_err(|e| {
-        if std::error::Error::source(&e).is_some_and(|s| s.is::<http_body_util::LengthLimitError>())
-        {
-            too_large()
-        } else {
-            error(
-                StatusCode::BAD_REQUEST,
-                "bad_body",
-                "could not read the request body",
-            )
-        }
-    })
 }
 
 fn upstream_response(up: Upstream) -> Response {
@@ -325,34 +269,15 @@ fn replay(stored: StoredResponse) -> Response {
     r
 }
 
-fn forward_error(api: &Api, e: &ForwardError) -> Response {
+/// The answer (and how it is counted) for a request the proxy refuses.
+fn refused(e: ProxyError) -> (ApiOutcome, Response) {
+    (e.outcome(), e.into_response())
+}
+
+fn upstream_failed(api: &Api, e: &ForwardError) -> ProxyError {
     match e {
-        ForwardError::Timeout => error(
-            StatusCode::GATEWAY_TIMEOUT,
-            "upstream_timeout",
-            &format!("the upstream did not answer within {:?}", api.timeout),
-        ),
-        ForwardError::Connect(_) => error(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "the upstream could not be reached",
-        ),
-        ForwardError::TooLarge => error(
-            StatusCode::BAD_GATEWAY,
-            "upstream_error",
-            "the upstream answer is too large",
-        ),
+        ForwardError::Timeout => ProxyError::UpstreamTimeout(api.timeout),
+        ForwardError::Connect(_) => ProxyError::UpstreamUnreachable,
+        ForwardError::TooLarge => ProxyError::UpstreamTooLarge,
     }
-}
-
-fn retry_after(mut r: Response, secs: &'static str) -> Response {
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
-    r
-}
-
-/// A short JSON error: `{"error": code, "message": text}`.
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "error": code, "message": message });
-    (status, axum::Json(body)).into_response()
 }

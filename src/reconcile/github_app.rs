@@ -84,13 +84,13 @@ mod tests {
     use super::*;
     use rsa::pkcs1::DecodeRsaPrivateKey;
     use rsa::pkcs1v15::{Signature, VerifyingKey};
-    use rsa::sha2::Sha256;
     use rsa::signature::Verifier;
+    use sha2::Sha256;
     use std::sync::Arc;
 
     fn app() -> GitHubApp {
         let pem = include_str!("../../tests/fixtures/github-app/app-key.pem");
-        let key = rsa::RsaPrivateKey::from_pkcs1_pem(pem).unwrap();
+        let key = rsa::PrivateKey::from_pkcs1_pem(pem).unwrap();
         GitHubApp {
             id: "Iv23liTestClient0".into(),
             key: Arc::new(rsa::pkcs1v15::SigningKey::new(key)),
@@ -118,8 +118,8 @@ mod tests {
         );
         assert_eq!(exp, now + 540);
 
-        let public = VerifyingKey::<Sha256>::new(rsa::RsaPublicKey::from(
-            rsa::RsaPrivateKey::from_pkcs1_pem(include_str!(
+        let public = VerifyingKey::<Sha256>::new(rsa::PublicKey::from(
+            rsa::PrivateKey::from_pkcs1_pem(include_str!(
                 "../../tests/fixtures/github-app/app-key.pem"
             ))
             .unwrap(),

@@ -259,7 +259,7 @@ impl Reconciler {
                 .await?;
             return Ok(Some(report));
         }
-        let owner = format!("{:032x}", rand::random::<u128>());
+        let owner = crate::primitives::token::random_hex();
         let lease = Lease {
             source,
             owner: &owner,

@@ -164,8 +164,8 @@ fn signature(p: &Provider, raw: &ProviderFile) -> String {
 
 /// The algorithm and signed content (`hmac`), or the scheme's summary.
 fn algorithm(p: &Provider, raw: &ProviderFile) -> String {
-    use super::crypto::{Encoding, SecretEncoding};
     use super::schemes::Scheme;
+    use crate::primitives::crypto::{Encoding, SecretEncoding};
     let sig = &p.signature;
     if sig.scheme != Scheme::Hmac {
         return sig.scheme.summary().to_owned();

@@ -6,9 +6,9 @@
 //! event maps to the same key.
 
 use super::VerifyError;
-use super::crypto::Algorithm;
+use super::fields::Fields;
 use super::provider::EventIdRule;
-use super::request::Fields;
+use crate::primitives::crypto::Algorithm;
 
 /// Longest accepted event id, in bytes.
 pub const MAX_EVENT_ID: usize = 256;

@@ -5,8 +5,8 @@
 //! Rule: read only after the signature verified; nothing here decides
 //! acceptance. A missing or odd value is simply absent.
 
+use super::fields::Fields;
 use super::provider::Provider;
-use super::request::Fields;
 use super::schemes::hmac::signature_values_of;
 
 /// Longest event type kept, in characters.

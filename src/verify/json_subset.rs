@@ -12,7 +12,8 @@
 //! The whole body is still checked: it must be UTF-8, valid JSON, and
 //! nested at most [`MAX_JSON_DEPTH`] levels, or [`subset`] returns `None`.
 
-use super::request::{MAX_JSON_DEPTH, json_depth_within};
+use super::json_depth::{MAX_JSON_DEPTH, json_depth_within};
+use super::json_pointer::index;
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 use std::fmt;
@@ -34,7 +35,7 @@ pub enum Want {
 
 impl Want {
     /// The subset a JSON pointer (`/a/0/b`, with `*` segments for every
-    /// array element, as `request::Fields` reads them) needs. `None` when no
+    /// array element, as `fields::Fields` reads them) needs. `None` when no
     /// document can match it (a segment starting with `*` but longer).
     pub fn pointer(pointer: &str, limit: usize) -> Option<Self> {
         if pointer.is_empty() {
@@ -72,27 +73,28 @@ impl Want {
     /// from its own. `None` when the two ask for a position in ways one
     /// walk cannot serve both (member names and every-item at once).
     pub fn merge(self, other: Want) -> Option<Want> {
-        use Want::*;
         Some(match (self, other) {
             // A leaf reads scalars, which every want keeps.
-            (Leaf, w) | (w, Leaf) => w,
-            (Keys(mut a), Keys(b)) => {
+            (Want::Leaf, w) | (w, Want::Leaf) => w,
+            (Want::Keys(mut a), Want::Keys(b)) => {
                 for (name, want) in b {
                     match a.iter().position(|(n, _)| *n == name) {
                         Some(i) => {
-                            let mine = std::mem::replace(&mut a[i].1, Leaf);
+                            let mine = std::mem::replace(&mut a[i].1, Want::Leaf);
                             a[i].1 = mine.merge(want)?;
                         }
                         None => a.push((name, want)),
                     }
                 }
-                Keys(a)
+                Want::Keys(a)
             }
-            (Items { each: a, limit: la }, Items { each: b, limit: lb }) => Items {
-                each: Box::new(a.merge(*b)?),
-                limit: la.max(lb),
-            },
-            (EveryKey(a), EveryKey(b)) => EveryKey(Box::new(a.merge(*b)?)),
+            (Want::Items { each: a, limit: la }, Want::Items { each: b, limit: lb }) => {
+                Want::Items {
+                    each: Box::new(a.merge(*b)?),
+                    limit: la.max(lb),
+                }
+            }
+            (Want::EveryKey(a), Want::EveryKey(b)) => Want::EveryKey(Box::new(a.merge(*b)?)),
             _ => return None,
         })
     }
@@ -109,14 +111,6 @@ pub fn subset(body: &[u8], want: &Want) -> Option<Value> {
     let v = Seed(want).deserialize(&mut de).ok()?;
     de.end().ok()?;
     Some(v)
-}
-
-/// An array index as JSON pointers read one (no sign, no leading zero).
-pub(super) fn index(s: &str) -> Option<usize> {
-    if s.starts_with('+') || (s.starts_with('0') && s.len() != 1) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 struct Seed<'w>(&'w Want);
@@ -265,7 +259,7 @@ impl<'de> Visitor<'de> for Walk<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verify::request::scalar;
+    use crate::verify::json_pointer::scalar;
     use serde_json::json;
 
     fn pick(body: &str, pointer: &str) -> Option<Value> {

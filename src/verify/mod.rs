@@ -11,16 +11,20 @@
 
 pub mod catalogue;
 pub mod client_ip;
-pub mod crypto;
+pub mod error;
 pub mod event_id;
 pub mod facts;
 pub mod fetch_budget;
+pub mod fields;
+pub mod forwarded_headers;
+pub mod json_depth;
+pub mod json_pointer;
 pub mod json_subset;
+pub mod key_cache;
 pub mod locator;
 pub mod provider;
 pub mod registry;
 pub mod reply;
-pub mod request;
 pub mod route;
 pub mod schemes;
 pub mod sign;
@@ -29,12 +33,12 @@ pub mod source;
 pub mod spec;
 
 use crate::primitives::headers::StoredHeaders;
-use crate::stats::RejectReason;
 use bytes::Bytes;
+pub use error::VerifyError;
 pub use event_id::{EventId, MAX_EVENT_ID};
+use fields::Fields;
 use http::HeaderMap;
 pub use reply::Reply;
-use request::Fields;
 use schemes::Ctx;
 pub use schemes::FetchedKey;
 use source::Source;
@@ -75,7 +79,7 @@ enum FactsSource {
 #[derive(Debug, Clone)]
 pub struct Facts {
     /// The request headers to forward (hop-by-hop, Host and Content-Length
-    /// removed; [`request::forwardable`]).
+    /// removed; [`forwarded_headers::forwardable`]).
     pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
@@ -89,7 +93,7 @@ struct RequestParts {
     headers: HeaderMap,
     query: String,
     /// The body's JSON walk done during verification, reused.
-    json: request::SharedWalk,
+    json: fields::JsonWalk,
 }
 
 /// Header names only: the values may hold credentials (`Authorization`,
@@ -105,12 +109,12 @@ impl std::fmt::Debug for RequestParts {
 
 impl RequestParts {
     fn facts(self, source: &Source, body: &[u8]) -> Facts {
-        let fields = fields_of(source, &self.headers, body, &self.query).with_shared(self.json);
+        let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = route::select(&source.routes, event_type.as_deref(), &fields);
         drop(fields);
         Facts {
-            headers: request::forwardable(self.headers, &source.withheld),
+            headers: forwarded_headers::forwardable(self.headers, &source.withheld),
             event_type,
             routed,
         }
@@ -252,69 +256,6 @@ pub struct Incoming<'a> {
     pub client_ip: Option<IpAddr>,
 }
 
-/// Why a request was rejected. Each maps to a status and a short fixed reason;
-/// none carries the expected signature or any secret.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum VerifyError {
-    #[error("missing signature header")]
-    MissingSignature,
-    #[error("malformed signature header: {0}")]
-    MalformedSignature(&'static str),
-    #[error("invalid signature")]
-    InvalidSignature,
-    #[error("missing timestamp")]
-    MissingTimestamp,
-    #[error("malformed timestamp")]
-    MalformedTimestamp,
-    #[error("timestamp outside tolerance")]
-    TimestampOutOfTolerance,
-    #[error("missing event id")]
-    MissingEventId,
-    #[error("{0}")]
-    InvalidEventId(&'static str),
-    #[error("{0}")]
-    BadBody(&'static str),
-    #[error("client address not allowed")]
-    IpNotAllowed,
-    #[error("signing certificate unavailable")]
-    CertificateUnavailable,
-}
-
-impl VerifyError {
-    /// 401 for anything about authenticity, 403 for a refused address, 400
-    /// for a verified but unusable request, 503 when PayPal's certificate
-    /// or Plaid's key cannot be fetched (both retry later).
-    pub fn status(self) -> u16 {
-        match self {
-            Self::MissingEventId | Self::InvalidEventId(_) | Self::BadBody(_) => 400,
-            Self::IpNotAllowed => 403,
-            Self::CertificateUnavailable => 503,
-            _ => 401,
-        }
-    }
-
-    /// A signature problem: the provider's `reject_status` applies.
-    pub fn is_authenticity(self) -> bool {
-        self.status() == 401
-    }
-
-    /// The reason it is counted under in `/stats` and metrics.
-    pub fn label(self) -> RejectReason {
-        match self {
-            Self::MissingSignature => RejectReason::MissingSignature,
-            Self::MalformedSignature(_) => RejectReason::MalformedSignature,
-            Self::InvalidSignature => RejectReason::InvalidSignature,
-            Self::MissingTimestamp | Self::MalformedTimestamp => RejectReason::BadTimestamp,
-            Self::TimestampOutOfTolerance => RejectReason::TimestampOutOfTolerance,
-            Self::MissingEventId => RejectReason::MissingEventId,
-            Self::InvalidEventId(_) => RejectReason::InvalidEventId,
-            Self::BadBody(_) => RejectReason::BadBody,
-            Self::IpNotAllowed => RejectReason::IpNotAllowed,
-            Self::CertificateUnavailable => RejectReason::CertificateUnavailable,
-        }
-    }
-}
-
 /// Checks a request against `source` at `now` (unix seconds). Async only
 /// because PayPal's certificate or Plaid's key may have to be fetched
 /// (once, then cached).
@@ -370,7 +311,7 @@ pub(crate) fn check_with(
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
     let provider_timestamp = facts::provider_timestamp(provider, &fields);
-    let json = fields.into_shared();
+    let json = fields.into_walk();
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,

@@ -7,14 +7,14 @@
 //! and `[event_id]` (the generic `hmac`, `bearer`, `basic` providers need
 //! that); the overridden provider is checked like a file.
 
-use super::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
+use super::fields::JsonWants;
 use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
-use super::request::JsonWants;
 use super::schemes::Scheme;
 use super::spec::{
     Category, EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides,
     SignatureSpec, TimeUnit,
 };
+use crate::primitives::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
 use crate::primitives::secret::Secret;
 use std::time::Duration;
 
@@ -74,7 +74,7 @@ pub struct Provider {
     pub response: Response,
     pub controls: Vec<Control>,
     /// The JSON pointers read from every request (event id, type,
-    /// timestamp, controls), walked together (`request::JsonWants`).
+    /// timestamp, controls), walked together (`fields::JsonWants`).
     pub json_wants: JsonWants,
     /// Why this definition cannot verify yet (a generic provider without a
     /// source's `[signature]` settings); `None` when complete.

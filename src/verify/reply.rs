@@ -3,10 +3,10 @@
 //! (Slack `url_verification`, Zoom `endpoint.url_validation`). Rendered from
 //! the request itself, so a duplicate gets exactly the same answer.
 
-use super::crypto::SigningKey;
+use super::fields::Fields;
 use super::locator::ReplyPart;
 use super::provider::{Provider, Response, Signature};
-use super::request::Fields;
+use crate::primitives::crypto::SigningKey;
 
 /// The key that verified the request, with the provider's MAC settings
 /// (for `${mac:…}`).

@@ -9,8 +9,8 @@
 //! An event no target wants is still stored (counted `unrouted`); it just
 //! gets no delivery rows.
 
+use super::fields::Fields;
 use super::locator::{Locator, Lookup};
-use super::request::Fields;
 
 /// What one target accepts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

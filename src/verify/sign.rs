@@ -7,8 +7,8 @@
 //! schemes carry the signature in the body (Adyen, T-Bank, Robokassa,
 //! Braintree): then [`Signed::body`] is the body to send instead.
 
-use super::crypto::SigningKey;
 use super::provider::Provider;
+use crate::primitives::crypto::SigningKey;
 
 /// What to sign.
 #[derive(Default)]
@@ -75,7 +75,7 @@ pub fn sign(
         let id = req
             .event_id
             .clone()
-            .unwrap_or_else(|| format!("evt_{}", uuid::Uuid::new_v4().simple()));
+            .unwrap_or_else(|| format!("evt_{}", crate::primitives::token::random_hex()));
         out.headers.push((h.to_owned(), id));
     }
     provider

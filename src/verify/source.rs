@@ -6,9 +6,9 @@
 //! Rule: no secret reaches `Debug` output; problems are reported with the
 //! key path they came from, never with a secret value.
 
-use super::crypto::SigningKey;
 use super::provider::Provider;
 use super::schemes::{Scheme, SchemeSettings};
+use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
 use ipnet::IpNet;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ pub struct Source {
     /// Header names never stored for this source: credentials and proxy
     /// headers, unless one of its targets forwards them
     /// (`forward_credentials`, `forward_proxy_headers`); see
-    /// `request::withheld`.
+    /// `forwarded_headers::withheld`.
     pub withheld: Vec<String>,
 }
 

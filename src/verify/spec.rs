@@ -2,8 +2,8 @@
 //! `providers/*.toml` and the per-source overrides. Checked into the model
 //! in `provider.rs`.
 
-use super::crypto::{Algorithm, Encoding, SecretEncoding};
 use super::schemes::Scheme;
+use crate::primitives::crypto::{Algorithm, Encoding, SecretEncoding};
 use crate::primitives::duration::Dur;
 use crate::primitives::time::Millis;
 use serde::Deserialize;

@@ -88,7 +88,11 @@ async fn status(app: &TestApp, source: &str, h: &Headers, body: &[u8]) -> (u16, 
 async fn every_provider_accepts_valid_and_rejects_forged_requests() {
     let app = spawn_app(Opts::new(Backend::Embedded)).await;
     for c in cases() {
-        let id = format!("evt_{}_{}", c.source, uuid::Uuid::new_v4().simple());
+        let id = format!(
+            "evt_{}_{}",
+            c.source,
+            hookgate::primitives::token::random_hex()
+        );
         let body = body_for(&id);
         let now = now();
         let good = (c.sign)(c.secret, &id, now, &body);

@@ -369,7 +369,7 @@ async fn events_older_than_the_window_are_not_recovered(backend: Backend) {
 /// recovered by the next run.
 async fn an_event_younger_than_the_grace_is_left_to_the_provider(backend: Backend) {
     // Arrange: one event, created a minute ago, never received.
-    let id = format!("evt_grace_{}", uuid::Uuid::new_v4().simple());
+    let id = format!("evt_grace_{}", hookgate::primitives::token::random_hex());
     let fake = FakeStripe::with_events(KEY, vec![FakeEvent::new(&id, now() - 60)]).await;
     let target = TestTarget::start().await;
     let app = spawn_app(with_target(backend, &target)).await;

@@ -52,7 +52,7 @@ fn gh_deliveries() -> (Vec<GhDelivery>, HashSet<usize>) {
     let mut deliveries: Vec<GhDelivery> = (0..20)
         .map(|i| GhDelivery {
             id: 9000 + 20 - i,
-            guid: uuid::Uuid::new_v4().to_string(),
+            guid: hookgate::primitives::token::random_uuid(),
             delivered_at: now - 60 - 10 * i,
             status_code: if i == 3 { 503 } else { 200 },
             redelivery: false,
@@ -271,7 +271,7 @@ async fn a_wrong_app_key_is_a_clear_credential_error_and_never_printed(backend: 
 async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backend) {
     let now = now();
     let event = |i: i64, created: i64| {
-        let id = format!("WH-{}-{i:02}", uuid::Uuid::new_v4().simple());
+        let id = format!("WH-{}-{i:02}", hookgate::primitives::token::random_hex());
         PpEvent {
             json: paypal_event(&id, created),
             id,
@@ -374,7 +374,7 @@ async fn github_deliveries_older_than_the_window_are_not_redelivered() {
     let deliveries: Vec<GhDelivery> = (0..20)
         .map(|i| GhDelivery {
             id: 7000 + 20 - i,
-            guid: uuid::Uuid::new_v4().to_string(),
+            guid: hookgate::primitives::token::random_uuid(),
             delivered_at: if i < 10 {
                 now - 60 - 10 * i
             } else {

@@ -11,15 +11,11 @@ use super::{
     Config, ConfigError, Database, Dedup, Delivery, NatsSpec, RabbitMqSpec, RedisStreamSpec,
     Server, Storage, Target, TargetKind,
 };
+use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
-use crate::verify::client_ip::parse_net;
-use crate::verify::crypto::SigningKey;
-use crate::verify::provider::{Provider, SourceOverrides};
 use crate::verify::registry::Registry;
-use crate::verify::request::{Keep, withheld};
-use crate::verify::route::{Route, Rule};
-use crate::verify::source::{Resolve, Source, settings_from};
-use ipnet::IpNet;
+use crate::verify::route::Rule;
+use crate::verify::source::Resolve;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;

@@ -1,7 +1,18 @@
 //! `[sources.*]`: each source's provider, keys, window, targets and
 //! settings, and which headers its events keep (see `withhold`).
 
-use super::*;
+use super::{Validator, raw, valid_name};
+use crate::config::Target;
+use crate::primitives::crypto::SigningKey;
+use crate::verify::client_ip::parse_net;
+use crate::verify::forwarded_headers::{Keep, withheld};
+use crate::verify::provider::{Provider, SourceOverrides};
+use crate::verify::registry::Registry;
+use crate::verify::route::Route;
+use crate::verify::source::{Resolve, Source, settings_from};
+use ipnet::IpNet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 pub(super) fn withhold(
     sources: &BTreeMap<String, Arc<Source>>,

@@ -51,8 +51,8 @@ impl Conn {
             RedisTopology::Standalone(url) => {
                 // No response timeout of the client's own: every call is
                 // already bounded by `redis_timeout` (`RedisCache::bounded`),
-                // and a second timer per command cost a duplicate 1.6 % of
-                // its instructions (docs/design.md, "Fourteenth pass"). The
+                // and a second timer per command would only duplicate it on
+                // every request's round trip. The
                 // manager itself never reconnected after its own timeout
                 // (redis 1.8 retries a timed-out call on the same
                 // connection); `bounded`'s timeout replaces it (`reset`).

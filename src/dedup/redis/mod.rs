@@ -201,7 +201,10 @@ mod tests {
         let ttl = Duration::from_secs(30);
         for by_script in [false, true] {
             cache.claim_by_script.store(by_script, Ordering::Relaxed);
-            let key = format!("hg_unit_{}:{by_script}", uuid::Uuid::new_v4().simple());
+            let key = format!(
+                "hg_unit_{}:{by_script}",
+                crate::primitives::token::random_hex()
+            );
             assert!(matches!(
                 cache.claim(&key, "a", ttl).await.unwrap(),
                 Claim::Owned
@@ -230,7 +233,7 @@ mod tests {
     async fn finish_many_marks_every_key_of_the_batch() {
         let cache = test_cache();
         let ttl = Duration::from_secs(30);
-        let run = uuid::Uuid::new_v4().simple().to_string();
+        let run = crate::primitives::token::random_hex();
         let marks: Vec<Mark> = (0..5)
             .map(|i| Mark {
                 key: format!("hg_unit_{run}:{i}"),

@@ -8,9 +8,9 @@ use super::{Cover, Ctx, Defaults, Part, SchemeDef, matching_key};
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
-use crate::verify::request::scalar;
+use crate::verify::json_pointer::scalar;
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 

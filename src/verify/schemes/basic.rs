@@ -6,7 +6,7 @@ use super::token::{matching_secret, signature_header, strip_prefix_ignore_case};
 use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header};
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, BASE64_LENIENT, Encoding};
+use crate::primitives::crypto::{Algorithm, BASE64_LENIENT, Encoding};
 use crate::verify::sign::{Signed, Signer};
 use base64::Engine;
 

@@ -7,12 +7,12 @@
 
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
 use super::{Cover, Ctx, Defaults, Part, SchemeDef, SchemeSettings, matching_key};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
-use crate::verify::request::Fields;
+use crate::verify::fields::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{GetAnswer, VerifyError};

@@ -16,11 +16,11 @@
 
 use super::{Cover, Ctx, Defaults, Part, SchemeDef, decode_hex, first_header};
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, SigningKey};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey};
 use crate::verify::json_subset::{Want, subset};
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
-use crate::verify::request::scalar;
+use crate::verify::json_pointer::scalar;
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;
 
@@ -112,7 +112,7 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
         .iter()
         .position(|key| {
             let expected = mac(ctx.sig.algorithm, key, &fields);
-            crate::verify::crypto::mac_eq(&expected, &given)
+            crate::primitives::crypto::mac_eq(&expected, &given)
         })
         .ok_or(VerifyError::InvalidSignature)
 }

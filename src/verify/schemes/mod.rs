@@ -9,13 +9,13 @@
 //! the [`schemes!`] list below is the only place that names every scheme,
 //! so adding one is a new file plus one line there.
 
-use super::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
+use super::fields::Fields;
 use super::locator::Locator;
 use super::provider::{Provider, Signature};
-use super::request::Fields;
 use super::sign::{SignRequest, Signed, Signer};
 use super::source::Source;
 use super::{GetAnswer, Incoming, VerifyError};
+use crate::primitives::crypto::{Algorithm, Encoding, SigningKey, mac_eq};
 use serde::Deserialize;
 use std::future::Future;
 
@@ -310,7 +310,7 @@ pub struct Ctx<'a, 'f> {
 /// the request names: PayPal's certificate URL, Plaid's `kid`.
 #[derive(Debug, Clone)]
 pub enum FetchedKey {
-    Paypal(std::sync::Arc<rsa::RsaPublicKey>),
+    Paypal(std::sync::Arc<rsa::PublicKey>),
     Plaid(std::sync::Arc<plaid::Key>),
 }
 

@@ -4,7 +4,7 @@
 use super::{Cover, Ctx, Defaults, Part, SchemeDef};
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{Signed, Signer};
 
 pub struct Unsigned;

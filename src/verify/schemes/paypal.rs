@@ -5,7 +5,8 @@
 //!
 //! Rule: a certificate is only ever fetched from PayPal's certificate hosts
 //! over HTTPS (a URL anywhere else is rejected before any traffic), at most
-//! once per URL while it is valid, and must name a `*.paypal.com` subject.
+//! once per URL while it is valid ([`KeyCache`]), and must name a
+//! `*.paypal.com` subject.
 //! Air-gapped installs pin the certificate in the config and never fetch.
 //! Chain trust comes from the TLS connection to PayPal's own host.
 
@@ -13,21 +14,20 @@ use super::{Cover, Ctx, Defaults, FetchedKey, Part, Scheme, SchemeDef, SchemeSet
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
 use crate::primitives::secret::Secret;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
-use crate::verify::fetch_budget::FetchBudget;
+use crate::verify::key_cache::{self, Fetched, KeyCache};
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
-use rsa::RsaPublicKey;
+use rsa::PublicKey as RsaPublicKey;
 use rsa::pkcs1v15::{Signature, VerifyingKey};
 use rsa::pkcs8::DecodePublicKey;
-use rsa::sha2::Sha256;
+use sha2::Sha256;
 use rsa::signature::Verifier;
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use x509_cert::Certificate;
 use x509_cert::der::Encode;
@@ -47,9 +47,9 @@ pub const DEFAULT_CERT_HOSTS: &[&str] = &[
 ];
 const CERT_PATH: &str = "/v1/notifications/certs/";
 const MAX_CERT_BYTES: usize = 64 * 1024;
-const MAX_CACHED: usize = 32;
+/// Certificate URLs remembered per source, with a key or a failure.
+const MAX_CACHED: u64 = 64;
 const MAX_URL: usize = 2048;
-const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Seconds a certificate URL that failed is not fetched again.
 const FAILED_FOR: i64 = 60;
 
@@ -150,15 +150,9 @@ pub struct Settings {
     pub webhook_id: String,
     pinned: Option<Arc<RsaPublicKey>>,
     cert_hosts: Vec<String>,
-    /// URL → (key, not-after unix seconds). A plain mutex: held for a map
-    /// lookup or insert only, never across the fetch.
-    cache: Mutex<HashMap<String, (Arc<RsaPublicKey>, i64)>>,
-    /// Canonical URL → (why it failed, until): a URL that failed is not
-    /// fetched again for [`FAILED_FOR`] seconds.
-    failed: Mutex<HashMap<String, (VerifyError, i64)>>,
-    /// One fetch at a time; waiters re-check the caches.
-    fetching: tokio::sync::Mutex<()>,
-    budget: FetchBudget,
+    /// Canonical certificate URL → its key until the certificate's
+    /// not-after, or why it failed for [`FAILED_FOR`] seconds.
+    keys: KeyCache<String, Arc<RsaPublicKey>>,
     client: reqwest::Client,
 }
 
@@ -187,11 +181,7 @@ impl Settings {
             .map(|pem| parse_cert(pem.as_bytes()).map(|(k, _, _)| Arc::new(k)))
             .transpose()
             .map_err(|e| format!("cert: {e}"))?;
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(FETCH_TIMEOUT)
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+        let client = key_cache::client()?;
         let cert_hosts = cert_hosts
             .unwrap_or_else(|| DEFAULT_CERT_HOSTS.iter().map(|h| (*h).to_owned()).collect())
             .into_iter()
@@ -201,10 +191,7 @@ impl Settings {
             webhook_id,
             pinned,
             cert_hosts,
-            cache: Mutex::new(HashMap::new()),
-            failed: Mutex::new(HashMap::new()),
-            fetching: tokio::sync::Mutex::new(()),
-            budget: FetchBudget::default(),
+            keys: KeyCache::new(MAX_CACHED),
             client,
         })
     }
@@ -212,9 +199,10 @@ impl Settings {
     /// The key for this request's certificate: pinned, cached or fetched.
     /// The caches are keyed on the canonical URL (no query, no fragment),
     /// which is also what is fetched, so query variants can neither flush
-    /// the genuine certificate nor cost a fetch each. Fetches run one at a
-    /// time, failures are remembered for [`FAILED_FOR`] seconds, and each
-    /// source may fetch at most [`crate::verify::fetch_budget::FETCHES_PER_WINDOW`]
+    /// the genuine certificate nor cost a fetch each. A URL is fetched once
+    /// at a time, failures are remembered for [`FAILED_FOR`] seconds, and
+    /// each source may fetch at most
+    /// [`FETCHES_PER_WINDOW`](crate::verify::fetch_budget::FETCHES_PER_WINDOW)
     /// times a minute (then 503 + Retry-After).
     pub async fn key_for(
         &self,
@@ -229,43 +217,32 @@ impl Settings {
         parsed.set_query(None);
         parsed.set_fragment(None);
         let canonical = parsed.as_str().to_owned();
-        if let Some(k) = self.cached(&canonical, now) {
-            return Ok(k);
-        }
-        let _one_at_a_time = self.fetching.lock().await;
-        if let Some(k) = self.cached(&canonical, now) {
-            return Ok(k);
-        }
-        if let Some(e) = self.failed_recently(&canonical, now) {
-            return Err(e);
-        }
-        if !self.budget.take(now) {
-            return Err(VerifyError::CertificateUnavailable);
-        }
-        let key = self.fetch_key(parsed, now).await;
-        let mut failed = self.failed.lock().expect("failed lock");
-        failed.retain(|_, (_, until)| *until > now);
-        let key = match key {
-            Ok(k) => k,
-            Err(e) => {
-                if failed.len() < MAX_CACHED {
-                    failed.insert(canonical, (e, now + FAILED_FOR));
-                }
-                return Err(e);
-            }
-        };
-        drop(failed);
-        let mut cache = self.cache.lock().expect("cache lock");
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, (_, until)| *until >= now);
-        }
-        if cache.len() < MAX_CACHED {
-            cache.insert(canonical, (key.0.clone(), key.1));
-        }
-        Ok(key.0)
+        self.keys
+            .get_or_fetch(canonical, now, self.fetch_key(parsed, now))
+            .await
     }
 
+    /// The certificate's key until its not-after, or any failure for
+    /// [`FAILED_FOR`] seconds: both are remembered.
     async fn fetch_key(
+        &self,
+        url: reqwest::Url,
+        now: i64,
+    ) -> Result<Fetched<Arc<RsaPublicKey>>, VerifyError> {
+        Ok(match self.certificate_key(url, now).await {
+            Ok((key, not_after)) => Fetched {
+                found: Ok(key),
+                // Valid through its not-after second.
+                until: not_after.saturating_add(1),
+            },
+            Err(e) => Fetched {
+                found: Err(e),
+                until: now + FAILED_FOR,
+            },
+        })
+    }
+
+    async fn certificate_key(
         &self,
         url: reqwest::Url,
         now: i64,
@@ -277,22 +254,6 @@ impl Settings {
             return Err(VerifyError::MalformedSignature("certificate is expired"));
         }
         Ok((Arc::new(key), not_after))
-    }
-
-    fn failed_recently(&self, url: &str, now: i64) -> Option<VerifyError> {
-        let failed = self.failed.lock().expect("failed lock");
-        failed
-            .get(url)
-            .filter(|(_, until)| *until > now)
-            .map(|(e, _)| *e)
-    }
-
-    fn cached(&self, url: &str, now: i64) -> Option<Arc<RsaPublicKey>> {
-        let cache = self.cache.lock().expect("cache lock");
-        cache
-            .get(url)
-            .filter(|(_, until)| *until >= now)
-            .map(|(k, _)| k.clone())
     }
 
     /// Only `https://<cert host>/v1/notifications/certs/…` (plain http only
@@ -308,11 +269,7 @@ impl Settings {
             Some(p) => format!("{host}:{p}"),
             None => host.clone(),
         };
-        let loopback = host == "localhost"
-            || host
-                .trim_matches(['[', ']'])
-                .parse::<std::net::IpAddr>()
-                .is_ok_and(|ip| ip.is_loopback());
+        let loopback = key_cache::is_loopback_host(&host);
         let scheme_ok = u.scheme() == "https" || (u.scheme() == "http" && loopback);
         let listed = self.cert_hosts.contains(&authority);
         if !scheme_ok
@@ -328,18 +285,11 @@ impl Settings {
 
     async fn fetch(&self, url: reqwest::Url) -> Result<Vec<u8>, VerifyError> {
         let unavailable = |_| VerifyError::CertificateUnavailable;
-        let mut res = self.client.get(url).send().await.map_err(unavailable)?;
+        let res = self.client.get(url).send().await.map_err(unavailable)?;
         if !res.status().is_success() {
             return Err(VerifyError::CertificateUnavailable);
         }
-        let mut out = Vec::new();
-        while let Some(chunk) = res.chunk().await.map_err(unavailable)? {
-            out.extend_from_slice(&chunk);
-            if out.len() > MAX_CERT_BYTES {
-                return Err(VerifyError::CertificateUnavailable);
-            }
-        }
-        Ok(out)
+        key_cache::read_capped(res, MAX_CERT_BYTES).await
     }
 }
 
@@ -348,8 +298,8 @@ impl Settings {
 fn parse_cert(pem: &[u8]) -> Result<(RsaPublicKey, i64, i64), String> {
     let chain = Certificate::load_pem_chain(pem).map_err(|e| e.to_string())?;
     let cert = chain.first().ok_or("no certificate in PEM")?;
-    let tbs = &cert.tbs_certificate;
-    let subject = tbs.subject.to_string();
+    let tbs = cert.tbs_certificate();
+    let subject = tbs.subject().to_string();
     let cn_ok = subject.split(',').any(|rdn| {
         rdn.trim()
             .strip_prefix("CN=")
@@ -359,15 +309,15 @@ fn parse_cert(pem: &[u8]) -> Result<(RsaPublicKey, i64, i64), String> {
         return Err("certificate subject is not *.paypal.com".into());
     }
     let spki = tbs
-        .subject_public_key_info
+        .subject_public_key_info()
         .to_der()
         .map_err(|e| e.to_string())?;
     let key = RsaPublicKey::from_public_key_der(&spki).map_err(|e| e.to_string())?;
     let secs = |t: x509_cert::time::Time| t.to_unix_duration().as_secs() as i64;
     Ok((
         key,
-        secs(tbs.validity.not_before),
-        secs(tbs.validity.not_after),
+        secs(tbs.validity().not_before),
+        secs(tbs.validity().not_after),
     ))
 }
 
@@ -438,14 +388,14 @@ fn sign(p: &PaypalSign<'_>, req: &SignRequest<'_>) -> Result<Vec<(String, String
     use rsa::pkcs1::DecodeRsaPrivateKey;
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
-    let key = rsa::RsaPrivateKey::from_pkcs8_pem(p.private_key_pem)
-        .or_else(|_| rsa::RsaPrivateKey::from_pkcs1_pem(p.private_key_pem))
+    let key = rsa::PrivateKey::from_pkcs8_pem(p.private_key_pem)
+        .or_else(|_| rsa::PrivateKey::from_pkcs1_pem(p.private_key_pem))
         .map_err(|_| "--private-key is not an RSA private key (PEM)".to_owned())?;
-    let id = uuid::Uuid::new_v4().to_string();
+    let id = crate::primitives::token::random_uuid();
     let when = std::time::UNIX_EPOCH + Duration::from_secs(req.timestamp.max(0) as u64);
     let time = humantime::format_rfc3339_seconds(when).to_string();
     let msg = message(&id, &time, p.webhook_id, req.body);
-    let signer = rsa::pkcs1v15::SigningKey::<rsa::sha2::Sha256>::new(key);
+    let signer = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key);
     let sig = signer.sign(msg.as_bytes()).to_bytes();
     Ok(vec![
         (TRANSMISSION_ID.into(), id),

@@ -7,7 +7,7 @@ use super::{Cover, Ctx, Defaults, Part, SchemeDef, decode_hex, password, secret_
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding};
+use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
 use crate::verify::sign::{Signed, Signer};
 use serde_json::Value;

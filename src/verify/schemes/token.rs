@@ -8,7 +8,7 @@ use super::hmac::MAX_SIGNATURE_HEADER;
 use super::{Cover, Ctx, Defaults, Part, SchemeDef, password};
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Lookup;
 use crate::verify::sign::{Signed, Signer};
 

@@ -10,7 +10,7 @@ use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header, matching_key};
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::sign::{Signed, Signer};
 
 pub struct Twilio;

@@ -144,30 +144,3 @@ fn absurdly_long_event_ids_are_400_and_composites_are_hashed() {
     assert!(v.event_id().as_str().starts_with("sha256:"));
     assert_eq!(v.event_id().as_str().len(), 71);
 }
-
-#[test]
-fn both_timestamp_problems_count_as_one_reason_and_the_others_as_their_own() {
-    use crate::stats::RejectReason as R;
-    let all = [
-        (VerifyError::MissingSignature, R::MissingSignature),
-        (VerifyError::MalformedSignature("x"), R::MalformedSignature),
-        (VerifyError::InvalidSignature, R::InvalidSignature),
-        (VerifyError::MissingTimestamp, R::BadTimestamp),
-        (VerifyError::MalformedTimestamp, R::BadTimestamp),
-        (
-            VerifyError::TimestampOutOfTolerance,
-            R::TimestampOutOfTolerance,
-        ),
-        (VerifyError::MissingEventId, R::MissingEventId),
-        (VerifyError::InvalidEventId("x"), R::InvalidEventId),
-        (VerifyError::BadBody("x"), R::BadBody),
-        (VerifyError::IpNotAllowed, R::IpNotAllowed),
-        (
-            VerifyError::CertificateUnavailable,
-            R::CertificateUnavailable,
-        ),
-    ];
-    for (e, want) in all {
-        assert_eq!(e.label(), want, "{e}");
-    }
-}

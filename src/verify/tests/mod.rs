@@ -15,10 +15,10 @@ mod saas;
 mod signature_shapes;
 mod subset;
 
-use super::crypto::SigningKey;
 use super::registry::Registry;
 use super::sign::{SignRequest, sign};
 use super::*;
+use crate::primitives::crypto::{self, SigningKey};
 use crate::primitives::secret::Secret;
 use http::{HeaderName, HeaderValue};
 use std::time::Duration;
@@ -48,7 +48,7 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         settings: None,
         withheld: vec![],
     };
-    s.withheld = crate::verify::request::withheld(&s.provider, Default::default());
+    s.withheld = crate::verify::forwarded_headers::withheld(&s.provider, Default::default());
     edit(&mut s);
     Arc::new(s)
 }

@@ -1,7 +1,7 @@
 //! Provider files as written: what a malformed file is refused for, what
 //! a source may override, and what a `preset` file inherits.
 
-use crate::verify::crypto::Algorithm;
+use crate::primitives::crypto::Algorithm;
 use crate::verify::provider::{Provider, SourceOverrides};
 use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides};
 const BASE: &str = r#"

@@ -40,7 +40,7 @@ impl TestDb {
     pub async fn create(backend: Backend) -> Self {
         match backend {
             Backend::Production => {
-                let name = format!("hg_test_{}", uuid::Uuid::new_v4().simple());
+                let name = format!("hg_test_{}", hookgate::primitives::token::random_hex());
                 let mut admin = sqlx::PgConnection::connect(&format!("{}/postgres", pg_base()))
                     .await
                     .expect("Postgres at HOOKGATE_TEST_PG (default 127.0.0.1:5432) is reachable");

@@ -31,8 +31,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use base64::Engine;
 use rsa::pkcs1v15::{Signature, VerifyingKey};
-use rsa::sha2::Sha256;
 use rsa::signature::Verifier;
+use sha2::Sha256;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -143,9 +143,9 @@ fn app_jwt_ok(jwt: &str, id: &str, key: &VerifyingKey<Sha256>, now: i64) -> bool
 
 /// The public half of a PEM private key (PKCS#1): what GitHub keeps of an
 /// App's key.
-pub fn public_key(private_pem: &str) -> rsa::RsaPublicKey {
+pub fn public_key(private_pem: &str) -> rsa::PublicKey {
     use rsa::pkcs1::DecodeRsaPrivateKey;
-    rsa::RsaPublicKey::from(rsa::RsaPrivateKey::from_pkcs1_pem(private_pem).unwrap())
+    rsa::PublicKey::from(rsa::PrivateKey::from_pkcs1_pem(private_pem).unwrap())
 }
 
 fn rfc3339(secs: i64) -> String {
@@ -207,7 +207,7 @@ impl FakeGitHub {
     pub async fn start_app(
         source: &str,
         app_id: &str,
-        key: rsa::RsaPublicKey,
+        key: rsa::PublicKey,
         secret: &str,
         deliveries: Vec<GhDelivery>,
     ) -> Self {
@@ -463,7 +463,7 @@ impl FakePayPal {
             signer,
             client_id: client_id.into(),
             secret: secret.into(),
-            token: format!("A21AA{}", uuid::Uuid::new_v4().simple()),
+            token: format!("A21AA{}", hookgate::primitives::token::random_hex()),
             webhook_id: webhook_id.into(),
             events: Mutex::new(events),
             resent: Mutex::default(),

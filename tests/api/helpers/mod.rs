@@ -214,7 +214,7 @@ pub async fn spawn_app(opts: Opts) -> TestApp {
 }
 
 pub fn unique_prefix() -> String {
-    format!("hgtest-{}", uuid::Uuid::new_v4().simple())
+    format!("hgtest-{}", hookgate::primitives::token::random_hex())
 }
 
 /// Starts a gateway on an existing database and key prefix (a second

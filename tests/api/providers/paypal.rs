@@ -16,14 +16,14 @@ const PAYPAL_OTHER_CERT: &str = include_str!("../../fixtures/paypal/other-cert.p
 pub(crate) fn paypal_headers(webhook_id: &str, cert_url: &str, ts: i64, body: &[u8]) -> Headers {
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
-    let key = rsa::RsaPrivateKey::from_pkcs8_pem(PAYPAL_KEY).unwrap();
-    let id = uuid::Uuid::new_v4().to_string();
+    let key = rsa::PrivateKey::from_pkcs8_pem(PAYPAL_KEY).unwrap();
+    let id = hookgate::primitives::token::random_uuid();
     let time = humantime::format_rfc3339_seconds(
         std::time::UNIX_EPOCH + std::time::Duration::from_secs(ts as u64),
     )
     .to_string();
     let msg = format!("{id}|{time}|{webhook_id}|{}", crc32fast::hash(body));
-    let sig = rsa::pkcs1v15::SigningKey::<rsa::sha2::Sha256>::new(key).sign(msg.as_bytes());
+    let sig = rsa::pkcs1v15::SigningKey::<sha2::Sha256>::new(key).sign(msg.as_bytes());
     h(&[
         ("PAYPAL-TRANSMISSION-ID", &id),
         ("PAYPAL-TRANSMISSION-TIME", &time),

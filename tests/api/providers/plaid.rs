@@ -21,7 +21,7 @@ fn signing_key() -> p256::ecdsa::SigningKey {
 
 /// The test key as Plaid's `/webhook_verification_key/get` returns it.
 fn jwk(kid: &str) -> serde_json::Value {
-    let point = signing_key().verifying_key().to_encoded_point(false);
+    let point = signing_key().verifying_key().to_sec1_point(false);
     serde_json::json!({
         "alg": "ES256", "created_at": 1560466143, "crv": "P-256", "expired_at": null,
         "kid": kid, "kty": "EC", "use": "sig",

@@ -22,10 +22,10 @@ pub use template::template_covers;
 
 use super::{Cover, Ctx, Defaults, Part, SchemeDef};
 use crate::verify::VerifyError;
-use crate::verify::crypto::mac_eq;
+use crate::primitives::crypto::mac_eq;
 use crate::verify::locator::{Locator, Lookup, Segment};
 use crate::verify::provider::Provider;
-use crate::verify::request::Fields;
+use crate::verify::fields::Fields;
 use crate::verify::sign::{Signed, Signer};
 use crate::verify::spec::{HeaderFormat, TimeUnit};
 use http::HeaderMap;
@@ -246,7 +246,7 @@ fn value_for(
     }
     match lookup.header() {
         Some(h) => {
-            let v = uuid::Uuid::new_v4().to_string();
+            let v = crate::primitives::token::random_uuid();
             out.push((h.to_owned(), v.clone()));
             Ok(v)
         }

@@ -3,29 +3,31 @@
 //!
 //! Rule: keys are only ever requested from `production.plaid.com` or
 //! `sandbox.plaid.com` over HTTPS (a loopback `api_base` is accepted for
-//! tests only). An unknown `kid` costs one request: fetches run one at a
-//! time and re-check the cache, and a `kid` Plaid does not know is
-//! remembered for a while, so forged tokens cannot make us hammer Plaid.
+//! tests only). An unknown `kid` costs one request: a `kid` is fetched once
+//! at a time ([`KeyCache`]), a `kid` Plaid does not know is remembered for
+//! a while, and the source's fetch budget caps the rest, so forged tokens
+//! cannot make us hammer Plaid.
 //! With pinned keys nothing is ever fetched. The credentials never leave
 //! this module except in the request body to Plaid.
 
 use super::{Jwk, Key, Token, header_value};
 use crate::primitives::secret::Secret;
 use crate::verify::VerifyError;
+use crate::verify::key_cache::{self, Fetched, KeyCache};
 use http::HeaderMap;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 const PATH: &str = "/webhook_verification_key/get";
 const MAX_RESPONSE: usize = 64 * 1024;
-const MAX_CACHED: usize = 64;
+/// `kid`s remembered per source, with a key or as unknown.
+const MAX_CACHED: u64 = 320;
 /// Longest a fetched key is trusted without asking again (rotation).
 const MAX_AGE: i64 = 24 * 3600;
 /// How long a `kid` Plaid did not know is answered without asking again.
 const UNKNOWN_FOR: i64 = 300;
-const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Which Plaid API host holds the keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,14 +65,9 @@ pub struct Settings {
     credentials: Option<Credentials>,
     url: reqwest::Url,
     pinned: HashMap<String, Arc<Key>>,
-    /// kid → (key, trusted until). Plain mutexes: held for a lookup or an
-    /// insert only, never across the fetch.
-    cache: Mutex<HashMap<String, (Arc<Key>, i64)>>,
-    unknown: Mutex<HashMap<String, i64>>,
-    /// Serializes fetches (one in flight per source).
-    fetching: tokio::sync::Mutex<()>,
-    /// Per-source fetch budget (a `kid` is chosen by the sender).
-    budget: crate::verify::fetch_budget::FetchBudget,
+    /// kid → its key until [`MAX_AGE`] (or the key's own expiry), or
+    /// "unknown" for [`UNKNOWN_FOR`] seconds.
+    keys: KeyCache<String, Arc<Key>>,
     client: reqwest::Client,
 }
 
@@ -111,19 +108,12 @@ impl Settings {
         };
         let url = reqwest::Url::parse(&format!("{}{PATH}", base.trim_end_matches('/')))
             .map_err(|e| format!("api_base: {e}"))?;
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(FETCH_TIMEOUT)
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+        let client = key_cache::client()?;
         Ok(Self {
             credentials,
             url,
             pinned: keys,
-            cache: Mutex::new(HashMap::new()),
-            unknown: Mutex::new(HashMap::new()),
-            fetching: tokio::sync::Mutex::new(()),
-            budget: Default::default(),
+            keys: KeyCache::new(MAX_CACHED),
             client,
         })
     }
@@ -139,53 +129,31 @@ impl Settings {
         now: i64,
     ) -> Result<Arc<Key>, VerifyError> {
         let token = Token::parse(header_value(headers)?)?;
-        let unknown = VerifyError::MalformedSignature("unknown signing key id");
         if !self.pinned.is_empty() {
-            return self.pinned.get(&token.kid).cloned().ok_or(unknown);
+            return self.pinned.get(&token.kid).cloned().ok_or_else(unknown_kid);
         }
-        if let Some(k) = self.cached(&token.kid, now) {
+        if let Some(Ok(k)) = self.keys.cached(&token.kid, now).await {
             return Ok(k);
         }
         token.check_claims(body, now, tolerance)?;
-        let _one_at_a_time = self.fetching.lock().await;
-        if let Some(k) = self.cached(&token.kid, now) {
-            return Ok(k);
-        }
-        if lock(&self.unknown)
-            .get(&token.kid)
-            .is_some_and(|t| *t > now)
-        {
-            return Err(unknown);
-        }
-        if !self.budget.take(now) {
-            return Err(VerifyError::CertificateUnavailable);
-        }
-        let Some(key) = self.fetch(&token.kid).await? else {
-            let mut u = lock(&self.unknown);
-            u.retain(|_, t| *t > now);
-            if u.len() < 256 {
-                u.insert(token.kid.clone(), now + UNKNOWN_FOR);
-            }
-            return Err(unknown);
-        };
-        let key = Arc::new(key);
-        let until = key.expired_at.unwrap_or(i64::MAX).min(now + MAX_AGE);
-        let mut cache = lock(&self.cache);
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, (_, t)| *t > now);
-        }
-        if cache.len() < MAX_CACHED {
-            cache.insert(token.kid, (key.clone(), until));
-        }
-        Ok(key)
+        let fetch = self.fetch_key(&token.kid, now);
+        self.keys.get_or_fetch(token.kid.clone(), now, fetch).await
     }
 
-    fn cached(&self, kid: &str, now: i64) -> Option<Arc<Key>> {
-        let cache = lock(&self.cache);
-        cache
-            .get(kid)
-            .filter(|(_, t)| *t > now)
-            .map(|(k, _)| k.clone())
+    /// The key until [`MAX_AGE`] from now (or its own expiry, if sooner),
+    /// or "unknown" for [`UNKNOWN_FOR`] seconds: both are remembered;
+    /// Plaid busy or unreachable is not.
+    async fn fetch_key(&self, kid: &str, now: i64) -> Result<Fetched<Arc<Key>>, VerifyError> {
+        Ok(match self.fetch(kid).await? {
+            Some(key) => Fetched {
+                until: key.expired_at.unwrap_or(i64::MAX).min(now + MAX_AGE),
+                found: Ok(Arc::new(key)),
+            },
+            None => Fetched {
+                found: Err(unknown_kid()),
+                until: now + UNKNOWN_FOR,
+            },
+        })
     }
 
     /// `Ok(None)`: Plaid answered but has no such key (or refused us).
@@ -199,7 +167,7 @@ impl Settings {
             "secret": c.secret.expose(),
             "key_id": kid,
         });
-        let mut res = self
+        let res = self
             .client
             .post(self.url.clone())
             .header(http::header::CONTENT_TYPE, "application/json")
@@ -219,13 +187,7 @@ impl Settings {
         if !res.status().is_success() {
             return Err(VerifyError::CertificateUnavailable);
         }
-        let mut out = Vec::new();
-        while let Some(chunk) = res.chunk().await.map_err(down)? {
-            out.extend_from_slice(&chunk);
-            if out.len() > MAX_RESPONSE {
-                return Err(VerifyError::CertificateUnavailable);
-            }
-        }
+        let out = key_cache::read_capped(res, MAX_RESPONSE).await?;
         #[derive(serde::Deserialize)]
         struct Response {
             key: Jwk,
@@ -239,20 +201,15 @@ impl Settings {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+fn unknown_kid() -> VerifyError {
+    VerifyError::MalformedSignature("unknown signing key id")
 }
 
 /// `http://127.0.0.1:PORT`-style bases only: the override exists so tests
 /// can stand in for Plaid, never to send credentials elsewhere.
 fn loopback_base(base: &str) -> Result<String, String> {
     let u = reqwest::Url::parse(base).map_err(|e| format!("api_base: {e}"))?;
-    let host = u.host_str().unwrap_or_default();
-    let loopback = host == "localhost"
-        || host
-            .trim_matches(['[', ']'])
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
+    let loopback = key_cache::is_loopback_host(u.host_str().unwrap_or_default());
     if !loopback || !matches!(u.scheme(), "http" | "https") || !u.username().is_empty() {
         return Err("api_base must be a loopback URL (tests only)".into());
     }

@@ -10,9 +10,9 @@
 pub mod keys;
 
 use super::{Cover, Ctx, Defaults, FetchedKey, Part, Scheme, SchemeDef, SchemeSettings, first_header};
+use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Locator;
 use crate::verify::provider::Provider;
-use crate::verify::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::sign::{PlaidSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{Incoming, VerifyError};
@@ -321,12 +321,9 @@ impl Jwk {
                 .ok_or("key coordinate is not 32 bytes of base64url")
         };
         let (x, y) = (coord(&self.x)?, coord(&self.y)?);
-        let point = p256::EncodedPoint::from_affine_coordinates(
-            x.as_slice().into(),
-            y.as_slice().into(),
-            false,
-        );
-        let key = VerifyingKey::from_encoded_point(&point).map_err(|_| "key is not on P-256")?;
+        let field = |b: &[u8]| p256::FieldBytes::try_from(b).map_err(|_| "key coordinate is not 32 bytes");
+        let point = p256::Sec1Point::from_affine_coordinates(&field(&x)?, &field(&y)?, false);
+        let key = VerifyingKey::from_sec1_point(&point).map_err(|_| "key is not on P-256")?;
         Ok(Key {
             kid: self.kid,
             key,
@@ -337,7 +334,7 @@ impl Jwk {
 
 /// A key as JWK JSON, the form `[sources.<name>.plaid] keys` pins.
 pub fn public_jwk(kid: &str, key: &VerifyingKey) -> String {
-    let point = key.to_encoded_point(false);
+    let point = key.to_sec1_point(false);
     let coord =
         |c: Option<&p256::FieldBytes>| B64URL.encode(c.map(|b| b.to_vec()).unwrap_or_default());
     serde_json::json!({

@@ -1,6 +1,7 @@
-//! Cryptographic primitives every scheme builds on: MAC and digest
-//! algorithms, signature and secret encodings, [`SigningKey`] and the
-//! constant-time comparison.
+//! Cryptographic primitives every scheme builds on, and that delivery (the
+//! gateway's own signature) and admin (the token check) use too: MAC and
+//! digest algorithms, signature and secret encodings, [`SigningKey`] and
+//! the constant-time comparison.
 //!
 //! Rule: knows neither schemes nor providers; all MAC comparison goes
 //! through [`mac_eq`].
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use std::fmt;
 use subtle::ConstantTimeEq;
 
-use crate::primitives::secret::Secret;
+use super::secret::Secret;
 
 /// Standard base64 that accepts input with or without padding.
 pub const BASE64_LENIENT: GeneralPurpose = GeneralPurpose::new(
@@ -126,8 +127,8 @@ impl Encoding {
     pub fn decode(self, text: &str) -> Option<Vec<u8>> {
         match self {
             // Into a buffer of the final size: `hex::decode` collects an
-            // iterator of results, ~40 instructions a byte (callgrind,
-            // docs/design.md "Twelfth pass"). Odd or invalid text fails.
+            // iterator of results, which costs far more per byte on a
+            // path every hex signature takes. Odd or invalid text fails.
             Self::Hex => {
                 let mut out = vec![0; text.len() / 2];
                 hex::decode_to_slice(text, &mut out).ok().map(|()| out)
