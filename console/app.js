@@ -128,6 +128,22 @@ function spark(series) {
   return svg;
 }
 
+// Whether a source's event id and type come from signed data (/stats
+// `signed`, computed from the provider's scheme): an unsigned id or type
+// can be changed by whoever relays the request.
+function signedCell(signed) {
+  const cell = el('td', { class: 'signed' });
+  for (const [label, fact] of [['id', signed.event_id], ['type', signed.event_type]]) {
+    const cover = fact ? fact.cover : 'none';
+    const tag = el('span', { class: 'cover ' + cover, dataset: { fact: label, cover } }, `${label} ${cover}`);
+    tag.title = !fact ? 'untyped events'
+      : cover === 'signed' ? `the event ${label} is covered by the signature`
+        : `not covered by the signature: ${fact.weakest.join(', ')}`;
+    cell.append(tag);
+  }
+  return cell;
+}
+
 async function loadOverview() {
   const [stats, series] = await Promise.all([api('/stats'), api('/admin/stats/series?window=1h')]);
   const rows = Object.entries(stats.sources).map(([name, s]) => {
@@ -143,7 +159,7 @@ async function loadOverview() {
     }));
     return el('tr', {}, el('td', {}, el('a', { href: '#/events?source=' + encodeURIComponent(name) }, name)),
       td(s.received, 'num'), td(s.unique, 'num'), td(s.duplicates, 'num'),
-      rejected, td(s.delivered, 'num'), td(s.dead, 'num'), chart);
+      rejected, td(s.delivered, 'num'), td(s.dead, 'num'), signedCell(s.signed), chart);
   });
   fill($('#sources-table tbody'), rows);
   const targets = Object.entries(series.targets).map(([name, t]) => el('tr', {},

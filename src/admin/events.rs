@@ -20,7 +20,6 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use std::time::{Duration, UNIX_EPOCH};
 
 /// Default page size.
 pub const DEFAULT_LIMIT: i64 = 50;
@@ -97,15 +96,14 @@ fn time_error(k: &str) -> String {
     format!("`{k}` must be an RFC 3339 time, e.g. 2026-01-31T12:00:00Z")
 }
 
-/// RFC 3339 (`Z` or a `±HH:MM` offset, optional fraction) to milliseconds.
+/// RFC 3339 to milliseconds ([`Millis::parse_rfc3339`]).
 pub fn parse_time(text: &str) -> Option<Millis> {
     Millis::parse_rfc3339(text)
 }
 
-/// RFC 3339 in UTC with milliseconds.
+/// RFC 3339 in UTC with milliseconds ([`Millis::rfc3339`]).
 pub fn format_time(t: Millis) -> String {
-    let at = UNIX_EPOCH + Duration::from_millis(t.0.max(0) as u64);
-    humantime::format_rfc3339_millis(at).to_string()
+    t.rfc3339()
 }
 
 /// `GET /admin/events`.

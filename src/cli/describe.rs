@@ -68,10 +68,11 @@ pub fn describe(c: &Config) -> String {
             }
             let _ = writeln!(
                 o,
-                "  {:<16} reconcile every {} over {} via {}{hook} (api_key set)",
+                "  {:<16} reconcile every {} over {} (grace {}) via {}{hook} (api_key set)",
                 "",
                 show(r.interval),
                 show(r.lookback),
+                show(r.grace),
                 r.api_base,
             );
         }
@@ -129,6 +130,10 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
         (None, None) => "none (untyped: a route with `events` never matches)".to_owned(),
     };
     let _ = writeln!(o, "    event type: {typed}");
+    // Whether a relay could change the id (dodging dedup) or the type
+    // (rerouting) without breaking the signature.
+    let signed = crate::verify::signedness::of(&s.provider);
+    let _ = writeln!(o, "    signed: {}", signed.describe());
     if s.routes.is_empty() {
         let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");
     }

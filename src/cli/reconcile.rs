@@ -106,17 +106,19 @@ pub fn table(source: &str, r: &Report, dry_run: bool) -> String {
     };
     let w = source.len().max(6);
     format!(
-        "{:<w$}  {:>8}  {:>16}  {:>13}  {:>6}\n{:<w$}  {:>8}  {:>16}  {:>13}  {:>6}\n",
+        "{:<w$}  {:>8}  {:>16}  {:>13}  {:>6}  {:>9}\n{:<w$}  {:>8}  {:>16}  {:>13}  {:>6}  {:>9}\n",
         "source",
         "found",
         "already received",
         recovered,
         "failed",
+        "too young",
         source,
         r.found,
         r.already,
         r.recovered,
         r.failed,
+        r.deferred,
     )
 }
 
@@ -131,11 +133,12 @@ mod tests {
             already: 963,
             recovered: 37,
             failed: 0,
+            deferred: 2,
         };
         let t = table("stripe", &r, true);
         assert!(t.contains("would recover"), "{t}");
         let row = t.lines().nth(1).unwrap();
         let cells: Vec<&str> = row.split_whitespace().collect();
-        assert_eq!(cells, ["stripe", "1000", "963", "37", "0"]);
+        assert_eq!(cells, ["stripe", "1000", "963", "37", "0", "2"]);
     }
 }

@@ -29,6 +29,12 @@ pub struct RawReconcile {
     /// (Stripe keeps 30 days of events, GitHub 3 days of deliveries).
     #[serde(default = "default_lookback")]
     pub lookback: Dur,
+    /// Events younger than this are left to the provider's own delivery
+    /// (a later run recovers them if they never arrive). Default 10m for
+    /// Stripe and PayPal, which list an event before they deliver it and
+    /// retry a failed delivery for days; 0 for GitHub, whose deliveries
+    /// list shows only attempts already made and which never retries one.
+    pub grace: Option<Dur>,
     /// API base URL. Default: the provider's public API
     /// (`https://api.stripe.com`, `https://api.github.com`,
     /// `https://api-m.paypal.com`).
@@ -76,6 +82,24 @@ impl ApiKind {
         }
     }
 
+    /// The default `grace`: how long the provider itself may still be
+    /// delivering an event it already lists.
+    fn default_grace(self) -> Duration {
+        match self {
+            // Stripe lists an event when it is created, before the first
+            // delivery attempt, and retries failed ones for 3 days
+            // (https://docs.stripe.com/webhooks#retries); PayPal retries
+            // for 3 days and does not resend a notification still pending
+            // (https://developer.paypal.com/docs/api/webhooks/v1/#webhooks-events_resend).
+            Self::Stripe | Self::PayPal => Duration::from_secs(600),
+            // GitHub lists a delivery once attempted and never redelivers a
+            // failed one by itself
+            // (https://docs.github.com/en/webhooks/using-webhooks/handling-failed-webhook-deliveries):
+            // waiting would only delay the recovery.
+            Self::GitHub => Duration::ZERO,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Stripe => "stripe",
@@ -93,6 +117,9 @@ pub struct Reconcile {
     pub api_key: Secret,
     pub interval: Duration,
     pub lookback: Duration,
+    /// Events created (Stripe, PayPal) or delivered (GitHub) less than
+    /// this long before a run starts are left to the provider.
+    pub grace: Duration,
     /// Without a trailing `/`.
     pub api_base: String,
     /// GitHub: the hook's API path, without leading or trailing `/`.
@@ -156,6 +183,21 @@ pub(super) fn validate(
     if raw.lookback.0.is_zero() {
         problem(&format!("{key}.lookback"), "must be greater than 0".into());
     }
+    let grace = raw.grace.map_or(kind.default_grace(), |g| g.0);
+    // An event leaves the grace at `created + grace` and the window at
+    // `created + lookback`; some run must start in between.
+    if grace + raw.interval.0 > raw.lookback.0 {
+        problem(
+            &format!("{key}.grace"),
+            format!(
+                "grace ({}) plus interval ({}) exceeds lookback ({}): an event still too young \
+                 for one run would be out of the window at the next",
+                humantime::format_duration(grace),
+                humantime::format_duration(raw.interval.0),
+                humantime::format_duration(raw.lookback.0),
+            ),
+        );
+    }
     let api_base = raw
         .api_base
         .unwrap_or_else(|| kind.default_base().to_owned());
@@ -212,6 +254,7 @@ pub(super) fn validate(
         api_key: api_key?,
         interval: raw.interval.0,
         lookback: raw.lookback.0,
+        grace,
         api_base: api_base.trim_end_matches('/').to_owned(),
         hook,
         app,
@@ -304,6 +347,7 @@ mod tests {
         assert_eq!(r.api_base, "https://api.stripe.com");
         assert_eq!(r.interval, Duration::from_secs(600));
         assert_eq!(r.lookback, Duration::from_secs(72 * 3600));
+        assert_eq!(r.grace, Duration::from_secs(600));
         assert!(!format!("{c:?}").contains("rk_live_secret_123"));
 
         let e = load("[sources.v.reconcile]\napi_key = \"k\"\n").unwrap_err();
@@ -325,6 +369,30 @@ mod tests {
             load("[sources.s.reconcile]\napi_key = \"env:HOOKGATE_TEST_UNSET_RECONCILE_KEY\"\n")
                 .unwrap_err();
         assert!(e.contains("sources.s.reconcile.api_key"), "{e}");
+    }
+
+    #[test]
+    fn grace_defaults_per_provider_and_must_leave_a_run_inside_the_window() {
+        let c = load(
+            "[sources.g.reconcile]\napi_key = \"k\"\nhook = \"orgs/o/hooks/1\"\n\
+             [sources.s.reconcile]\napi_key = \"k\"\ngrace = \"30m\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.reconcile["g"].grace, Duration::ZERO);
+        assert_eq!(c.reconcile["s"].grace, Duration::from_secs(1800));
+        // 20m + 10m > 25m: an event 19 minutes old at one run is 29
+        // minutes old, out of the window, at the next.
+        let e =
+            load("[sources.s.reconcile]\napi_key = \"k\"\ngrace = \"20m\"\nlookback = \"25m\"\n")
+                .unwrap_err();
+        assert!(
+            e.contains("sources.s.reconcile.grace") && e.contains("exceeds lookback"),
+            "{e}"
+        );
+        assert!(
+            load("[sources.s.reconcile]\napi_key = \"k\"\ngrace = \"15m\"\nlookback = \"25m\"\n")
+                .is_ok()
+        );
     }
 
     const APP_KEY: &str = "file:tests/fixtures/github-app/app-key.pem";

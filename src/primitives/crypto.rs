@@ -34,6 +34,9 @@ pub const BASE64URL_LENIENT: GeneralPurpose = GeneralPurpose::new(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {
+    /// Patreon signs with HMAC-MD5 (still a sound MAC, though MD5 is not
+    /// collision resistant).
+    HmacMd5,
     HmacSha1,
     HmacSha256,
     HmacSha512,
@@ -46,7 +49,10 @@ pub enum Algorithm {
 
 impl Algorithm {
     pub fn is_hmac(self) -> bool {
-        matches!(self, Self::HmacSha1 | Self::HmacSha256 | Self::HmacSha512)
+        matches!(
+            self,
+            Self::HmacMd5 | Self::HmacSha1 | Self::HmacSha256 | Self::HmacSha512
+        )
     }
 
     /// Plain digest of the concatenation of `parts` (the key is not used).
@@ -59,7 +65,7 @@ impl Algorithm {
             d.finalize().to_vec()
         }
         match self {
-            Self::Md5 => run::<md5::Md5>(parts),
+            Self::Md5 | Self::HmacMd5 => run::<md5::Md5>(parts),
             Self::Sha1 | Self::HmacSha1 => run::<sha1::Sha1>(parts),
             Self::Sha256 | Self::HmacSha256 => run::<sha2::Sha256>(parts),
             Self::Sha384 => run::<sha2::Sha384>(parts),
@@ -79,6 +85,7 @@ impl Algorithm {
             m.finalize().into_bytes().to_vec()
         }
         match self {
+            Self::HmacMd5 => run::<hmac::Hmac<md5::Md5>>(key, parts),
             Self::HmacSha1 => run::<hmac::Hmac<sha1::Sha1>>(key, parts),
             Self::HmacSha256 => run::<hmac::Hmac<sha2::Sha256>>(key, parts),
             Self::HmacSha512 => run::<hmac::Hmac<sha2::Sha512>>(key, parts),
@@ -88,7 +95,7 @@ impl Algorithm {
 
     pub fn output_len(self) -> usize {
         match self {
-            Self::Md5 => 16,
+            Self::Md5 | Self::HmacMd5 => 16,
             Self::HmacSha1 | Self::Sha1 => 20,
             Self::HmacSha256 | Self::Sha256 => 32,
             Self::Sha384 => 48,
@@ -264,6 +271,11 @@ mod tests {
         assert_eq!(a.len(), Algorithm::HmacSha256.output_len());
         assert_eq!(Algorithm::HmacSha1.mac(b"k", &[b"x"]).len(), 20);
         assert_eq!(Algorithm::HmacSha512.mac(b"k", &[b"x"]).len(), 64);
+        // RFC 2202 test case 2 for HMAC-MD5.
+        assert_eq!(
+            hex::encode(Algorithm::HmacMd5.mac(b"Jefe", &[b"what do ya want ", b"for nothing?"])),
+            "750c783e6ab0b503eaa86e310a5db738"
+        );
         for a in [
             Algorithm::Md5,
             Algorithm::Sha1,

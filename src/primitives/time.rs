@@ -33,7 +33,9 @@ impl Millis {
         self.0 / 1000
     }
 
-    /// An RFC 3339 time (`Z` or a `±HH:MM` offset, optional fraction).
+    /// An RFC 3339 time (`Z`, a `±HH:MM` offset, or no zone, read as UTC;
+    /// optional fraction), as APIs and some providers' signed timestamps
+    /// write it.
     pub fn parse_rfc3339(text: &str) -> Option<Self> {
         let text = text.trim();
         // Split a numeric offset off the time part (after `T`, position ≥ 19).
@@ -43,18 +45,26 @@ impl Millis {
                 let sign = if off.starts_with('-') { -1 } else { 1 };
                 let (h, m) = off[1..].split_once(':')?;
                 let secs = h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60;
-                (format!("{b}Z"), sign * secs)
+                (b, sign * secs)
             }
-            _ => (text.to_owned(), 0),
+            _ => (text, 0),
         };
         let t = humantime::parse_rfc3339_weak(base.trim_end_matches(['Z', 'z'])).ok()?;
-        let ms = t.duration_since(UNIX_EPOCH).ok()?.as_millis() as i64;
+        let ms = duration_ms(t.duration_since(UNIX_EPOCH).ok()?);
         Some(Self(ms - offset_secs * 1000))
     }
 
-    /// RFC 3339 in UTC, whole seconds (`2023-11-14T22:13:20Z`).
-    pub fn format_rfc3339_seconds(self) -> String {
+    /// RFC 3339 in UTC with milliseconds (`2026-01-31T12:00:00.000Z`).
+    pub fn rfc3339(self) -> String {
         let at = UNIX_EPOCH + Duration::from_millis(self.0.max(0) as u64);
+        humantime::format_rfc3339_millis(at).to_string()
+    }
+
+    /// RFC 3339 in UTC, whole seconds (`2026-01-31T12:00:00Z`): how
+    /// providers that sign an RFC 3339 time write it (Box, Increase,
+    /// Zendesk), and how provider APIs take a time in a query.
+    pub fn rfc3339_seconds(self) -> String {
+        let at = UNIX_EPOCH + Duration::from_secs(self.as_secs().max(0) as u64);
         humantime::format_rfc3339_seconds(at).to_string()
     }
 
@@ -116,6 +126,30 @@ mod tests {
             Duration::from_millis(2500)
         );
         assert_eq!(t.saturating_sub(Millis(12_500)), Duration::ZERO);
+    }
+
+    #[test]
+    fn rfc3339_parses_with_zone_offset_or_none() {
+        let z = Millis::parse_rfc3339("2026-01-31T12:00:00Z").unwrap();
+        assert_eq!(Millis::parse_rfc3339("2026-01-31T13:00:00+01:00"), Some(z));
+        assert_eq!(Millis::parse_rfc3339("2026-01-31T11:30:00-00:30"), Some(z));
+        // No zone: UTC (Orb's `X-Orb-Timestamp`).
+        assert_eq!(Millis::parse_rfc3339("2026-01-31T12:00:00"), Some(z));
+        assert_eq!(
+            Millis::parse_rfc3339("2026-01-31T12:00:00.250"),
+            Some(Millis(z.0 + 250))
+        );
+        assert_eq!(z.rfc3339(), "2026-01-31T12:00:00.000Z");
+        assert_eq!(Millis(z.0 + 999).rfc3339_seconds(), "2026-01-31T12:00:00Z");
+        for bad in [
+            "yesterday",
+            "2026-01-31",
+            "2026-13-01T00:00:00Z",
+            "",
+            "1700000000",
+        ] {
+            assert_eq!(Millis::parse_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

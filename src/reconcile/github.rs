@@ -100,12 +100,7 @@ pub async fn page(
     let mut items = Vec::with_capacity(deliveries.len());
     let mut older = false;
     for d in deliveries {
-        let at = d
-            .delivered_at
-            .as_deref()
-            .and_then(|t| humantime::parse_rfc3339_weak(t.trim_end_matches('Z')).ok())
-            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-            .map(|d| d.as_secs() as i64);
+        let at = d.delivered_at.as_deref().and_then(super::unix_secs);
         if at.is_some_and(|t| t < since.as_secs()) {
             older = true;
             continue;

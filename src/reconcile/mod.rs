@@ -83,6 +83,27 @@ pub enum Action {
     Resend(String),
 }
 
+impl Found {
+    /// Created (or, for GitHub, delivered) after `cutoff`. An item without
+    /// a time is never held back.
+    fn is_younger_than(&self, cutoff: Millis) -> bool {
+        self.created.is_some_and(|c| Millis::from_secs(c) > cutoff)
+    }
+}
+
+/// Unix seconds of an RFC 3339 UTC time (`2024-01-02T03:04:05Z`, with or
+/// without fractional seconds), as the GitHub and PayPal APIs write them.
+fn unix_secs(text: &str) -> Option<i64> {
+    Millis::parse_rfc3339(text).map(Millis::as_secs)
+}
+
+/// A page's items and the run's grace cutoff: items created after it are
+/// left to the provider.
+struct Settle {
+    items: Vec<Found>,
+    young: Millis,
+}
+
 /// One page of a provider's list, and the cursor of the next one.
 #[derive(Debug, Default)]
 pub struct Page {
@@ -102,6 +123,9 @@ pub struct Report {
     pub recovered: u64,
     /// Could not be recovered this run.
     pub failed: u64,
+    /// Missing but younger than `grace`: left to the provider's own
+    /// delivery; a later run recovers them if they never arrive.
+    pub deferred: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -391,14 +415,22 @@ impl Reconciler {
             ApiKind::GitHub => Session::GitHub(github::Auth::of(rec)),
             ApiKind::PayPal => Session::PayPal(paypal::token(&api, rec).await?),
         };
+        // Fixed for the whole run, so every page is judged alike.
+        let young = Millis::now() - rec.grace;
         loop {
             let after = cursor.as_deref();
             let page = match &session {
                 Session::Key => stripe::page(&api, rec, since, after).await?,
                 Session::GitHub(auth) => github::page(&api, rec, auth, since, after).await?,
-                Session::PayPal(token) => paypal::page(&api, rec, token, since, after).await?,
+                Session::PayPal(token) => {
+                    paypal::page(&api, rec, token, since, young, after).await?
+                }
             };
-            self.settle(rec, &api, &session, page.items, hold.as_deref_mut(), report)
+            let items = Settle {
+                items: page.items,
+                young,
+            };
+            self.settle(rec, &api, &session, items, hold.as_deref_mut(), report)
                 .await?;
             cursor = page.next;
             if let Some(h) = hold.as_deref_mut() {
@@ -411,16 +443,18 @@ impl Reconciler {
         }
     }
 
-    /// Compares one page with the ledger and recovers the missing events.
+    /// Compares one page with the ledger and recovers the missing events
+    /// older than the grace.
     async fn settle(
         &self,
         rec: &Reconcile,
         api: &Api,
         session: &Session,
-        items: Vec<Found>,
+        page: Settle,
         mut hold: Option<&mut Hold<'_>>,
         report: &mut Report,
     ) -> Result<(), ReconcileError> {
+        let Settle { items, young } = page;
         let source = &rec.source;
         // One entry per id (GitHub lists every redelivery of a GUID).
         let mut seen = HashSet::new();
@@ -434,6 +468,14 @@ impl Reconciler {
         for item in items {
             if known.contains(&item.event_id) {
                 report.already += 1;
+                continue;
+            }
+            if item.is_younger_than(young) {
+                // The provider may be delivering it right now. Nothing is
+                // stored for it: the window start never moves past it (a
+                // checkpoint keeps the run's `since`, and a new run starts
+                // `lookback` back), so the next run lists it again.
+                report.deferred += 1;
                 continue;
             }
             let Some(h) = hold.as_deref_mut() else {

@@ -17,7 +17,6 @@ use crate::primitives::time::Millis;
 use crate::verify::schemes::SchemeSettings;
 use crate::verify::source::Source;
 use serde::Deserialize;
-use std::time::{Duration, UNIX_EPOCH};
 
 #[derive(Deserialize)]
 struct Token {
@@ -35,6 +34,8 @@ struct List {
 #[derive(Deserialize)]
 struct Event {
     id: String,
+    /// RFC 3339.
+    create_time: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -64,18 +65,14 @@ pub async fn token(api: &Api, rec: &Reconcile) -> Result<String, ReconcileError>
     Ok(t.access_token)
 }
 
-/// RFC 3339 UTC, seconds precision.
-fn rfc3339(t: Millis) -> String {
-    let at = UNIX_EPOCH + Duration::from_secs(t.as_secs().max(0) as u64);
-    humantime::format_rfc3339_seconds(at).to_string()
-}
-
-/// One page of events created from `since` until now.
+/// One page of events created from `since` until `until` (the run's
+/// grace cutoff: younger ones PayPal may still be delivering).
 pub async fn page(
     api: &Api,
     rec: &Reconcile,
     token: &str,
     since: Millis,
+    until: Millis,
     cursor: Option<&str>,
 ) -> Result<Page, ReconcileError> {
     let url = match cursor {
@@ -83,8 +80,8 @@ pub async fn page(
         None => {
             let q = form_urlencoded::Serializer::new(String::new())
                 .append_pair("page_size", "300")
-                .append_pair("start_time", &rfc3339(since))
-                .append_pair("end_time", &rfc3339(Millis::now()))
+                .append_pair("start_time", &since.rfc3339_seconds())
+                .append_pair("end_time", &until.rfc3339_seconds())
                 .finish();
             format!("{}/v1/notifications/webhooks-events?{q}", rec.api_base)
         }
@@ -104,8 +101,8 @@ pub async fn page(
         .into_iter()
         .map(|e| Found {
             action: Action::Resend(e.id.clone()),
+            created: e.create_time.as_deref().and_then(super::unix_secs),
             event_id: e.id,
-            created: None,
         })
         .collect();
     let next = match list.links.iter().find(|l| l.rel == "next") {

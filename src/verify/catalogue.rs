@@ -136,6 +136,14 @@ fn signature(p: &Provider, raw: &ProviderFile) -> String {
             let keys: Vec<String> = sig.keys.iter().map(|k| format!("{k},…")).collect();
             format!(" `{}`", keys.join(&sig.separator))
         }
+        HeaderFormat::List => {
+            let first = match raw.timestamp.as_ref().map(|t| t.from.as_str()) {
+                Some("signature:0") => "timestamp",
+                _ => "value",
+            };
+            let sep = &sig.separator;
+            format!(" `{first}{sep}sig[{sep}sig…]`")
+        }
     };
     let headers = names(&s.header);
     let mut out = match (headers.is_empty(), &sig.query) {
@@ -167,9 +175,13 @@ fn algorithm(p: &Provider, raw: &ProviderFile) -> String {
                 (default `{body}`)"
             .into();
     }
-    let alg = format!("{:?}", sig.algorithm)
-        .replace("HmacSha", "HMAC-SHA")
-        .to_string();
+    // `HmacSha256` → `HMAC-SHA256`, `Md5` → `MD5` (a plain digest, keyed
+    // by `{secret}` in the content).
+    let name = format!("{:?}", sig.algorithm);
+    let alg = match name.strip_prefix("Hmac") {
+        Some(d) => format!("HMAC-{}", d.to_uppercase()),
+        None => name.to_uppercase(),
+    };
     let enc = match sig.encoding {
         Encoding::Hex => "hex",
         Encoding::Base64 => "base64",

@@ -160,12 +160,16 @@ mod tests {
     fn every_shipped_provider_says_where_its_type_is_or_why_it_has_none() {
         // Robokassa's ResultURL reports one thing (a paid invoice);
         // Airtable's notification is a typeless ping; Mandrill's events are a
-        // JSON array inside one form field; the generic providers leave the
-        // type to the source (`event_type`).
+        // JSON array inside one form field; a Telegram update and a Sinch
+        // callback name their kind by which member they carry, not by a
+        // value; the generic providers leave the type to the source
+        // (`event_type`).
         let untyped = [
             "robokassa",
             "airtable",
             "mandrill",
+            "telegram",
+            "sinch",
             "basic",
             "bearer",
             "hmac",

@@ -103,6 +103,9 @@ pub enum Segment {
     Body,
     Timestamp,
     Url,
+    /// The configured secret itself, for providers that hash it together
+    /// with the content (iyzico, Midtrans, PayU).
+    Secret,
     Value(Lookup),
     /// `[…]`: signed only when every value inside is present (Mercado
     /// Pago leaves `id:…;` out of its manifest when there is no `data.id`).
@@ -142,6 +145,7 @@ fn parse_plain(text: &str) -> Result<Vec<Segment>, String> {
             Piece::Name("body") => Segment::Body,
             Piece::Name("timestamp") => Segment::Timestamp,
             Piece::Name("url") => Segment::Url,
+            Piece::Name("secret") => Segment::Secret,
             Piece::Name(other) => Segment::Value(Lookup::parse(other)?),
         });
     }

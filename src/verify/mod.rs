@@ -28,6 +28,7 @@ pub mod reply;
 pub mod route;
 pub mod schemes;
 pub mod sign;
+pub mod signedness;
 pub mod source;
 pub mod spec;
 

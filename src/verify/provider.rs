@@ -91,7 +91,8 @@ pub struct Signature {
     pub headers: Vec<String>,
     /// Every present header contributes signatures, not the first only.
     pub every_header: bool,
-    /// `hmac`: where the signature is when it is not in a header.
+    /// `hmac`: the request value holding the signature when it is not in a
+    /// header (Mailgun's and Midtrans's JSON body).
     pub from: Option<Lookup>,
     pub query: Option<String>,
     pub format: HeaderFormat,
@@ -350,9 +351,6 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         incomplete = incomplete.or_else(|| Some(need("algorithm")));
     }
     let algorithm = algorithm.unwrap_or(Algorithm::HmacSha256);
-    if s.scheme == Scheme::Hmac && !algorithm.is_hmac() {
-        return Err("the `hmac` scheme needs an hmac-* algorithm".into());
-    }
     let encoding = s.encoding.or(d.encoding);
     if encoding.is_none() {
         incomplete = incomplete.or_else(|| Some(need("encoding")));
@@ -362,7 +360,7 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         HeaderFormat::Tagged => " ".into(),
         _ => ",".into(),
     });
-    if s.format != HeaderFormat::Value && s.keys.is_empty() {
+    if matches!(s.format, HeaderFormat::Pairs | HeaderFormat::Tagged) && s.keys.is_empty() {
         return Err("signature.keys is required for `pairs` and `tagged` formats".into());
     }
     let content = match (s.signed_content, s.scheme) {
@@ -370,6 +368,13 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         (None, Scheme::Hmac) => vec![Segment::Body],
         (None, _) => vec![],
     };
+    // A plain digest is keyed only by a `{secret}` in what it hashes.
+    let keyed = content.contains(&Segment::Secret);
+    if s.scheme == Scheme::Hmac && !algorithm.is_hmac() && !keyed {
+        return Err(
+            "the `hmac` scheme needs an hmac-* algorithm, or `{secret}` in signed_content".into(),
+        );
+    }
     let sig = Signature {
         scheme: s.scheme,
         headers,

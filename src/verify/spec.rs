@@ -114,15 +114,17 @@ pub(super) struct SignatureSpec {
     /// its own header (Box's primary and secondary, DocuSign's numbered ones).
     #[serde(default)]
     pub(super) every_header: bool,
-    /// `hmac`: the signature is a value in the request instead of a header
-    /// (`json:/signature/signature`: Mailgun carries it in the body).
+    /// `hmac`: the signature is a value of the request instead of a header
+    /// (a locator, as `[timestamp] from`: Mailgun's
+    /// `json:/signature/signature`, Midtrans's `json:/signature_key`).
     pub(super) from: Option<String>,
     /// `token` scheme: query parameter carrying the token instead of a header.
     pub(super) query: Option<String>,
     /// How the header value holds signatures.
     #[serde(default)]
     pub(super) format: HeaderFormat,
-    /// `pairs`: item separator (default `,`); `tagged`: list separator (default ` `).
+    /// `pairs` and `list`: item separator (default `,`); `tagged`: list
+    /// separator (default ` `).
     pub(super) separator: Option<String>,
     /// `pairs`: keys whose values are signatures (`["v1"]`); `tagged`: accepted tags.
     #[serde(default)]
@@ -137,7 +139,8 @@ pub(super) struct SignatureSpec {
     #[serde(default)]
     pub(super) secret_prefixes: Vec<String>,
     /// What is signed, e.g. `"{timestamp}.{body}"`. Placeholders: `{body}`,
-    /// `{timestamp}`, `{url}` and any locator (`{header:webhook-id}`).
+    /// `{timestamp}`, `{url}`, `{secret}` (the secret itself, hashed with
+    /// the content) and any locator (`{header:webhook-id}`).
     pub(super) signed_content: Option<String>,
 }
 
@@ -235,6 +238,10 @@ pub enum HeaderFormat {
     Pairs,
     /// `tag,sig` items, e.g. `v1,abc= v1,def=` (Standard Webhooks).
     Tagged,
+    /// `first,sig[,sig…]`: the first item is not a signature but a value
+    /// the template reads as `signature:0` (Recurly's timestamp); every
+    /// later item is a signature.
+    List,
 }
 
 #[derive(Debug, Deserialize)]
@@ -259,21 +266,24 @@ pub(super) struct TimestampSpec {
     pub(super) checked: bool,
 }
 
+/// How a provider writes its signed timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
 pub enum TimeUnit {
+    /// Unix seconds (`1700000000`).
     #[default]
     #[serde(rename = "s")]
     Seconds,
+    /// Unix milliseconds (`1700000000123`).
     #[serde(rename = "ms")]
     Millis,
-    /// An RFC 3339 time, `Z` or a numeric offset (Box's
-    /// `2016-07-11T10:10:33-07:00`).
+    /// RFC 3339: `Z`, a numeric offset (Box's `2016-07-11T10:10:33-07:00`)
+    /// or no zone, read as UTC (Orb's `2024-03-27T15:42:29.551`).
     #[serde(rename = "rfc3339")]
     Rfc3339,
 }
 
 impl TimeUnit {
-    /// A timestamp as written in this unit, in unix seconds.
+    /// Unix seconds of a timestamp as the provider writes it.
     pub fn unix_secs(self, text: &str) -> Option<i64> {
         let text = text.trim();
         match self {
@@ -283,12 +293,14 @@ impl TimeUnit {
         }
     }
 
-    /// Unix seconds written in this unit (for `hookgate sign`).
-    pub fn write(self, secs: i64) -> String {
+    /// `secs` as the provider writes it (for `hookgate sign`). RFC 3339 is
+    /// written in whole seconds and UTC, as Box, Increase and Zendesk send
+    /// it; a reader of any of the forms above accepts it.
+    pub fn format(self, secs: i64) -> String {
         match self {
             Self::Seconds => secs.to_string(),
             Self::Millis => (secs * 1000).to_string(),
-            Self::Rfc3339 => Millis::from_secs(secs).format_rfc3339_seconds(),
+            Self::Rfc3339 => Millis::from_secs(secs).rfc3339_seconds(),
         }
     }
 }

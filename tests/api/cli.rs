@@ -58,6 +58,10 @@ scope = "header:X-User-ID"
         "{out}"
     );
     assert!(out.contains("    event type: json:/type\n"), "{out}");
+    assert!(
+        out.contains("    signed: event id signed; event type signed\n"),
+        "{out}"
+    );
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
     for secret in [
         "super-secret-admin",
@@ -72,6 +76,46 @@ scope = "header:X-User-ID"
             "{secret} leaked"
         );
     }
+}
+
+#[test]
+fn check_config_says_which_sources_sign_their_event_id_and_type() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        r#"
+[sources.gh]
+provider = "github"
+secrets = ["s"]
+[sources.mp]
+provider = "mercadopago"
+secrets = ["s"]
+[sources.rk]
+provider = "robokassa"
+secrets = ["s"]
+"#,
+    )
+    .unwrap();
+    let (ok, out, err) = hookgate(&["check-config"], dir.path());
+    assert!(ok, "{err}");
+    let line = |source: &str| {
+        let at = out.find(&format!("  {source} ")).unwrap();
+        out[at..]
+            .lines()
+            .find(|l| l.starts_with("    signed: "))
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        line("gh"),
+        "    signed: event id unsigned (header:x-github-delivery); event type unsigned (header:x-github-event)"
+    );
+    // Mercado Pago signs a manifest, not the body.
+    assert_eq!(
+        line("mp"),
+        "    signed: event id unsigned (json:/id); event type unsigned (json:/action, json:/type)"
+    );
+    assert_eq!(line("rk"), "    signed: event id signed; event type none");
 }
 
 #[test]

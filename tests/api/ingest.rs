@@ -270,6 +270,24 @@ async fn health_readiness_metrics_and_stats_auth() {
     assert_eq!(app.stats().await["sources"]["stripe"]["unique"], 1);
 }
 
+/// `/stats` says per source whether its event id and type come from signed
+/// data (what the console's overview shows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_say_whether_each_source_signs_its_event_id_and_type() {
+    let app = spawn_app(Opts::new(Backend::Embedded)).await;
+    let stats = app.stats().await;
+    let stripe = &stats["sources"]["stripe"]["signed"];
+    assert_eq!(stripe["event_id"]["cover"], "signed", "{stripe}");
+    assert_eq!(stripe["event_type"]["cover"], "signed", "{stripe}");
+    let github = &stats["sources"]["github"]["signed"];
+    assert_eq!(github["event_id"]["cover"], "unsigned", "{github}");
+    assert_eq!(
+        github["event_id"]["weakest"],
+        serde_json::json!(["header:x-github-delivery"])
+    );
+    assert_eq!(github["event_type"]["cover"], "unsigned", "{github}");
+}
+
 /// A fresh gateway process exports the timings an operator reads to tell
 /// where ingest waits: one ledger write (statement and COMMIT) per group
 /// commit, one cache claim per request. The retry is answered by the cache

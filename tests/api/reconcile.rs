@@ -118,6 +118,7 @@ fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
             api_key: Secret::new(KEY),
             interval: Duration::from_secs(3600),
             lookback: Duration::from_secs(86_400),
+            grace: Duration::from_secs(600),
             api_base: fake.url.clone(),
             hook: None,
             app: None,
@@ -131,6 +132,15 @@ fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
         client: Reconciler::http_client(),
         retry: Default::default(),
         stop: Default::default(),
+    }
+}
+
+/// An unscheduled run over the last day, as the CLI makes one.
+fn a_day_by_hand() -> RunOptions {
+    RunOptions {
+        window: Duration::from_secs(86_400),
+        dry_run: false,
+        scheduled: false,
     }
 }
 
@@ -252,11 +262,7 @@ async fn a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once(
     let app = spawn_app(with_target(backend, &target)).await;
     // A reconciler on the running gateway's own dedup and ledger.
     let r = reconciler(&app, &fake);
-    let opts = RunOptions {
-        window: Duration::from_secs(86_400),
-        dry_run: false,
-        scheduled: false,
-    };
+    let opts = a_day_by_hand();
     let bodies: Vec<String> = fake.events().into_iter().map(|e| e.json).collect();
 
     // Every webhook is sent while the run admits the same events.
@@ -309,12 +315,13 @@ async fn dry_run_reports_and_changes_nothing(backend: Backend) {
 }
 
 async fn events_older_than_the_window_are_not_recovered(backend: Backend) {
-    // Arrange: none of these reached us; ten were created in the last hour,
-    // ten three hours ago. Stripe filters the list on `created[gte]`
-    // (https://docs.stripe.com/api/events/list), and so does the fake.
+    // Arrange: none of these reached us; ten were created in the last hour
+    // (past the grace), ten three hours ago. Stripe filters the list on
+    // `created[gte]` (https://docs.stripe.com/api/events/list), and so does
+    // the fake.
     let now = now();
     let recent: Vec<FakeEvent> = (0..10)
-        .map(|i| FakeEvent::new(&format!("evt_win_new_{i:02}"), now - 60 - i))
+        .map(|i| FakeEvent::new(&format!("evt_win_new_{i:02}"), now - 1200 - i))
         .collect();
     let old: Vec<FakeEvent> = (0..10)
         .map(|i| FakeEvent::new(&format!("evt_win_old_{i:02}"), now - 3 * 3600 - i))
@@ -355,6 +362,41 @@ async fn events_older_than_the_window_are_not_recovered(backend: Backend) {
     let sent: HashSet<String> = target.sends_per_id().into_keys().collect();
     let wanted: HashSet<String> = recent.iter().map(|e| e.id.clone()).collect();
     assert_eq!(sent, wanted);
+}
+
+/// The grace: an event created a minute ago is the provider's to deliver
+/// and is left alone; the same event, an hour old and still missing, is
+/// recovered by the next run.
+async fn an_event_younger_than_the_grace_is_left_to_the_provider(backend: Backend) {
+    // Arrange: one event, created a minute ago, never received.
+    let id = format!("evt_grace_{}", hookgate::primitives::token::random_hex());
+    let fake = FakeStripe::with_events(KEY, vec![FakeEvent::new(&id, now() - 60)]).await;
+    let target = TestTarget::start().await;
+    let app = spawn_app(with_target(backend, &target)).await;
+    let r = reconciler(&app, &fake);
+    let opts = a_day_by_hand();
+
+    // Act + assert: the run lists it but leaves it to Stripe.
+    let report = r.run("stripe", opts).await.unwrap().unwrap();
+    assert_eq!(
+        (report.found, report.recovered, report.deferred),
+        (1, 0, 1),
+        "{report:?}"
+    );
+    assert_eq!(app.rows("stripe", &id).await, 0, "recovered while young");
+
+    // The same event an hour old, still missing: the next run recovers it.
+    fake.set_events(vec![FakeEvent::new(&id, now() - 3600)]);
+    let report = r.run("stripe", opts).await.unwrap().unwrap();
+    assert_eq!(
+        (report.found, report.recovered, report.deferred),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(app.rows("stripe", &id).await, 1);
+    assert!(eventually(Duration::from_secs(20), || async { target.count() == 1 }).await);
+    let r0 = &target.received()[0];
+    assert_eq!(r0.headers["hookgate-recovered"], "true");
 }
 
 /// `start` with `now` and a lease of one second (`until = now + 1000`).
@@ -545,6 +587,7 @@ both_backends!(
     a_webhook_and_its_recovered_copy_at_the_same_moment_are_delivered_once,
     dry_run_reports_and_changes_nothing,
     events_older_than_the_window_are_not_recovered,
+    an_event_younger_than_the_grace_is_left_to_the_provider,
     a_lease_is_renewed_by_its_owner_and_by_no_one_else,
     an_unscheduled_run_that_lost_its_lease_stops,
     only_events_received_after_their_resend_request_are_marked,

@@ -270,23 +270,26 @@ async fn a_wrong_app_key_is_a_clear_credential_error_and_never_printed(backend: 
 
 async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backend) {
     let now = now();
-    let events: Vec<PpEvent> = (0..12)
-        .map(|i| {
-            let id = format!("WH-{}-{i:02}", hookgate::primitives::token::random_hex());
-            PpEvent {
-                json: paypal_event(&id, now - 120 - 30 * i),
-                id,
-                create_time: now - 120 - 30 * i,
-            }
-        })
-        .collect();
+    let event = |i: i64, created: i64| {
+        let id = format!("WH-{}-{i:02}", hookgate::primitives::token::random_hex());
+        PpEvent {
+            json: paypal_event(&id, created),
+            id,
+            create_time: created,
+        }
+    };
+    // Twelve events older than the default grace (10 minutes)...
+    let events: Vec<PpEvent> = (0..12).map(|i| event(i, now - 1200 - 30 * i)).collect();
+    // ...and one created a minute ago, which PayPal is still delivering: it
+    // is not asked for, though it never arrived.
+    let young = event(99, now - 60);
     let missing: HashSet<usize> = [0, 5, 9].into();
     let fake = FakePayPal::start(
         "pp",
         PP_CLIENT,
         PP_SECRET,
         "WH-HTTP",
-        events.clone(),
+        [vec![young.clone()], events.clone()].concat(),
         crate::providers::paypal::paypal_headers,
     )
     .await;
@@ -327,6 +330,7 @@ async fn paypal_events_we_never_received_are_resent_and_verified(backend: Backen
         .collect();
     assert_eq!(fake.resent().into_iter().collect::<HashSet<_>>(), wanted);
     assert_eq!(fake.resent().len(), 3);
+    assert!(!fake.resent().contains(&young.id));
     assert_eq!(fake.list_calls(), [200, 429, 200, 200]);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let counts = target.sends_per_id();

@@ -2,7 +2,9 @@
 // Debian's /usr/bin/chromium). Starts the hookgate binary on a temp SQLite
 // config and a loopback node target, sends signed Stripe events (one target
 // fails), then: login, find an event by id, open it and see its attempts,
-// replay the dead delivery from the console and see the target receive it.
+// replay the dead delivery from the console and see the target receive it;
+// the overview says which sources sign their event id and type (Stripe
+// does, a GitHub source does not).
 // Then reconciliation for real: a loopback fake of Stripe's events API has
 // one more event than the gateway received, `hookgate reconcile` (a child
 // process, same config) recovers it, and the console shows it with the
@@ -200,6 +202,9 @@ targets = ["billing", "flaky"]
 api_key = "${STRIPE_API_KEY}"
 api_base = "http://127.0.0.1:${stripe.port}"
 interval = "1h"
+[sources.github]
+provider = "github"
+secrets = ["github-browser-secret"]
 [targets.billing]
 url = "http://127.0.0.1:${target.port}/billing"
 [targets.flaky]
@@ -281,6 +286,23 @@ max_attempts = 1
     await page.screenshot({ path: join(ARTIFACTS, 'overview.png'), fullPage: true });
   });
 
+  await step('overview shows whether each source\'s event id and type are signed', async () => {
+    const cover = async (source, fact) => {
+      const tag = page.locator('#sources-table tbody tr', { hasText: source }).locator(`span.cover[data-fact=${fact}]`);
+      return { cover: await tag.getAttribute('data-cover'), text: await tag.innerText(), title: await tag.getAttribute('title') };
+    };
+    // Stripe signs the body, which holds both.
+    const sid = await cover('stripe', 'id');
+    const stype = await cover('stripe', 'type');
+    assert(sid.cover === 'signed' && sid.text === 'id signed', JSON.stringify(sid));
+    assert(stype.cover === 'signed' && stype.text === 'type signed', JSON.stringify(stype));
+    // GitHub signs the body only: the delivery GUID and event name are headers.
+    const gid = await cover('github', 'id');
+    const gtype = await cover('github', 'type');
+    assert(gid.cover === 'unsigned' && gid.title.includes('header:x-github-delivery'), JSON.stringify(gid));
+    assert(gtype.cover === 'unsigned' && gtype.title.includes('header:x-github-event'), JSON.stringify(gtype));
+  });
+
   await step('"/" focuses search and finds an event by id', async () => {
     await page.click('nav a[data-view=events]');
     await page.locator('#events-table tbody tr').first().waitFor();
@@ -336,13 +358,15 @@ max_attempts = 1
     }, 'the scheduled reconciliation at start');
     // Stripe has the three events the gateway received and one it never did.
     const now = Math.floor(Date.now() / 1000);
-    stripe.events.push(...ids.map((id, i) => stripeEvent(id, i === 2 ? 'invoice.paid' : 'charge.succeeded', now - 300 + i)));
-    stripe.events.push(stripeEvent('evt_browser_recovered', 'invoice.paid', now - 60));
+    stripe.events.push(...ids.map((id, i) => stripeEvent(id, i === 2 ? 'invoice.paid' : 'charge.succeeded', now - 1500 + i)));
+    // Twenty minutes old: past the grace in which Stripe itself may still
+    // be delivering it.
+    stripe.events.push(stripeEvent('evt_browser_recovered', 'invoice.paid', now - 1200));
     const before = stripe.calls.length;
     const run = await runHookgate(['reconcile', '--config', config, '--source', 'stripe', '--since', '1h'], 30_000);
     assert(run.code === 0, `exit code ${run.code}: ${run.stdout}${run.stderr}`);
     const row = (run.stdout.split('\n')[1] || '').trim().split(/\s+/).join(' ');
-    assert(row === 'stripe 4 3 1 0', `found/already/recovered/failed: ${run.stdout}`);
+    assert(row === 'stripe 4 3 1 0 0', `found/already/recovered/failed/too young: ${run.stdout}`);
     const calls = stripe.calls.slice(before);
     assert(calls.length >= 1 && calls.every((c) => c.authorized && c.path === '/v1/events'), JSON.stringify(calls));
     assert(!`${run.stdout}${run.stderr}`.includes(STRIPE_API_KEY), 'API key printed');

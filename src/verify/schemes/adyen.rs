@@ -4,7 +4,9 @@
 //! Every item must verify; one forged item rejects the whole request.
 
 use super::hmac::decode_candidates;
-use super::{Ctx, Defaults, SchemeDef, matching_key};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, matching_key};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
@@ -18,6 +20,22 @@ impl SchemeDef for Adyen {
     const SUMMARY: &'static str = "HMAC-SHA256 (hex key) → base64 per item, over 8 fields joined with `:`";
 
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha256, Encoding::Base64);
+
+    /// The eight signed fields of any item (`/notificationItems/<n or
+    /// *>/NotificationRequestItem/<field>`); nothing else.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        let Part::At(Locator::Json(pointer)) = part else {
+            return Cover::Unsigned;
+        };
+        let Some(rest) = pointer.strip_prefix("/notificationItems/") else {
+            return Cover::Unsigned;
+        };
+        let field = rest
+            .split_once('/')
+            .filter(|(index, _)| *index == "*" || index.parse::<usize>().is_ok())
+            .and_then(|(_, f)| f.strip_prefix("NotificationRequestItem/"));
+        Cover::signed_if(field.is_some_and(|f| SIGNED_FIELDS.contains(&f)))
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
@@ -54,19 +72,26 @@ const MAX_ITEMS: usize = 100;
 
 /// The signed fields of one item, in signing order.
 pub fn signed_fields(item: &Value) -> String {
-    let text = |ptr: &str| item.pointer(ptr).and_then(scalar).unwrap_or_default();
-    [
-        text("/pspReference"),
-        text("/originalReference"),
-        text("/merchantAccountCode"),
-        text("/merchantReference"),
-        text("/amount/value"),
-        text("/amount/currency"),
-        text("/eventCode"),
-        text("/success"),
-    ]
-    .join(":")
+    let text = |field: &str| {
+        item.pointer(&format!("/{field}"))
+            .and_then(scalar)
+            .unwrap_or_default()
+    };
+    SIGNED_FIELDS.map(text).join(":")
 }
+
+/// The fields of an item the signature covers, in signed order (JSON
+/// pointers below `NotificationRequestItem`, without the leading `/`).
+const SIGNED_FIELDS: [&str; 8] = [
+    "pspReference",
+    "originalReference",
+    "merchantAccountCode",
+    "merchantReference",
+    "amount/value",
+    "amount/currency",
+    "eventCode",
+    "success",
+];
 
 /// The `NotificationRequestItem` objects of a notification body.
 pub fn items(body: &Value) -> Result<Vec<&Value>, VerifyError> {

@@ -2,8 +2,9 @@
 //! compared with the configured `user:password` as SHA-256 digests in
 //! constant time (see `token`). It authenticates the sender, not the body.
 
-use super::token::{header_text, matching_secret, strip_prefix_ignore_case};
-use super::{Ctx, Defaults, SchemeDef, first_header};
+use super::token::{matching_secret, signature_header, strip_prefix_ignore_case};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header};
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, BASE64_LENIENT, Encoding};
 use crate::verify::sign::{Signed, Signer};
@@ -15,6 +16,12 @@ impl SchemeDef for Basic {
     const SUMMARY: &'static str = "HTTP Basic `user:password`; the body is not signed";
 
     const DEFAULTS: Defaults = Defaults::keyed(true, Algorithm::Sha256, Encoding::Base64);
+
+    /// A shared credential authenticates the sender; no part of the
+    /// request is signed.
+    fn covers(_: &Provider, _: Part<'_>) -> Cover {
+        Cover::Unsigned
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
@@ -32,13 +39,7 @@ impl SchemeDef for Basic {
 }
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
-    let v = ctx
-        .sig
-        .headers
-        .iter()
-        .find_map(|h| ctx.fields.headers().get(h.as_str()))
-        .ok_or(VerifyError::MissingSignature)?;
-    let v = header_text(v)?;
+    let v = signature_header(ctx)?;
     let encoded = strip_prefix_ignore_case(v, "basic ").ok_or(VerifyError::MalformedSignature(
         "expected Basic credentials",
     ))?;

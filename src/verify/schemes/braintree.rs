@@ -6,8 +6,10 @@
 //! match proves knowledge of the private key either way.
 
 use super::hmac::{MAX_CANDIDATES, decode_candidates};
-use super::{Ctx, Defaults, SchemeDef, SchemeSettings, matching_key};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, SchemeSettings, matching_key};
 use crate::primitives::crypto::{Algorithm, Encoding, SigningKey};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::provider::Signature;
 use crate::verify::reply::Reply;
 use crate::verify::fields::Fields;
@@ -26,6 +28,15 @@ impl SchemeDef for Braintree {
     const SUMMARY: &'static str = "HMAC-SHA1 (key = SHA-1 of the private key) → hex over `bt_payload`";
 
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::HmacSha1, Encoding::Hex);
+
+    /// `bt_payload` and the type read from it; nothing else in the form.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        Cover::signed_if(match part {
+            Part::OwnType => true,
+            Part::At(Locator::Form(f)) => f == "bt_payload",
+            _ => false,
+        })
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)

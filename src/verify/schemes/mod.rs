@@ -10,6 +10,7 @@
 //! so adding one is a new file plus one line there.
 
 use super::fields::Fields;
+use super::locator::Locator;
 use super::provider::{Provider, Signature};
 use super::sign::{SignRequest, Signed, Signer};
 use super::source::Source;
@@ -67,6 +68,50 @@ pub trait SchemeDef {
     fn event_type(fields: &Fields<'_>) -> Option<String> {
         let _ = fields;
         None
+    }
+
+    /// How far this scheme's signature, as `provider` configures it,
+    /// covers `part` of a request (`check-config`, `/stats`: whether a
+    /// source's event id and type are signed; `verify::signedness`). Every
+    /// scheme answers: what it signs is its own knowledge.
+    fn covers(provider: &Provider, part: Part<'_>) -> Cover;
+}
+
+/// A part of a request, as [`SchemeDef::covers`] is asked about it.
+#[derive(Debug, Clone, Copy)]
+pub enum Part<'a> {
+    /// The body as a whole (an event id that is the body's hash).
+    Body,
+    /// One value a locator names.
+    At(&'a Locator),
+    /// The type the scheme itself reads ([`SchemeDef::event_type`]).
+    OwnType,
+}
+
+/// How far a signature covers a part of the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cover {
+    /// Outside the signature: whoever relays the request can change it.
+    Unsigned,
+    /// Covered through a CRC-32 of the body only (PayPal): not collision
+    /// resistant, so a body with another value and the same CRC-32 passes.
+    Checksum,
+    /// A MAC or signature covers it.
+    Signed,
+}
+
+impl Cover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unsigned => "unsigned",
+            Self::Checksum => "crc32",
+            Self::Signed => "signed",
+        }
+    }
+
+    /// `Signed` when `yes`.
+    pub fn signed_if(yes: bool) -> Self {
+        if yes { Self::Signed } else { Self::Unsigned }
     }
 }
 
@@ -160,6 +205,13 @@ macro_rules! schemes {
                 }
             }
 
+            /// What the signature covers; see [`SchemeDef::covers`].
+            pub fn covers(self, provider: &Provider, part: Part<'_>) -> Cover {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::covers(provider, part),)*
+                }
+            }
+
             /// Answers a GET challenge; see [`SchemeDef::answer_get`].
             pub fn answer_get(self, source: &Source, query: Option<&str>) -> GetAnswer {
                 match self {
@@ -188,6 +240,9 @@ schemes! {
     Tbank => tbank::Tbank,
     /// Digest of `OutSum:InvId:Password2[:Shp_…]` (`SignatureValue`).
     Robokassa => robokassa::Robokassa,
+    /// HMAC-SHA256 over the secret key and the fields of iyzico's payment
+    /// notification format (direct or hosted page).
+    Iyzico => iyzico::Iyzico,
     /// A shared token in a header or query parameter.
     Token => token::Token,
     /// HTTP Basic credentials.

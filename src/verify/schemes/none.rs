@@ -1,7 +1,8 @@
 //! Unsigned providers (YooKassa): nothing to verify. Config validation
 //! requires such a source to list the provider's addresses in `allow_ips`.
 
-use super::{Ctx, Defaults, SchemeDef};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef};
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{Signed, Signer};
@@ -16,6 +17,10 @@ impl SchemeDef for Unsigned {
         needs_allow_ips: true,
         ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex)
     };
+
+    fn covers(_: &Provider, _: Part<'_>) -> Cover {
+        Cover::Unsigned
+    }
 
     fn verify(_ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         Ok(None)

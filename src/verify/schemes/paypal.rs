@@ -10,7 +10,9 @@
 //! Air-gapped installs pin the certificate in the config and never fetch.
 //! Chain trust comes from the TLS connection to PayPal's own host.
 
-use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings};
+use super::{Cover, Ctx, Defaults, FetchedKey, Part, Scheme, SchemeDef, SchemeSettings};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::primitives::secret::Secret;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
@@ -60,6 +62,18 @@ impl SchemeDef for Paypal {
         needs_secret: false,
         ..Defaults::keyed(false, Algorithm::Sha256, Encoding::Base64)
     };
+
+    /// The transmission id and time headers; the body only through its
+    /// CRC-32.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        match part {
+            Part::Body | Part::At(Locator::Json(_) | Locator::Form(_)) => Cover::Checksum,
+            Part::At(Locator::Header(h)) if h == TRANSMISSION_ID || h == TRANSMISSION_TIME => {
+                Cover::Signed
+            }
+            _ => Cover::Unsigned,
+        }
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(|()| None)

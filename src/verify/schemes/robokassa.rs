@@ -4,7 +4,9 @@
 //! uppercase hex; comparison is case-insensitive. The secret is hashed
 //! together with the fields instead of keying an HMAC.
 
-use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, decode_hex, password, secret_position};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{Signed, Signer};
@@ -15,6 +17,13 @@ impl SchemeDef for Robokassa {
     const SUMMARY: &'static str = "digest (MD5 or the shop's choice) → hex of `OutSum:InvId:Password2[:Shp_…]`";
 
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Md5, Encoding::Hex);
+
+    /// `OutSum`, `InvId` and the `Shp_` fields.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        Cover::signed_if(
+            matches!(part, Part::At(Locator::Form(f)) if is_signed_field(f) && !f.eq_ignore_ascii_case("SignatureValue")),
+        )
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)

@@ -3,7 +3,9 @@
 //! (the terminal password = the source's secret), sorted by field name.
 //! The secret is hashed together with the fields instead of keying an HMAC.
 
-use super::{Ctx, Defaults, SchemeDef, decode_hex, password, secret_position};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, decode_hex, password, secret_position};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::json_subset::{Want, subset};
@@ -16,6 +18,12 @@ impl SchemeDef for Tbank {
     const SUMMARY: &'static str = "SHA-256 → hex of the sorted root values with the password";
 
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
+
+    /// Root-level fields (`json:/PaymentId`); nested ones are not hashed.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        let root = |p: &str| p.len() > 1 && !p[1..].contains('/') && p != "/Token";
+        Cover::signed_if(matches!(part, Part::At(Locator::Json(p)) if root(p)))
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)

@@ -5,7 +5,8 @@
 //! body.
 
 use super::hmac::MAX_SIGNATURE_HEADER;
-use super::{Ctx, Defaults, SchemeDef, password};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, password};
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::locator::Lookup;
@@ -17,6 +18,12 @@ impl SchemeDef for Token {
     const SUMMARY: &'static str = "shared token, compared in constant time; the body is not signed";
 
     const DEFAULTS: Defaults = Defaults::keyed(false, Algorithm::Sha256, Encoding::Hex);
+
+    /// A shared credential authenticates the sender; no part of the
+    /// request is signed.
+    fn covers(_: &Provider, _: Part<'_>) -> Cover {
+        Cover::Unsigned
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)
@@ -71,6 +78,18 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
         return Err(VerifyError::MalformedSignature("empty token"));
     }
     matching_secret(ctx, token.as_bytes())
+}
+
+/// The first of the provider's signature headers the request carries, as
+/// text (Basic credentials, iyzico's signature).
+pub(super) fn signature_header<'a>(ctx: &Ctx<'_, 'a>) -> Result<&'a str, VerifyError> {
+    let v = ctx
+        .sig
+        .headers
+        .iter()
+        .find_map(|h| ctx.fields.headers().get(h.as_str()))
+        .ok_or(VerifyError::MissingSignature)?;
+    header_text(v)
 }
 
 pub(super) fn header_text(v: &http::HeaderValue) -> Result<&str, VerifyError> {

@@ -6,7 +6,9 @@
 //! port, so the URL is tried with and without it.
 
 use super::hmac::{decode_candidates, signature_values};
-use super::{Ctx, Defaults, SchemeDef, first_header, matching_key};
+use super::{Cover, Ctx, Defaults, Part, SchemeDef, first_header, matching_key};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::VerifyError;
 use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
 use crate::verify::sign::{Signed, Signer};
@@ -20,6 +22,15 @@ impl SchemeDef for Twilio {
         signs_url: true,
         ..Defaults::keyed(true, Algorithm::HmacSha1, Encoding::Base64)
     };
+
+    /// The URL (query included) and every form parameter, or a JSON body
+    /// through `bodySHA256`; headers are not signed.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        Cover::signed_if(!matches!(
+            part,
+            Part::OwnType | Part::At(Locator::Header(_) | Locator::Signature(_))
+        ))
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(Some)

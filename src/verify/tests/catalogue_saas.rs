@@ -2,13 +2,13 @@
 //! catalogue: a round trip through `hookgate sign`'s signer for each, the
 //! vectors their docs or official SDKs publish (source cited on each).
 
-use super::payments::{Case, NOW, round_trip};
+use super::payments::{Case, NOW, round_trips};
 use super::*;
 
 // One table of cases, one per provider: splitting it would only scatter it.
 #[test]
 fn productivity_crm_email_and_identity_round_trip() {
-    let cases = [
+    round_trips(&[
         Case::new(
             "docusign",
             r#"{"event":"envelope-sent","configurationId":10,"generatedDateTime":"2024-01-01T00:00:00.0000000Z","data":{"envelopeId":"E1","x":"MARK42"}}"#,
@@ -158,10 +158,7 @@ fn productivity_crm_email_and_identity_round_trip() {
             r#"{"payload":{"action":"check.completed","object":{"id":"chk-1","x":"MARK42"}}}"#,
             "check.completed:chk-1",
         ),
-    ];
-    for c in &cases {
-        round_trip(c);
-    }
+    ]);
 }
 
 // Front answers its X-Front-Challenge (signed) without storing an event.

@@ -3,6 +3,8 @@
 
 mod bad_input;
 mod catalogue_devtools;
+mod catalogue_messaging;
+mod catalogue_payments;
 mod catalogue_saas;
 mod hardening;
 mod payments;
@@ -103,6 +105,21 @@ fn check(
     now: i64,
 ) -> Result<Verified, VerifyError> {
     verify(src, &headers(h), Bytes::from(body.to_owned()), now)
+}
+
+/// Verifies one recorded request and returns its event id.
+fn vector(provider: &str, secrets: &[&str], h: &[(&str, &str)], body: &str, now: i64) -> String {
+    let src = source(provider, secrets);
+    let v = check(&src, h, body, now).unwrap_or_else(|e| panic!("{provider}: {e:?}"));
+    // A wrong secret must not verify the same request.
+    // Valid as text and as base64 (base64 of "not-the-secret").
+    let wrong = source(provider, &["bm90LXRoZS1zZWNyZXQ="]);
+    assert_eq!(
+        check(&wrong, h, body, now).unwrap_err(),
+        VerifyError::InvalidSignature,
+        "{provider}: wrong secret"
+    );
+    v.event_id().as_str().to_owned()
 }
 
 // Stripe vector from stripe-python (github.com/stripe/stripe-python)

@@ -158,16 +158,22 @@ fn mailgun_signature_in_the_body_covers_timestamp_and_token_only() {
     // No signature object: missing, not a crash.
     let e = check(&src, &[], r#"{"event-data":{"id":"x"}}"#, NOW).unwrap_err();
     assert_eq!(e, VerifyError::MissingSignature);
-    // `hookgate sign` says why it cannot place this signature.
+    // `hookgate sign` places the signature in the body's `signature`
+    // object, next to the timestamp and token it covers.
+    let unsigned = r#"{"signature":{"timestamp":"1700000000","token":"tok-50-chars"},"event-data":{"id":"mg-1","event":"delivered"}}"#;
     let req = SignRequest {
-        body: body.as_bytes(),
+        body: unsigned.as_bytes(),
         ..Default::default()
     };
-    assert!(
-        sign(&src.provider, &src.keys[0], &req)
-            .unwrap_err()
-            .contains("inside the body")
-    );
+    let signed = sign(&src.provider, &src.keys[0], &req).unwrap();
+    let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).unwrap();
+    assert_eq!(json(&signed.body.unwrap()), json(body.as_bytes()));
+    // A body without the signature object has nothing to sign.
+    let req = SignRequest {
+        body: br#"{"event-data":{"id":"mg-1"}}"#,
+        ..Default::default()
+    };
+    assert!(sign(&src.provider, &src.keys[0], &req).is_err());
 }
 
 // Persona sends two space-separated `t=…,v1=…` sets while a secret rotates.

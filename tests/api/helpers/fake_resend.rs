@@ -21,7 +21,7 @@
 //! <https://developer.paypal.com/api/rest/authentication/>): `POST
 //! /v1/oauth2/token` (Basic client id:secret) → access token;
 //! `GET /v1/notifications/webhooks-events?page_size=&start_time=&end_time=`
-//! → `{events, count, links[rel=next]}`; `POST
+//! (events created between the two times) → `{events, count, links[rel=next]}`; `POST
 //! /v1/notifications/webhooks-events/{id}/resend` `{"webhook_ids": […]}` → 202.
 
 use axum::Router;
@@ -574,16 +574,20 @@ async fn pp_list(
     let page: usize = q.get("page").and_then(|v| v.parse().ok()).unwrap_or(0);
     let start_time = q.get("start_time").cloned().unwrap_or_default();
     let end_time = q.get("end_time").cloned().unwrap_or_default();
-    let since = humantime::parse_rfc3339(&start_time)
-        .ok()
-        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-        .map_or(0, |d| d.as_secs() as i64);
+    let secs = |t: &str| {
+        humantime::parse_rfc3339(t)
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs() as i64)
+    };
+    let since = secs(&start_time).unwrap_or(0);
+    let until = secs(&end_time).unwrap_or(i64::MAX);
     let all: Vec<PpEvent> = inner
         .events
         .lock()
         .unwrap()
         .iter()
-        .filter(|e| e.create_time >= since)
+        .filter(|e| (since..=until).contains(&e.create_time))
         .cloned()
         .collect();
     let events: Vec<serde_json::Value> = all

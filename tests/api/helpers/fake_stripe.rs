@@ -86,11 +86,11 @@ pub fn event_json(id: &str, created: i64) -> String {
 
 impl FakeStripe {
     /// `n` events `evt_<tag>_<i>`, created one second apart, the newest a
-    /// minute ago.
+    /// quarter of an hour ago (older than reconciliation's default grace).
     pub async fn start(key: &str, tag: &str, n: usize) -> Self {
         let now = super::now();
         let events = (0..n)
-            .map(|i| FakeEvent::new(&format!("evt_{tag}_{i:05}"), now - 60 - i as i64))
+            .map(|i| FakeEvent::new(&format!("evt_{tag}_{i:05}"), now - 900 - i as i64))
             .collect();
         Self::with_events(key, events).await
     }
@@ -113,6 +113,11 @@ impl FakeStripe {
 
     pub fn events(&self) -> Vec<FakeEvent> {
         self.inner.events.lock().unwrap().clone()
+    }
+
+    /// Replaces the events the fake holds (newest first).
+    pub fn set_events(&self, events: Vec<FakeEvent>) {
+        *self.inner.events.lock().unwrap() = events;
     }
 
     pub fn calls(&self) -> Vec<ListCall> {

@@ -9,8 +9,10 @@
 
 pub mod keys;
 
-use super::{Ctx, Defaults, FetchedKey, Scheme, SchemeDef, SchemeSettings, first_header};
+use super::{Cover, Ctx, Defaults, FetchedKey, Part, Scheme, SchemeDef, SchemeSettings, first_header};
 use crate::primitives::crypto::{Algorithm, Encoding, mac_eq};
+use crate::verify::locator::Locator;
+use crate::verify::provider::Provider;
 use crate::verify::sign::{PlaidSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
 use crate::verify::{Incoming, VerifyError};
@@ -35,6 +37,14 @@ impl SchemeDef for Plaid {
         needs_secret: false,
         ..Defaults::keyed(true, Algorithm::Sha256, Encoding::Hex)
     };
+
+    /// The body, through the JWT's `request_body_sha256` claim.
+    fn covers(_: &Provider, part: Part<'_>) -> Cover {
+        Cover::signed_if(matches!(
+            part,
+            Part::Body | Part::At(Locator::Json(_) | Locator::Form(_))
+        ))
+    }
 
     fn verify(ctx: &Ctx<'_, '_>) -> Result<Option<usize>, VerifyError> {
         verify(ctx).map(|()| None)
