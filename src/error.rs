@@ -186,6 +186,9 @@ pub enum ProxyError {
     /// A missing or malformed key or scope header (the text says which).
     #[error("{0}")]
     InvalidKey(String),
+    /// The path after `/api/<name>` could leave the upstream's base path.
+    #[error("{0}")]
+    BadPath(String),
     /// The key was used for a different request; `status` is the API's
     /// `mismatch_status`.
     #[error("this idempotency key was already used for a different request")]
@@ -220,7 +223,7 @@ impl ProxyError {
         match self {
             Self::UnknownApi => StatusCode::NOT_FOUND,
             Self::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::BadBody | Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
+            Self::BadBody | Self::InvalidKey(_) | Self::BadPath(_) => StatusCode::BAD_REQUEST,
             Self::KeyReused { status } => *status,
             Self::InFlight => StatusCode::CONFLICT,
             Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -238,6 +241,7 @@ impl ProxyError {
             Self::TooLarge => "body_too_large",
             Self::BadBody => "bad_body",
             Self::InvalidKey(_) => "invalid_idempotency_key",
+            Self::BadPath(_) => "invalid_path",
             Self::KeyReused { .. } => "idempotency_key_reused",
             Self::InFlight => "request_in_progress",
             Self::Unavailable => "unavailable",
@@ -262,9 +266,11 @@ impl ProxyError {
     /// `hookgate_api_requests_total`.
     pub fn outcome(&self) -> ApiOutcome {
         match self {
-            Self::UnknownApi | Self::TooLarge | Self::BadBody | Self::InvalidKey(_) => {
-                ApiOutcome::BadRequest
-            }
+            Self::UnknownApi
+            | Self::TooLarge
+            | Self::BadBody
+            | Self::InvalidKey(_)
+            | Self::BadPath(_) => ApiOutcome::BadRequest,
             Self::KeyReused { .. } => ApiOutcome::Conflict,
             Self::InFlight => ApiOutcome::InflightRejected,
             Self::Unavailable => ApiOutcome::Unavailable,

@@ -26,6 +26,17 @@ pub struct RawApi {
     /// Namespace of keys: `header:<Name>` (e.g. the caller's user id) or `none`. Default `none`.
     #[serde(default = "default_scope")]
     pub scope: String,
+    /// Request headers that carry the caller's credential. A digest of
+    /// their values is part of every key's scope, so a stored answer is
+    /// only replayed to a request with the same credentials. `[]` turns
+    /// this off. Default `["Authorization"]`.
+    #[serde(default = "default_credential_headers")]
+    pub credential_headers: Vec<String>,
+    /// Pass the upstream's `Set-Cookie` to the client. Proxied answers are
+    /// served from hookgate's origin, so by default a cookie is dropped.
+    /// Default false.
+    #[serde(default)]
+    pub forward_set_cookie: bool,
     /// How long a completed response is replayed. Default 24h.
     #[serde(default = "default_ttl")]
     pub ttl: Dur,
@@ -39,8 +50,9 @@ pub struct RawApi {
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
     /// Upstream statuses that are stored and replayed: `2xx`, `3xx`, `4xx` or
-    /// exact codes, comma-separated. Never 5xx. Default `2xx,4xx` (408, 425
-    /// and 429 are only stored when listed exactly).
+    /// exact codes, comma-separated. Never 5xx, 401, 403 or 407. Default
+    /// `2xx,4xx` (404, 405, 408, 425 and 429 are only stored when listed
+    /// exactly).
     #[serde(default = "default_replay_statuses")]
     pub replay_statuses: String,
     /// Status for a key reused with a different request: 409 or 422. Default 409.
@@ -66,6 +78,9 @@ fn default_key_header() -> String {
 }
 fn default_scope() -> String {
     "none".into()
+}
+fn default_credential_headers() -> Vec<String> {
+    vec!["Authorization".into()]
 }
 fn default_ttl() -> Dur {
     Dur(Duration::from_secs(86_400))
@@ -102,8 +117,15 @@ pub struct ReplayStatuses {
     exact: Vec<u16>,
 }
 
-/// "Try again" answers that a class does not cover; only an exact entry stores them.
-const TRANSIENT_4XX: [u16; 3] = [408, 425, 429];
+/// Answers a class does not cover; only an exact entry stores them. 408,
+/// 425 and 429 say "try again"; 404 and 405 often mean a route not deployed
+/// yet, and storing them would keep a key failing after the deploy.
+const UNLISTED_4XX: [u16; 5] = [404, 405, 408, 425, 429];
+
+/// Answers about the caller's credentials, never stored: an anonymous 401
+/// under a guessable key would otherwise poison it for `ttl`, and a client
+/// whose token expired would keep getting its 401 after refreshing.
+const CREDENTIAL_4XX: [u16; 3] = [401, 403, 407];
 
 impl ReplayStatuses {
     pub fn parse(text: &str) -> Result<Self, String> {
@@ -126,6 +148,11 @@ impl ReplayStatuses {
                     "`{item}`: only 2xx, 3xx and 4xx answers can be stored (5xx are never replayed)"
                 ));
             }
+            if code.is_some_and(|c| CREDENTIAL_4XX.contains(&c)) {
+                return Err(format!(
+                    "`{item}`: 401, 403 and 407 answer the caller's credentials and are never stored"
+                ));
+            }
             match code {
                 Some(c) => out.exact.push(c),
                 None => out.classes.push(lo / 100),
@@ -138,8 +165,11 @@ impl ReplayStatuses {
     }
 
     pub fn stores(&self, status: u16) -> bool {
+        if CREDENTIAL_4XX.contains(&status) {
+            return false;
+        }
         self.exact.contains(&status)
-            || (self.classes.contains(&(status / 100)) && !TRANSIENT_4XX.contains(&status))
+            || (self.classes.contains(&(status / 100)) && !UNLISTED_4XX.contains(&status))
     }
 }
 
@@ -154,6 +184,9 @@ pub struct Api {
     pub key_header: String,
     pub required: bool,
     pub scope: Scope,
+    /// Lowercase; their values' digest is part of the key's scope.
+    pub credential_headers: Vec<String>,
+    pub forward_set_cookie: bool,
     pub ttl: Duration,
     pub lock_ttl: Duration,
     pub inflight_wait: Duration,
@@ -196,6 +229,11 @@ pub(super) fn validate(
             );
         }
         let scope = scope(&a.scope, &mut problem);
+        for h in &a.credential_headers {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                problem("credential_headers", format!("`{h}` is not a header name"));
+            }
+        }
         for (k, d) in [
             ("ttl", a.ttl),
             ("lock_ttl", a.lock_ttl),
@@ -232,6 +270,12 @@ pub(super) fn validate(
             key_header: a.key_header.to_ascii_lowercase(),
             required: a.required,
             scope,
+            credential_headers: a
+                .credential_headers
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            forward_set_cookie: a.forward_set_cookie,
             ttl: a.ttl.0,
             lock_ttl: a.lock_ttl.0,
             inflight_wait: a.inflight_wait.0,
@@ -293,7 +337,9 @@ mod tests {
     use std::path::Path;
 
     fn load(api: &str) -> Result<Config, Vec<(String, String)>> {
-        let text = format!("[server]\nmax_body_bytes = 1000\n\n[apis.pay]\n{api}");
+        let text = format!(
+            "[server]\nmax_body_bytes = 1000\nadmin_listen = \"127.0.0.1:0\"\n\n[apis.pay]\n{api}"
+        );
         Config::from_toml_str(&text, Path::new(".")).map_err(|e| e.problems)
     }
 
@@ -349,9 +395,29 @@ mismatch_status = 400
     }
 
     #[test]
+    fn credential_answers_are_never_stored_and_404_405_only_when_listed() {
+        let r = ReplayStatuses::parse("2xx,4xx").unwrap();
+        for s in [401, 403, 407, 404, 405] {
+            assert!(!r.stores(s), "{s}");
+        }
+        assert!(r.stores(400) && r.stores(409) && r.stores(422));
+        let listed = ReplayStatuses::parse("2xx,404,405").unwrap();
+        assert!(listed.stores(404) && listed.stores(405));
+        for s in ["401", "2xx,403", "407"] {
+            let e = ReplayStatuses::parse(s).unwrap_err();
+            assert!(e.contains("never stored"), "{s}: {e}");
+        }
+        let c = load("upstream = \"http://x\"").unwrap();
+        assert_eq!(c.apis["pay"].credential_headers, ["authorization"]);
+        assert!(!c.apis["pay"].forward_set_cookie);
+        let bad = load("upstream = \"http://x\"\ncredential_headers = [\"a b\"]").unwrap_err();
+        assert_eq!(bad[0].0, "apis.pay.credential_headers");
+    }
+
+    #[test]
     fn replay_statuses_never_store_5xx_and_skip_transient_4xx_unless_exact() {
         let r = ReplayStatuses::parse("2xx,4xx").unwrap();
-        assert!(r.stores(201) && r.stores(404) && !r.stores(500) && !r.stores(302));
+        assert!(r.stores(201) && r.stores(400) && !r.stores(500) && !r.stores(302));
         assert!(!r.stores(429) && !r.stores(408));
         assert!(ReplayStatuses::parse("2xx, 429").unwrap().stores(429));
         assert!(ReplayStatuses::parse("5xx").is_err());

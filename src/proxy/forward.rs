@@ -1,9 +1,16 @@
 //! The upstream call: the request as received (body bytes, headers minus
-//! hop-by-hop ones, RFC 9110 §7.6.1), one deadline, the answer read whole.
+//! hop-by-hop ones, RFC 9110 §7.6.1, and with forwarding headers only a
+//! trusted proxy may set), one deadline, the answer read whole; and what
+//! every proxied answer carries on its way back.
 
 use crate::config::apis::Api;
-use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
+use crate::verify::client_ip;
+use crate::verify::forwarded_headers::PROXY_HEADERS;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use bytes::Bytes;
+use ipnet::IpNet;
+use reqwest::Url;
+use std::net::IpAddr;
 
 /// Largest upstream answer read; a larger one is a 502 and is not stored.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -39,16 +46,16 @@ pub enum ForwardError {
     TooLarge,
 }
 
-/// Sends the request to `<upstream>/<rest>[?query]`.
+/// Sends the request to `url` (`<upstream>/<rest>[?query]`, checked by
+/// `proxy::path::join`).
 pub async fn forward(
     client: &reqwest::Client,
     api: &Api,
     method: Method,
-    path_and_query: &str,
+    url: Url,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Upstream, ForwardError> {
-    let url = format!("{}{path_and_query}", api.upstream);
     let mut outgoing = without_hop_by_hop(headers);
     outgoing.remove(header::HOST);
     outgoing.remove(header::CONTENT_LENGTH);
@@ -81,6 +88,71 @@ pub async fn forward(
     tokio::time::timeout(api.timeout, call)
         .await
         .unwrap_or(Err(ForwardError::Timeout))
+}
+
+/// The request headers with the forwarding headers a client may not set
+/// (RFC 7239 `Forwarded`, `X-Forwarded-*`, `X-Real-IP`) removed unless the
+/// peer is one of `trusted` proxies, and the peer's address appended to
+/// `X-Forwarded-For`. From an untrusted peer, `X-Forwarded-Host` and
+/// `-Proto` are set from what hookgate itself received (hookgate serves
+/// plain HTTP; a TLS terminator in front is a trusted proxy and keeps its
+/// own).
+pub fn forwarding_headers(
+    mut headers: HeaderMap,
+    peer: Option<IpAddr>,
+    trusted: &[IpNet],
+) -> HeaderMap {
+    // `client_ip` with no headers is the peer itself, in canonical form
+    // (`::ffff:10.0.0.1` is `10.0.0.1`).
+    let peer = peer.and_then(|p| client_ip::client_ip(Some(p), &HeaderMap::new(), &[]));
+    let trusted_peer = peer.is_some_and(|p| trusted.iter().any(|n| n.contains(&p)));
+    if !trusted_peer {
+        for h in PROXY_HEADERS {
+            headers.remove(*h);
+        }
+        if let Some(host) = headers.get(header::HOST).cloned() {
+            headers.insert("x-forwarded-host", host);
+        }
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    }
+    if let Some(peer) = peer {
+        let prior: Vec<String> = headers
+            .get_all("x-forwarded-for")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .collect();
+        let mut chain = prior.join(", ");
+        if !chain.is_empty() {
+            chain.push_str(", ");
+        }
+        chain.push_str(&peer.to_string());
+        if let Ok(v) = HeaderValue::from_str(&chain) {
+            headers.insert("x-forwarded-for", v);
+        }
+    }
+    headers
+}
+
+/// What every proxied answer (first call, pass-through or replay) carries
+/// back to the client: the upstream's pages are served from hookgate's
+/// origin, so they are sandboxed (`Content-Security-Policy: sandbox` runs
+/// no script with that origin's storage; appended, so an upstream's own
+/// policy still applies too) and never content-sniffed, and a `Set-Cookie`
+/// that would land on hookgate's origin is dropped unless the API opts in
+/// (`forward_set_cookie`).
+pub fn harden_answer(api: &Api, headers: &mut HeaderMap) {
+    headers.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if !api.forward_set_cookie {
+        headers.remove(header::SET_COOKIE);
+    }
 }
 
 /// `headers` minus hop-by-hop fields and those named in `Connection`.

@@ -49,21 +49,49 @@ pub fn client_key(api: &Api, headers: &HeaderMap) -> Result<Option<String>, KeyE
     }
 }
 
-/// The full identity of `key` for this API and caller.
+/// The full identity of `key` for this API and caller. The row's `scope` is
+/// a SHA-256 over the scope header's value and the caller's credential
+/// headers (`credential_headers`), salted with the API and the key, in hex:
+/// a stored answer is replayed only to a request with the same credentials,
+/// any scope value fits the index (a 6,000-character header used to make
+/// PostgreSQL refuse the row), and the ledger holds no credential.
 pub fn namespaced(api: &Api, headers: &HeaderMap, key: String) -> Result<IdemKey, KeyError> {
-    let scope = match &api.scope {
-        Scope::None => String::new(),
-        Scope::Header(h) => headers
-            .get(h.as_str())
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| KeyError::MissingScope(h.clone()))?
-            .to_owned(),
+    let mut h = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_be_bytes());
+        h.update(bytes);
     };
+    part(b"hookgate idempotency scope v2");
+    part(api.name.as_bytes());
+    part(key.as_bytes());
+    match &api.scope {
+        Scope::None => part(b""),
+        Scope::Header(name) => {
+            let value = headers
+                .get(name.as_str())
+                .and_then(|v| v.to_str().ok())
+                .map(str::trim)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| KeyError::MissingScope(name.clone()))?;
+            part(value.as_bytes());
+        }
+    }
+    for name in &api.credential_headers {
+        // Every value, in order; an absent header is its own (empty) caller.
+        let values: Vec<&[u8]> = headers
+            .get_all(name.as_str())
+            .iter()
+            .map(|v| v.as_bytes())
+            .collect();
+        part(name.as_bytes());
+        part(&(values.len() as u64).to_be_bytes());
+        for v in values {
+            part(v);
+        }
+    }
     Ok(IdemKey {
         api: api.name.clone(),
-        scope,
+        scope: hex::encode(h.finalize()),
         key,
     })
 }
@@ -141,6 +169,62 @@ fn canonical_json(v: &Value, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
+    use std::path::Path;
+
+    fn api(extra: &str) -> std::sync::Arc<Api> {
+        let text = format!(
+            "[server]\nadmin_listen = \"127.0.0.1:0\"\n[apis.pay]\nupstream = \"http://127.0.0.1:9\"\n{extra}"
+        );
+        Config::from_toml_str(&text, Path::new(".")).unwrap().apis["pay"].clone()
+    }
+
+    fn scope_of(api: &Api, headers: &[(&str, &str)]) -> String {
+        let mut map = HeaderMap::new();
+        for (n, v) in headers {
+            map.append(
+                http::HeaderName::from_bytes(n.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        namespaced(api, &map, "k1".into()).unwrap().scope
+    }
+
+    #[test]
+    fn the_scope_binds_the_credentials_and_is_a_bounded_hash() {
+        let a = api("scope = \"header:X-User\"");
+        let alice = scope_of(&a, &[("x-user", "u1"), ("authorization", "Bearer A")]);
+        assert_eq!(alice.len(), 64);
+        assert_eq!(
+            alice,
+            scope_of(&a, &[("x-user", "u1"), ("authorization", "Bearer A")])
+        );
+        for other in [
+            vec![("x-user", "u1")],
+            vec![("x-user", "u1"), ("authorization", "Bearer B")],
+            vec![("x-user", "u2"), ("authorization", "Bearer A")],
+            vec![
+                ("x-user", "u1"),
+                ("authorization", "Bearer A"),
+                ("authorization", "x"),
+            ],
+        ] {
+            assert_ne!(alice, scope_of(&a, &other), "{other:?}");
+        }
+        let long = "u".repeat(6000);
+        assert_eq!(scope_of(&a, &[("x-user", &long)]).len(), 64);
+        // Turned off: the credential no longer splits callers.
+        let off = api("credential_headers = []");
+        assert_eq!(
+            scope_of(&off, &[("authorization", "A")]),
+            scope_of(&off, &[("authorization", "B")])
+        );
+        let custom = api("credential_headers = [\"X-Api-Key\"]");
+        assert_ne!(
+            scope_of(&custom, &[("x-api-key", "A")]),
+            scope_of(&custom, &[("x-api-key", "B")])
+        );
+    }
 
     #[test]
     fn canonical_json_ignores_key_order_and_whitespace_but_exact_bytes_do_not() {

@@ -12,6 +12,7 @@
 pub mod claim;
 pub mod forward;
 pub mod key;
+pub mod path;
 
 use crate::config::apis::Api;
 use crate::error::ProxyError;
@@ -22,12 +23,14 @@ use crate::state::AppState;
 use crate::stats::apis::ApiOutcome;
 use crate::store::idempotency::StoredResponse;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use claim::{Decision, Keyed};
 use forward::{ForwardError, Upstream};
+use reqwest::Url;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,26 +41,33 @@ pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 pub async fn handle(
     State(state): State<AppState>,
     Path((name, _rest)): Path<(String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
+    request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
+    let (parts, body) = request.into_parts();
+    let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().copied();
+    let (method, uri, headers) = (parts.method, parts.uri, parts.headers);
     let Some(api) = state.config.apis.get(&name).cloned() else {
         // Not counted: there is no API to count it under.
         return ProxyError::UnknownApi.into_response();
     };
-    // The raw (still percent-encoded) path after `/api/<name>`, and the query.
-    let rest = uri
-        .path()
-        .strip_prefix(&format!("/api/{name}"))
-        .unwrap_or("/");
-    let path_and_query = match uri.query() {
-        Some(q) => format!("{rest}?{q}"),
-        None => rest.to_owned(),
+    let (outcome, response) = match target(&api, &uri) {
+        Ok((url, path_and_query)) => {
+            let headers = forward::forwarding_headers(
+                headers,
+                peer.map(|ConnectInfo(a)| a.ip()),
+                &state.config.server.trusted_proxies,
+            );
+            let req = Incoming {
+                method,
+                url,
+                path_and_query,
+                headers,
+            };
+            proxy(&state, api, req, body).await
+        }
+        Err(e) => refused(e),
     };
-    let (outcome, response) = proxy(&state, api, method, path_and_query, headers, body).await;
     state.counters.api(&name, outcome);
     metrics::counter!("hookgate_api_requests_total", "api" => name.clone(), "outcome" => outcome.as_str())
         .increment(1);
@@ -71,26 +81,64 @@ pub async fn handle(
     response
 }
 
+/// The upstream URL and the path + query the fingerprint covers, from the
+/// raw (still percent-encoded) request target. Refuses paths that could
+/// leave the API's base path (`path`).
+fn target(api: &Api, uri: &Uri) -> Result<(Url, String), ProxyError> {
+    // `/api/<name>/<rest>`: the name as sent must be the API's name (a
+    // percent-encoded name would make the split below disagree with the
+    // router's).
+    let rest = uri
+        .path()
+        .strip_prefix("/api/")
+        .and_then(|p| p.strip_prefix(api.name.as_str()))
+        .filter(|r| r.starts_with('/'))
+        .ok_or(ProxyError::UnknownApi)?;
+    let url = path::join(&api.upstream, rest, uri.query())
+        .map_err(|e| ProxyError::BadPath(e.to_string()))?;
+    let path_and_query = match uri.query() {
+        Some(q) => format!("{rest}?{q}"),
+        None => rest.to_owned(),
+    };
+    Ok((url, path_and_query))
+}
+
+/// A proxied request before its body is read.
+struct Incoming {
+    method: Method,
+    url: Url,
+    path_and_query: String,
+    headers: HeaderMap,
+}
+
 async fn proxy(
     state: &AppState,
     api: Arc<Api>,
-    method: Method,
-    path_and_query: String,
-    headers: HeaderMap,
+    req: Incoming,
     body: Body,
 ) -> (ApiOutcome, Response) {
+    let Incoming {
+        method,
+        url,
+        path_and_query,
+        headers,
+    } = req;
     let body = match serve::read_body(body, &headers, api.max_body_bytes).await {
         Ok(b) => b,
         Err(e) => return refused(e.into()),
     };
-    if !api.methods.contains(&method) {
-        return pass_through(state, &api, method, &path_and_query, &headers, body).await;
+    let request = Forward {
+        method,
+        url,
+        headers,
+        body,
+    };
+    if !api.methods.contains(&request.method) {
+        return pass_through(state, &api, &request).await;
     }
-    let id = match key::client_key(&api, &headers) {
-        Ok(None) => {
-            return pass_through(state, &api, method, &path_and_query, &headers, body).await;
-        }
-        Ok(Some(k)) => key::namespaced(&api, &headers, k),
+    let id = match key::client_key(&api, &request.headers) {
+        Ok(None) => return pass_through(state, &api, &request).await,
+        Ok(Some(k)) => key::namespaced(&api, &request.headers, k),
         Err(e) => Err(e),
     };
     let id = match id {
@@ -99,7 +147,12 @@ async fn proxy(
     };
     let keyed = Keyed {
         cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
-        fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
+        fingerprint: key::fingerprint(
+            &request.method,
+            &path_and_query,
+            &request.body,
+            api.canonical_json,
+        ),
         token: token::random_hex(),
         key: id,
         api: api.clone(),
@@ -112,16 +165,8 @@ async fn proxy(
         state.counters.api(&api.name, ApiOutcome::InflightWait);
     }
     match decision {
-        Ok(Decision::Owner { .. }) => {
-            let request = Forward {
-                method,
-                path_and_query,
-                headers,
-                body,
-            };
-            owner(state.clone(), keyed, request).await
-        }
-        Ok(Decision::Replay(stored)) => (ApiOutcome::Replay, replay(stored)),
+        Ok(Decision::Owner { .. }) => owner(state.clone(), keyed, request).await,
+        Ok(Decision::Replay(stored)) => (ApiOutcome::Replay, replay(&api, stored)),
         Ok(Decision::Conflict) => {
             let status = StatusCode::from_u16(api.mismatch_status).unwrap_or(StatusCode::CONFLICT);
             refused(ProxyError::KeyReused { status })
@@ -137,7 +182,7 @@ async fn proxy(
 /// The request as it goes upstream.
 struct Forward {
     method: Method,
-    path_and_query: String,
+    url: Url,
     headers: HeaderMap,
     body: Bytes,
 }
@@ -156,7 +201,7 @@ async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response
                     body: up.body.clone(),
                 };
                 store_response(&state, &k, &stored).await;
-                (ApiOutcome::FirstCall, upstream_response(up))
+                (ApiOutcome::FirstCall, upstream_response(&k.api, up))
             }
             Ok(up) => {
                 release(&state, &k).await;
@@ -165,7 +210,7 @@ async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response
                 } else {
                     ApiOutcome::FirstCall
                 };
-                (outcome, upstream_response(up))
+                (outcome, upstream_response(&k.api, up))
             }
             Err(e) => {
                 release(&state, &k).await;
@@ -221,7 +266,7 @@ async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Upstream, Fo
         &state.upstream,
         api,
         req.method.clone(),
-        &req.path_and_query,
+        req.url.clone(),
         &req.headers,
         req.body.clone(),
     )
@@ -234,36 +279,25 @@ async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Upstream, Fo
     result
 }
 
-async fn pass_through(
-    state: &AppState,
-    api: &Api,
-    method: Method,
-    path_and_query: &str,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> (ApiOutcome, Response) {
-    let req = Forward {
-        method,
-        path_and_query: path_and_query.to_owned(),
-        headers: headers.clone(),
-        body,
-    };
-    match call(state, api, &req).await {
-        Ok(up) => (ApiOutcome::Passthrough, upstream_response(up)),
+async fn pass_through(state: &AppState, api: &Api, req: &Forward) -> (ApiOutcome, Response) {
+    match call(state, api, req).await {
+        Ok(up) => (ApiOutcome::Passthrough, upstream_response(api, up)),
         Err(e) => refused(upstream_failed(api, &e)),
     }
 }
 
-fn upstream_response(up: Upstream) -> Response {
+fn upstream_response(api: &Api, up: Upstream) -> Response {
     let mut r = (up.status, up.body).into_response();
     *r.headers_mut() = up.headers;
+    forward::harden_answer(api, r.headers_mut());
     r
 }
 
-fn replay(stored: StoredResponse) -> Response {
+fn replay(api: &Api, stored: StoredResponse) -> Response {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let mut r = (status, stored.body).into_response();
     *r.headers_mut() = forward::header_map(&stored.headers);
+    forward::harden_answer(api, r.headers_mut());
     r.headers_mut()
         .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     r

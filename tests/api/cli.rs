@@ -28,6 +28,7 @@ fn check_config_prints_the_resolved_config_without_secrets() {
         r#"
 [server]
 admin_token = "super-secret-admin"
+admin_listen = "127.0.0.1:9090"
 [storage]
 database_url = "postgres://app:pg-password@db.internal:5432/hooks"
 [sources.stripe]

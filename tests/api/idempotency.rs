@@ -22,6 +22,8 @@ struct Inner {
     /// Statuses to answer, in order; empty = 201.
     plan: Mutex<VecDeque<u16>>,
     delay: Mutex<Option<Duration>>,
+    /// Every request's URI and headers, in order.
+    seen: Mutex<Vec<(String, HeaderMap)>>,
 }
 
 /// An upstream API on loopback: answers every path with a JSON echo that
@@ -53,6 +55,16 @@ impl Upstream {
     fn delay(&self, d: Option<Duration>) {
         *self.inner.delay.lock().unwrap() = d;
     }
+    /// URI and headers of the last request the upstream saw.
+    fn last(&self) -> (String, HeaderMap) {
+        self.inner
+            .seen
+            .lock()
+            .unwrap()
+            .last()
+            .cloned()
+            .expect("a request")
+    }
 }
 
 async fn answer(
@@ -63,6 +75,11 @@ async fn answer(
     body: Bytes,
 ) -> (StatusCode, HeaderMap, String) {
     let n = inner.calls.fetch_add(1, Ordering::SeqCst) + 1;
+    inner
+        .seen
+        .lock()
+        .unwrap()
+        .push((uri.to_string(), headers.clone()));
     if let Some(k) = headers.get("idempotency-key") {
         let k = k.to_str().unwrap().to_owned();
         *inner.per_key.lock().unwrap().entry(k).or_default() += 1;
@@ -76,6 +93,7 @@ async fn answer(
     out.insert("content-type", "application/json".parse().unwrap());
     out.insert("x-call", n.to_string().parse().unwrap());
     out.insert("location", format!("/orders/{n}").parse().unwrap());
+    out.insert("set-cookie", "sid=upstream-session".parse().unwrap());
     let doc = serde_json::json!({
         "call": n,
         "method": method.as_str(),
@@ -111,6 +129,8 @@ fn opts(backend: Backend, upstream: &Upstream) -> Opts {
     let mut o = Opts::new(backend);
     o.extra = apis_toml(&upstream.url, "5s", "3s");
     o.delivery = false;
+    // Required with [apis.*]: the console must not share the proxy's origin.
+    o.admin_listen = true;
     o
 }
 
@@ -332,7 +352,234 @@ async fn scopes_methods_and_required_keys(backend: Backend) {
     assert_eq!(stats["apis"]["strict"]["bad_requests"], 3);
 }
 
+/// Sends `request` (raw HTTP/1.1 text, sent as is so no client normalises
+/// its path) to `addr`; the status code.
+async fn raw_status(addr: std::net::SocketAddr, request: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got)).await;
+    let text = String::from_utf8_lossy(&got);
+    text.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"))
+}
+
+/// Issue #32: the rest of the path was appended as text and the URL parser
+/// resolved its dots, reaching outside the base path (even another API's).
+async fn paths_that_could_leave_the_base_path_are_refused(backend: Backend) {
+    let up = Upstream::start().await;
+    let app = spawn_app(opts(backend, &up)).await;
+    for path in [
+        "/api/pay/../secret",
+        "/api/pay/%2e%2e/secret",
+        "/api/pay/%2E%2E/%2e%2e/admin",
+        "/api/pay/.%2e/secret",
+        "/api/pay/%2e./secret",
+        "/api/pay/orders/./x",
+        "/api/pay/%252e%252e/secret",
+        "/api/pay/a%2fb",
+        "/api/pay/a%5Cb",
+        "/api/pay/a\\..\\b",
+        "/api/pay/%c0%ae%c0%ae/secret",
+    ] {
+        for method in ["GET", "POST"] {
+            let req = format!(
+                "{method} {path} HTTP/1.1\r\nHost: x\r\nX-User-ID: u1\r\nIdempotency-Key: k-{method}\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+            );
+            assert_eq!(raw_status(app.addr, &req).await, 400, "{method} {path}");
+        }
+    }
+    assert_eq!(up.calls(), 0, "no refused path reached the upstream");
+    // Ordinary paths keep their encoding and stay under the base path.
+    let req =
+        "GET /api/pay/orders/a%20b/...x?q=%2F HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    assert_eq!(raw_status(app.addr, req).await, 201);
+    assert_eq!(up.last().0, "/v1/orders/a%20b/...x?q=%2F");
+    // Counted by the proxy: all but the raw `\` path, which hyper itself
+    // refuses (400) before routing.
+    assert_eq!(app.stats().await["apis"]["pay"]["bad_requests"], 20);
+}
+
+/// POSTs `{}` under key `key` as user u1 with `auth` as Authorization.
+async fn as_caller(app: &TestApp, key: &str, auth: Option<&str>) -> Answer {
+    let mut req = app
+        .client
+        .post(app.url("/api/pay/orders"))
+        .header("x-user-id", "u1")
+        .header("idempotency-key", key);
+    if let Some(a) = auth {
+        req = req.header("authorization", a);
+    }
+    answer_of(req.body("{}").send().await.unwrap()).await
+}
+
+/// Issue #32: a stored 201 was replayed to a request with no credentials,
+/// and `scope = "header:X"` alone trusted whatever the client sent.
+async fn a_stored_answer_is_replayed_only_to_the_same_credentials(backend: Backend) {
+    let up = Upstream::start().await;
+    let app = spawn_app(opts(backend, &up)).await;
+    let first = as_caller(&app, "k-cred", Some("Bearer alice")).await;
+    assert_eq!((first.0, first.1), (201, false));
+    let again = as_caller(&app, "k-cred", Some("Bearer alice")).await;
+    assert_eq!((again.0, again.1, &again.3), (201, true, &first.3));
+    for other in [None, Some("Bearer mallory"), Some("bearer alice")] {
+        let a = as_caller(&app, "k-cred", other).await;
+        assert!(!a.1, "{other:?} got alice's stored answer");
+        assert_ne!(a.3, first.3, "{other:?}");
+    }
+    assert_eq!(up.calls(), 4);
+    // The credential is forwarded unchanged; the ledger holds only a digest.
+    assert_eq!(up.last().1["authorization"], "bearer alice");
+}
+
+/// Issue #32: an anonymous 401 under a guessable key poisoned it for 24 h;
+/// 404 and 405 are not stored by default either.
+async fn credential_refusals_and_404_are_not_stored(backend: Backend) {
+    let up = Upstream::start().await;
+    let app = spawn_app(opts(backend, &up)).await;
+    for (i, status) in [401u16, 403, 407, 404, 405].into_iter().enumerate() {
+        up.plan(&[status]);
+        let key = format!("k-{status}");
+        let refused = as_caller(&app, &key, Some("Bearer t")).await;
+        assert_eq!((refused.0, refused.1), (status, false));
+        let retry = as_caller(&app, &key, Some("Bearer t")).await;
+        assert_eq!((retry.0, retry.1), (201, false), "{status} was stored");
+        assert_eq!(up.calls(), 2 * (i + 1));
+    }
+    // Other 4xx answers are still decisions, stored and replayed.
+    up.plan(&[422]);
+    assert_eq!(as_caller(&app, "k-422", None).await.0, 422);
+    let replayed = as_caller(&app, "k-422", None).await;
+    assert_eq!((replayed.0, replayed.1), (422, true));
+}
+
+/// Issue #32: a 6,000-character scope header made PostgreSQL refuse the
+/// index row, answered as 503 "storage unavailable".
+async fn a_6000_character_scope_header_is_stored_and_replayed(backend: Backend) {
+    let up = Upstream::start().await;
+    let app = spawn_app(opts(backend, &up)).await;
+    let url = app.url("/api/pay/orders");
+    let user = "u".repeat(6000);
+    let first = send(&app.client, &url, Some("k-long"), &user, "{}").await;
+    assert_eq!((first.0, first.1), (201, false), "{}", first.3);
+    let again = send(&app.client, &url, Some("k-long"), &user, "{}").await;
+    assert_eq!((again.0, again.1, &again.3), (201, true, &first.3));
+    assert_eq!(up.calls(), 1);
+}
+
+/// Issue #32: proxied pages shared the console's origin with the upstream's
+/// Content-Type and Set-Cookie, and no CSP or nosniff.
+async fn proxied_answers_are_sandboxed_and_drop_set_cookie(backend: Backend) {
+    let up = Upstream::start().await;
+    let mut o = opts(backend, &up);
+    o.extra.push_str(&format!(
+        "\n[apis.cookies]\nupstream = \"{}\"\nforward_set_cookie = true\nreplay_headers = [\"set-cookie\"]\n",
+        up.url
+    ));
+    let app = spawn_app(o).await;
+    let check = |r: &reqwest::Response, cookie: bool| {
+        let h = r.headers();
+        assert_eq!(h["content-security-policy"], "sandbox");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert_eq!(h.get("set-cookie").is_some(), cookie, "{h:?}");
+    };
+    let post = |path: &str| {
+        app.client
+            .post(app.url(path))
+            .header("x-user-id", "u1")
+            .header("idempotency-key", "k-csp")
+            .body("{}")
+            .send()
+    };
+    let first = post("/api/pay/page").await.unwrap();
+    check(&first, false);
+    let replay = post("/api/pay/page").await.unwrap();
+    assert_eq!(replay.headers()["idempotency-replayed"], "true");
+    check(&replay, false);
+    let pass = app
+        .client
+        .get(app.url("/api/pay/page"))
+        .send()
+        .await
+        .unwrap();
+    check(&pass, false);
+    // An API that opts in keeps the cookie (on the first call and replays).
+    check(&post("/api/cookies/page").await.unwrap(), true);
+    check(&post("/api/cookies/page").await.unwrap(), true);
+}
+
+/// Issue #32: client-sent X-Forwarded-* reached the upstream untouched and
+/// hookgate added none of its own.
+async fn forwarding_headers_from_untrusted_peers_are_replaced(backend: Backend) {
+    let up = Upstream::start().await;
+    let forged = |r: reqwest::RequestBuilder| {
+        r.header("x-forwarded-for", "203.0.113.9")
+            .header("x-forwarded-host", "evil.example")
+            .header("x-forwarded-proto", "https")
+            .header("forwarded", "for=203.0.113.9")
+            .header("x-real-ip", "203.0.113.9")
+    };
+    let app = spawn_app(opts(backend, &up)).await;
+    forged(app.client.get(app.url("/api/pay/x")))
+        .send()
+        .await
+        .unwrap();
+    let (_, h) = up.last();
+    assert_eq!(h["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(h["x-forwarded-host"], app.addr.to_string());
+    assert_eq!(h["x-forwarded-proto"], "http");
+    assert!(h.get("forwarded").is_none() && h.get("x-real-ip").is_none());
+
+    // From a trusted proxy they are kept, and the peer is appended.
+    let mut o = opts(backend, &up);
+    o.server_extra = "trusted_proxies = [\"127.0.0.1/32\"]".into();
+    let app = spawn_app(o).await;
+    forged(app.client.get(app.url("/api/pay/x")))
+        .send()
+        .await
+        .unwrap();
+    let (_, h) = up.last();
+    assert_eq!(h["x-forwarded-for"], "203.0.113.9, 127.0.0.1");
+    assert_eq!(h["x-forwarded-host"], "evil.example");
+    assert_eq!(h["forwarded"], "for=203.0.113.9");
+}
+
+/// Issue #32: the console (holding the admin token in its origin's
+/// storage) shared an origin with proxied pages.
+async fn the_console_and_admin_routes_are_not_on_the_proxys_origin(backend: Backend) {
+    let up = Upstream::start().await;
+    let app = spawn_app(opts(backend, &up)).await;
+    for path in ["/console/", "/stats", "/admin/events"] {
+        let public = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(public.status(), 404, "{path} on the proxy's origin");
+        let admin = app
+            .client
+            .get(app.admin_url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(admin.status(), 200, "{path} on admin_listen");
+    }
+}
+
 both_backends!(
+    paths_that_could_leave_the_base_path_are_refused,
+    a_stored_answer_is_replayed_only_to_the_same_credentials,
+    credential_refusals_and_404_are_not_stored,
+    a_6000_character_scope_header_is_stored_and_replayed,
+    proxied_answers_are_sandboxed_and_drop_set_cookie,
+    forwarding_headers_from_untrusted_peers_are_replaced,
+    the_console_and_admin_routes_are_not_on_the_proxys_origin,
     concurrent_copies_reach_the_upstream_once,
     a_completed_key_is_replayed_and_survives_a_restart,
     a_different_request_under_the_same_key_conflicts,
@@ -471,11 +718,12 @@ async fn expired_keys_are_purged_and_then_run_again(backend: Backend) {
         send(&app.client, &url, Some("k-exp"), "u", "{}").await.1,
         "replayed within ttl"
     );
-    let key = hookgate::store::idempotency::IdemKey {
-        api: "short".into(),
-        scope: String::new(),
-        key: "k-exp".into(),
-    };
+    let key = hookgate::proxy::key::namespaced(
+        &app.state.config.apis["short"],
+        &reqwest::header::HeaderMap::new(),
+        "k-exp".into(),
+    )
+    .unwrap();
     // purge_interval is 200ms in the test config.
     let purged = eventually(Duration::from_secs(5), || async {
         app.state.store.idempotency.lookup(&key).await.unwrap()

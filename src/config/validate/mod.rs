@@ -53,6 +53,17 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
         .map(|(name, t)| (name, Arc::new(t)))
         .collect();
     let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
+    if !apis.is_empty() && server.admin_listen.is_none() {
+        // Proxied pages are served from the public listener's origin; the
+        // console keeps the admin token in that origin's storage. Refusing
+        // to start is louder than serving the admin routes nowhere.
+        v.problem(
+            "server.admin_listen",
+            "required when [apis.*] is set: the console and admin routes must not share \
+             an origin with proxied answers (e.g. admin_listen = \"127.0.0.1:9090\")"
+                .into(),
+        );
+    }
 
     if v.problems.is_empty() {
         Ok(Config {

@@ -318,9 +318,17 @@ impl TestApp {
         self.post("stripe", &h, body).await
     }
 
+    /// `path` on the admin listener when there is one, else on the public one.
+    pub fn admin_url(&self, path: &str) -> String {
+        match self.admin_addr {
+            Some(a) => format!("http://{a}{path}"),
+            None => self.url(path),
+        }
+    }
+
     pub async fn stats(&self) -> serde_json::Value {
         self.client
-            .get(self.url("/stats"))
+            .get(self.admin_url("/stats"))
             .bearer_auth(ADMIN_TOKEN)
             .send()
             .await
