@@ -112,6 +112,31 @@ pub fn client_ip(data: &[u8]) {
     let _ = client_ip::client_ip(peer, &map, &trusted);
 }
 
+/// A proxied request target after `/api/<name>`: `path[?query]`. Whatever
+/// the checks accept must join to a URL under the base path on the base's
+/// origin (a panic here is a traversal the checks missed).
+pub fn proxy_path(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let (path, query) = match text.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (text, None),
+    };
+    let rest = format!("/{}", path.trim_start_matches('/'));
+    if let Ok(url) = crate::proxy::path::join("http://upstream.test:8000/base", &rest, query) {
+        assert_eq!(url.host_str(), Some("upstream.test"), "{text:?}");
+        assert_eq!(url.port(), Some(8000), "{text:?}");
+        assert!(
+            url.path() == "/base" || url.path().starts_with("/base/"),
+            "{text:?} left the base path: {url}"
+        );
+        for segment in url.path().split('/') {
+            assert!(segment != "." && segment != "..", "{text:?}");
+        }
+    }
+}
+
 /// One provider definition file.
 pub fn provider_file(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
@@ -136,4 +161,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("client_ip", client_ip),
     ("provider_file", provider_file),
     ("config", config),
+    ("proxy_path", proxy_path),
 ];

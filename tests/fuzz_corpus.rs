@@ -73,6 +73,13 @@ fn mutate(rng: &mut Rng, input: &[u8], seeds: &[Vec<u8>]) -> Vec<u8> {
         b"\xc3\xa9",
         b"-1",
         b"99999999999999999999",
+        b"/",
+        b"..",
+        b"%2e",
+        b"%2F",
+        b"%5c",
+        b"%25",
+        b"&",
     ];
     let mut out = input.to_vec();
     for _ in 0..=rng.below(4) {
