@@ -6,7 +6,7 @@ bench_config() {
   cat <<T
 [server]
 listen = "127.0.0.1:$1"
-admin_token = "bench"
+admin_token = "bench-admin-token"
 log_level = "warn"
 shutdown_grace = "2s"
 [sources.stripe]

@@ -25,7 +25,7 @@ trap cleanup EXIT
 cat > "$work/hookgate.toml" <<TOML
 [server]
 listen = "127.0.0.1:$PORT"
-admin_token = "bench"
+admin_token = "bench-admin-token"
 log_level = "warn"
 [storage]
 database_url = "$URL"
@@ -87,7 +87,7 @@ time_ms() {
   local best=
   for _ in 1 2 3 4 5; do
     local t
-    t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' -H 'Authorization: Bearer bench' \
+    t=$(curl -s -o /dev/null -w '%{http_code} %{time_total}' -H 'Authorization: Bearer bench-admin-token' \
       "http://127.0.0.1:$PORT/admin/events?$1")
     [ "${t%% *}" = 200 ] || { echo "GET $1 answered ${t%% *}" >&2; exit 1; }
     t=$(awk -v s="${t#* }" 'BEGIN { printf "%.1f", s * 1000 }')

@@ -182,7 +182,7 @@ write_config() { # file, with_target (0|1)
     cat <<TOML
 [server]
 listen = "127.0.0.1:$GW_PORT"
-admin_token = "bench"
+admin_token = "bench-admin-token"
 log_level = "warn"
 shutdown_grace = "2s"
 
@@ -361,7 +361,7 @@ hg_run() { # KEY dup_share run
 # spent in writes (statement + COMMIT), from the gateway's /metrics
 writer_busy() {
   local s
-  s=$(curl -sf -H "authorization: Bearer bench" "http://127.0.0.1:$GW_PORT/metrics" |
+  s=$(curl -sf -H "authorization: Bearer bench-admin-token" "http://127.0.0.1:$GW_PORT/metrics" |
     awk '$1 == "hookgate_ledger_write_seconds_sum" {print $2}') || true
   [[ -n $s ]] && rec "$1.busy" "$(awk -v s="$s" -v d="$DURATION" 'BEGIN {printf "%.2f", s / d}')"
   return 0
@@ -613,7 +613,7 @@ fi
 # ---- 8: a target outage under a steady load ---------------------------------
 # deliveries of the stripe source not delivered yet (pending + retrying), from /stats
 pending_now() {
-  curl -sf -H "Authorization: Bearer bench" "http://127.0.0.1:$GW_PORT/stats" |
+  curl -sf -H "Authorization: Bearer bench-admin-token" "http://127.0.0.1:$GW_PORT/stats" |
     jq -r '.sources.stripe | if . then .pending + .retrying else empty end'
 }
 if want 8; then

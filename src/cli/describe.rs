@@ -1,8 +1,8 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::redact_url;
 use crate::config::redis_url::RedisTopology;
+use crate::config::show_url;
 use crate::primitives::duration::show;
 use std::fmt::Write as _;
 
@@ -27,7 +27,7 @@ pub fn describe(c: &Config) -> String {
         Some(u) => format!(
             "redis {} {} (key prefix `{}`)",
             RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
-            redact_url(u.expose()),
+            show_url(u.expose()),
             c.storage.key_prefix
         ),
         None => format!("in-process (capacity {})", c.storage.cache_capacity),
@@ -52,7 +52,7 @@ pub fn describe(c: &Config) -> String {
             s.targets.join(", "),
             s.public_url
                 .as_deref()
-                .map(|u| format!(" public_url={u}"))
+                .map(|u| format!(" public_url={}", show_url(u)))
                 .unwrap_or_default()
         );
         // The API key (an App hook's private key) is a secret: only that
@@ -73,7 +73,7 @@ pub fn describe(c: &Config) -> String {
                 show(r.interval),
                 show(r.lookback),
                 show(r.grace),
-                r.api_base,
+                show_url(&r.api_base),
             );
         }
         describe_routes(&mut o, s);
@@ -84,7 +84,7 @@ pub fn describe(c: &Config) -> String {
             o,
             "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}{}",
             t.name,
-            redact_url(&t.url),
+            show_url(&t.url),
             match &t.kind {
                 crate::config::TargetKind::Http => String::new(),
                 crate::config::TargetKind::RedisStream(r) => format!(
@@ -164,7 +164,7 @@ fn describe_apis(o: &mut String, c: &Config) {
             "  {:<16} /api/{}/… → {} methods=[{}] key_header={} required={} scope={} ttl={} lock_ttl={} timeout={}",
             a.name,
             a.name,
-            redact_url(&a.upstream),
+            show_url(&a.upstream),
             methods.join(", "),
             a.key_header,
             a.required,

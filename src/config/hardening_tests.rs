@@ -158,3 +158,102 @@ url = "http://127.0.0.1:9/b"
             .contains(&"x-forwarded-for".into())
     );
 }
+
+/// Issue #32: `secrets = "whsec_…"` (a string where a list belongs) printed
+/// the secret in the type error.
+#[test]
+fn a_type_error_never_prints_the_value() {
+    let text = BASE.replace(
+        "secrets = [\"whsec_a\"]",
+        "secrets = \"whsec_do_not_print_me\"",
+    );
+    let p = problems(&text);
+    assert!(
+        p.iter()
+            .any(|(k, m)| k == "sources.stripe.secrets" && m.contains("a string")),
+        "{p:?}"
+    );
+    let shown = format!("{p:?}");
+    assert!(!shown.contains("whsec_do_not_print_me"), "{shown}");
+    let p = problems(&format!(
+        "[server]\nmax_body_bytes = \"12345secret\"\n{BASE}"
+    ));
+    assert!(!format!("{p:?}").contains("12345secret"), "{p:?}");
+    let p = problems(&format!("[server]\nlog_format = \"secretish\"\n{BASE}"));
+    assert!(!format!("{p:?}").contains("secretish"), "{p:?}");
+}
+
+/// Issue #32: risky settings were accepted silently.
+#[test]
+fn risky_settings_are_refused_by_name() {
+    refused(
+        &format!("[server]\nadmin_token = \"x\"\n{BASE}"),
+        "server.admin_token",
+        "at least 16 characters",
+    );
+    let p = problems(&format!("[server]\nadmin_token = \"short-secret\"\n{BASE}"));
+    assert!(!format!("{p:?}").contains("short-secret"), "{p:?}");
+    assert!(
+        problems(&format!(
+            "[server]\nadmin_token = \"{}\"\n{BASE}",
+            "a".repeat(16)
+        ))
+        .is_empty()
+    );
+    let with = |lines: &str| {
+        BASE.replace(
+            "secrets = [\"whsec_a\"]",
+            &format!("secrets = [\"whsec_a\"]\n{lines}"),
+        )
+    };
+    refused(
+        &with("tolerance = \"10m\"\ndedup_window = \"5m\""),
+        "sources.stripe.dedup_window",
+        "at least `tolerance`",
+    );
+    refused(
+        &with("tolerance = \"100d\""),
+        "sources.stripe.tolerance",
+        "at most 1d",
+    );
+    assert!(problems(&with("tolerance = \"1d\"\ndedup_window = \"1d\"")).is_empty());
+    // A scheme without a checked timestamp has no window to compare.
+    let github = "[sources.gh]\nprovider = \"github\"\nsecrets = [\"s\"]\ndedup_window = \"1m\"\n";
+    assert!(
+        problems(&format!("{BASE}{github}")).is_empty(),
+        "{:?}",
+        problems(&format!("{BASE}{github}"))
+    );
+}
+
+#[test]
+fn a_reconciliation_api_base_over_http_must_be_loopback() {
+    let with = |base: &str| {
+        BASE.replace(
+            "targets = [\"billing\"]",
+            &format!("targets = [\"billing\"]\n[sources.stripe.reconcile]\napi_key = \"sk_test_x\"\napi_base = \"{base}\""),
+        )
+    };
+    refused(
+        &with("http://api.stripe.com"),
+        "sources.stripe.reconcile.api_base",
+        "loopback",
+    );
+    refused(
+        &with("http://10.0.0.5:8080/v1"),
+        "sources.stripe.reconcile.api_base",
+        "loopback",
+    );
+    for ok in [
+        "https://api.stripe.com",
+        "http://127.0.0.1:9000",
+        "http://localhost:9000/",
+        "http://[::1]:9000",
+    ] {
+        assert!(
+            problems(&with(ok)).is_empty(),
+            "{ok}: {:?}",
+            problems(&with(ok))
+        );
+    }
+}

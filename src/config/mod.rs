@@ -108,10 +108,28 @@ impl Database {
     /// The URL without credentials, for output.
     pub fn display(&self) -> String {
         match self {
-            Self::Sqlite(u) => u.clone(),
-            Self::Postgres(u) => redact_url(u.expose()),
+            Self::Sqlite(u) => show_url(u),
+            Self::Postgres(u) => show_url(u.expose()),
         }
     }
+}
+
+/// A URL as `check-config` shows it: scheme, host, port and path only. The
+/// query and fragment are dropped and user info is shown as `***@`, since
+/// any of them may carry a credential (`?token=…`, `redis://:pw@…`).
+pub fn show_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        // Not a URL with an authority (`sqlite:file.db`): nothing after `?`.
+        return url.split(['?', '#']).next().unwrap_or_default().to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    let host = match authority.rsplit_once('@') {
+        Some((_, h)) => format!("***@{h}"),
+        None => authority.to_owned(),
+    };
+    let path = rest[end..].split(['?', '#']).next().unwrap_or_default();
+    format!("{scheme}://{host}{path}")
 }
 
 /// Replaces the `user:password@` part of a URL with `***@`.
@@ -317,6 +335,23 @@ fn figment_error(origin: &str, e: figment::Error) -> ConfigError {
                 figment::error::Kind::UnknownField(_, expected) => {
                     format!("unknown key; expected one of: {}", expected.join(", "))
                 }
+                // Never the value itself: `secrets = "whsec_…"` (a string
+                // where a list belongs) would print the secret.
+                figment::error::Kind::InvalidType(actual, expected) => {
+                    format!(
+                        "invalid type: found {}, expected {expected}",
+                        kind_of(actual)
+                    )
+                }
+                figment::error::Kind::InvalidValue(actual, expected) => {
+                    format!(
+                        "invalid value: found {}, expected {expected}",
+                        kind_of(actual)
+                    )
+                }
+                figment::error::Kind::UnknownVariant(_, expected) => {
+                    format!("unknown value; expected one of: {}", expected.join(", "))
+                }
                 kind => kind.to_string(),
             };
             let from = e
@@ -332,6 +367,22 @@ fn figment_error(origin: &str, e: figment::Error) -> ConfigError {
     ConfigError {
         origin: origin.to_owned(),
         problems,
+    }
+}
+
+/// What kind of value `actual` is, without the value.
+fn kind_of(actual: &figment::error::Actual) -> &'static str {
+    use figment::error::Actual;
+    match actual {
+        Actual::Bool(_) => "a boolean",
+        Actual::Unsigned(_) | Actual::Signed(_) => "an integer",
+        Actual::Float(_) => "a float",
+        Actual::Char(_) | Actual::Str(_) => "a string",
+        Actual::Bytes(_) => "bytes",
+        Actual::Unit | Actual::Option => "an empty value",
+        Actual::Seq => "a list",
+        Actual::Map | Actual::NewtypeStruct | Actual::StructVariant => "a table",
+        _ => "another kind of value",
     }
 }
 

@@ -206,6 +206,13 @@ pub(super) fn validate(
             &format!("{key}.api_base"),
             "must be an http:// or https:// URL".into(),
         );
+    } else if api_base.starts_with("http://") && !is_loopback_url(&api_base) {
+        problem(
+            &format!("{key}.api_base"),
+            "http:// is only accepted for a loopback host: the API key would cross the \
+             network in clear; use https://"
+                .into(),
+        );
     }
     let hook = raw.hook.map(|h| h.trim_matches('/').to_owned());
     match (kind, &hook) {
@@ -321,6 +328,22 @@ fn valid_hook(h: &str) -> bool {
         ["orgs", org, "hooks", n] => segment(org) && id(n),
         _ => false,
     }
+}
+
+/// Whether `url`'s host is `localhost` or a loopback address.
+fn is_loopback_url(url: &str) -> bool {
+    let shown = super::show_url(url);
+    let after = shown.split_once("://").map_or("", |(_, r)| r);
+    let host = after.split('/').next().unwrap_or_default();
+    // `[::1]:8080`, `127.0.0.1:8080`, `localhost`.
+    let host = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

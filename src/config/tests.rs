@@ -7,7 +7,7 @@ use crate::verify::schemes::SchemeSettings;
 const GOOD: &str = r#"
 [server]
 listen = "127.0.0.1:0"
-admin_token = "tok"
+admin_token = "tok-0123456789abcdef"
 
 [sources.stripe]
 provider = "stripe"
@@ -310,7 +310,7 @@ fn debug_output_of_a_config_has_no_secret() {
     let c = Config::from_toml_str(GOOD, Path::new(".")).unwrap();
     let dbg = format!("{c:?}");
     assert!(!dbg.contains("whsec_a"), "{dbg}");
-    assert!(!dbg.contains("\"tok\""));
+    assert!(!dbg.contains("tok-0123456789abcdef"));
 }
 
 #[test]
@@ -320,6 +320,31 @@ fn redact_url_hides_credentials() {
         "postgres://***@db:5432/x"
     );
     assert_eq!(redact_url("redis://127.0.0.1"), "redis://127.0.0.1");
+}
+
+/// Issue #32: check-config printed query strings such as `?token=…`.
+#[test]
+fn show_url_keeps_only_scheme_host_port_and_path() {
+    for (url, shown) in [
+        (
+            "http://billing:8000/hook?token=s3cret#x",
+            "http://billing:8000/hook",
+        ),
+        ("https://u:pw@h/p?a=1", "https://***@h/p"),
+        (
+            "postgres://u:pw@db:5432/x?password=pw",
+            "postgres://***@db:5432/x",
+        ),
+        (
+            "redis://:pw@r1:6379,r2:6379/0",
+            "redis://***@r1:6379,r2:6379/0",
+        ),
+        ("http://h?k=v", "http://h"),
+        ("sqlite://hookgate.db?mode=rwc", "sqlite://hookgate.db"),
+        ("sqlite:x.db?key=v", "sqlite:x.db"),
+    ] {
+        assert_eq!(show_url(url), shown, "{url}");
+    }
 }
 
 #[test]

@@ -36,7 +36,7 @@ provider = "stripe"
 secrets = ["whsec_literal_secret", "file:secret.txt"]
 targets = ["billing"]
 [targets.billing]
-url = "http://billing.internal/hook"
+url = "http://billing.internal/hook?token=qs-token-secret"
 signing_secret = "whsec_c2lnbmluZw=="
 events = ["invoice.*", "customer.subscription.updated"]
 filter = { "json:/data/object/currency" = "eur" }
@@ -50,6 +50,12 @@ scope = "header:X-User-ID"
     assert!(ok, "{err}");
     assert!(out.contains("POST /webhooks/stripe"), "{out}");
     assert!(out.contains("/api/payments/"), "{out}");
+    // Issue #32: URLs are shown as scheme, host, port and path only.
+    assert!(out.contains("http://billing.internal/hook "), "{out}");
+    assert!(
+        !out.contains("qs-token-secret") && !out.contains("?token"),
+        "{out}"
+    );
     assert!(out.contains("scope=header:x-user-id"), "{out}");
     assert!(out.contains("secrets=2"));
     assert!(
@@ -175,7 +181,7 @@ fn check_config_shows_the_redis_topology_redacted_and_refuses_unknown_schemes() 
     for (url, shown) in [
         (
             "redis+sentinel://app:redis-pass@10.0.0.1:26379,10.0.0.2:26379/main?db=2",
-            "redis sentinel redis+sentinel://***@10.0.0.1:26379,10.0.0.2:26379/main?db=2",
+            "redis sentinel redis+sentinel://***@10.0.0.1:26379,10.0.0.2:26379/main (key prefix",
         ),
         (
             "redis+cluster://:redis-pass@10.0.0.1:7000,10.0.0.2:7001",

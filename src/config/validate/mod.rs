@@ -23,6 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod sources;
+
+/// Shortest `admin_token` accepted.
+const MIN_ADMIN_TOKEN_CHARS: usize = 16;
 use sources::{nets, sources, withhold};
 
 /// Checks every section of `raw`; `base` anchors `file:` secrets and
@@ -147,6 +150,19 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
         .admin_token
         .as_deref()
         .and_then(|r| v.secret("server.admin_token", r));
+    if admin_token
+        .as_ref()
+        .is_some_and(|t| t.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS)
+    {
+        // The length only, never the value.
+        v.problem(
+            "server.admin_token",
+            format!(
+                "must be at least {MIN_ADMIN_TOKEN_CHARS} characters (e.g. `openssl rand -hex 32`): \
+                 a short token can be guessed"
+            ),
+        );
+    }
     let trusted_proxies = nets(&raw.trusted_proxies, "server.trusted_proxies", v);
     let admin_listen = raw.admin_listen.as_deref().and_then(|a| {
         let parsed = a.parse::<SocketAddr>().map_err(|_| {

@@ -13,6 +13,10 @@ use crate::verify::source::{Resolve, Source, settings_from};
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest timestamp `tolerance` accepted.
+const MAX_TOLERANCE: Duration = Duration::from_secs(86_400);
 
 pub(super) fn withhold(
     sources: &BTreeMap<String, Arc<Source>>,
@@ -92,6 +96,24 @@ fn source(
         v.problem(&format!("{key}.tolerance"), "must be greater than 0".into());
     }
     v.positive(&format!("{key}.dedup_window"), s.dedup_window.0);
+    let tolerance = s.tolerance.map_or(provider.default_tolerance(), |d| d.0);
+    if provider.timestamp.as_ref().is_some_and(|t| t.checked) {
+        if tolerance > MAX_TOLERANCE {
+            v.problem(
+                &format!("{key}.tolerance"),
+                "must be at most 1d: a captured request stays replayable for the whole window"
+                    .into(),
+            );
+        }
+        if s.dedup_window.0 < tolerance {
+            v.problem(
+                &format!("{key}.dedup_window"),
+                "must be at least `tolerance`: a replay inside the timestamp window but after \
+                 the dedup window would be accepted as a new event"
+                    .into(),
+            );
+        }
+    }
     if provider.needs_public_url() && s.public_url.is_none() {
         v.problem(
             &format!("{key}.public_url"),
@@ -121,7 +143,7 @@ fn source(
         withheld: withheld(&provider, keep),
         allow_ips,
         settings,
-        tolerance: s.tolerance.map_or(provider.default_tolerance(), |d| d.0),
+        tolerance,
         name,
         provider,
         keys,
