@@ -257,3 +257,23 @@ fn a_reconciliation_api_base_over_http_must_be_loopback() {
         );
     }
 }
+
+/// Issue #32: a source's own `signed_content` need not sign the body.
+#[test]
+fn a_source_signed_content_without_the_body_is_refused() {
+    let text = BASE.replace(
+        "secrets = [\"whsec_a\"]",
+        "secrets = [\"whsec_a\"]\nsignature = { signed_content = \"{timestamp}.{json:/id}\" }",
+    );
+    let p = problems(&text);
+    assert!(
+        p.iter()
+            .any(|(k, m)| k.starts_with("sources.stripe") && m.contains("must contain `{body}`")),
+        "{p:?}"
+    );
+    let ok = BASE.replace(
+        "secrets = [\"whsec_a\"]",
+        "secrets = [\"whsec_a\"]\nsignature = { signed_content = \"{timestamp}.{body}\" }",
+    );
+    assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
+}

@@ -208,6 +208,15 @@ impl Provider {
             f.event_id = e.clone();
         }
         let (signature, incomplete) = check_signature(f.signature)?;
+        // A source's own `signed_content` is operator data like a
+        // providers_dir file (verify::registry): it must sign the body.
+        if overrides.is_some_and(|o| o.signed_content.is_some())
+            && !signature.content.contains(&Segment::Body)
+        {
+            return Err(
+                "signed_content must contain `{body}`: without it the body is not signed".into(),
+            );
+        }
         let timestamp = f
             .timestamp
             .map(|t| -> Result<Timestamp, String> {

@@ -1,7 +1,16 @@
 //! The registry of provider definitions: the files shipped in `providers/`
 //! (compiled in) plus any directory named in the config.
+//!
+//! An operator's file is data anyone with write access to that directory
+//! controls, so it is held to more than a built-in: it may not take a
+//! built-in's name (a weakened `stripe` would replace the real one under
+//! every source naming it), its `signed_content` must contain `{body}`, and
+//! no reply may compute `${mac:…}` over a value the signature does not
+//! cover (a signing oracle). Built-ins pass the last check too (tested).
 
+use super::locator::{ReplyPart, Segment};
 use super::provider::Provider;
+use super::schemes::Cover;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -39,7 +48,8 @@ impl Registry {
         Self(map)
     }
 
-    /// Adds every `*.toml` of `dir`; a file may replace a built-in provider.
+    /// Adds every `*.toml` of `dir`; a file naming a built-in provider, a
+    /// `signed_content` without `{body}` and a `${mac:…}` oracle are refused.
     pub fn load_dir(&mut self, dir: &Path) -> Result<usize, ProviderError> {
         let err = |file: &Path, reason: String| ProviderError {
             file: file.display().to_string(),
@@ -52,9 +62,34 @@ impl Registry {
             .filter(|p| p.extension().is_some_and(|x| x == "toml"))
             .collect();
         paths.sort();
+        let mut named = std::collections::BTreeSet::new();
         for path in &paths {
             let text = std::fs::read_to_string(path).map_err(|e| err(path, e.to_string()))?;
             let p = Provider::from_toml(&text).map_err(|e| err(path, e))?;
+            if BUILTIN.iter().any(|(name, _)| *name == p.name) {
+                return Err(err(
+                    path,
+                    format!(
+                        "replaces the built-in provider `{}`; give it another name and name \
+                         that in `provider`",
+                        p.name
+                    ),
+                ));
+            }
+            if !p.signature.content.is_empty() && !p.signature.content.contains(&Segment::Body) {
+                return Err(err(
+                    path,
+                    "signature.signed_content must contain `{body}`: without it the body \
+                     is not signed and a relay can change it"
+                        .into(),
+                ));
+            }
+            if let Some(why) = mac_oracle(&p) {
+                return Err(err(path, why));
+            }
+            if !named.insert(p.name.clone()) {
+                return Err(err(path, format!("a second file names `{}`", p.name)));
+            }
             self.0.insert(p.name.clone(), Arc::new(p));
         }
         Ok(paths.len())
@@ -67,6 +102,35 @@ impl Registry {
     pub fn names(&self) -> Vec<&str> {
         self.0.keys().map(String::as_str).collect()
     }
+}
+
+/// Why a reply of `p` would MAC a value an attacker chooses: `${mac:…}` in a
+/// control answered without a signature, or over a value the signature
+/// does not cover (a header outside it, the query).
+pub fn mac_oracle(p: &Provider) -> Option<String> {
+    let replies =
+        std::iter::once((true, &p.response)).chain(p.controls.iter().map(|c| (c.signed, &c.reply)));
+    for (signed, reply) in replies {
+        for part in &reply.body {
+            let ReplyPart::Mac(lookup) = part else {
+                continue;
+            };
+            let shown = super::route::show_lookup(lookup);
+            if !signed {
+                return Some(format!(
+                    "`${{mac:{shown}}}` in the reply of an unsigned control: anyone could \
+                     have hookgate sign a value of their choice"
+                ));
+            }
+            if super::signedness::cover_of(p, lookup) != Cover::Signed {
+                return Some(format!(
+                    "`${{mac:{shown}}}` reads a value the signature does not cover: anyone \
+                     could have hookgate sign a value of their choice"
+                ));
+            }
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -101,8 +165,48 @@ mod tests {
         }
     }
 
+    /// Issue #32: a file silently replaced a built-in, `signed_content`
+    /// needed no `{body}`, and `${mac:…}` could sign a header's value.
     #[test]
-    fn a_directory_adds_and_replaces_providers() {
+    fn a_directory_may_not_replace_a_builtin_or_weaken_what_is_signed() {
+        let load = |name: &str, text: &str| {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(format!("{name}.toml")), text).unwrap();
+            Registry::builtin().load_dir(dir.path()).map(|_| ())
+        };
+        let github = BUILTIN.iter().find(|(n, _)| *n == "github").unwrap().1;
+        let e = load("github", github).unwrap_err().to_string();
+        assert!(e.contains("replaces the built-in provider `github`"), "{e}");
+        let acme = &github.replace("name = \"github\"", "name = \"acme\"");
+        assert!(load("acme", acme).is_ok());
+        let no_body = acme.replace(
+            "signed_content = \"{body}\"",
+            "signed_content = \"{json:/id}\"",
+        );
+        let e = load("acme", &no_body).unwrap_err().to_string();
+        assert!(e.contains("must contain `{body}`"), "{e}");
+        let oracle = format!(
+            "{acme}[[control]]\nwhen = \"header:x-ping\"\nreply = '${{mac:header:x-ping}}'\n"
+        );
+        let e = load("acme", &oracle).unwrap_err().to_string();
+        assert!(e.contains("does not cover"), "{e}");
+        let unsigned = format!(
+            "{acme}[[control]]\nwhen = \"json:/ping\"\nsigned = false\nreply = '${{mac:json:/ping}}'\n"
+        );
+        let e = load("acme", &unsigned).unwrap_err().to_string();
+        assert!(e.contains("unsigned control"), "{e}");
+        let body_mac =
+            format!("{acme}[[control]]\nwhen = \"json:/ping\"\nreply = '${{mac:json:/ping}}'\n");
+        assert!(load("acme", &body_mac).is_ok());
+        // Every built-in passes the oracle check.
+        let r = Registry::builtin();
+        for (name, _) in BUILTIN {
+            assert_eq!(mac_oracle(&r.get(name).unwrap()), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_directory_adds_providers() {
         let dir = tempfile::tempdir().unwrap();
         let github = BUILTIN.iter().find(|(n, _)| *n == "github").unwrap().1;
         let text = github.replace("name = \"github\"", "name = \"acme\"");

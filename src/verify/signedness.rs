@@ -101,6 +101,13 @@ impl Signedness {
     }
 }
 
+/// The weakest cover of the places `lookup` may read from.
+pub fn cover_of(provider: &Provider, lookup: &Lookup) -> Cover {
+    let mut w = Weakest::default();
+    w.lookup(provider, lookup);
+    w.cover
+}
+
 /// The weakest cover seen so far and where.
 struct Weakest {
     cover: Cover,
