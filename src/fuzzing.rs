@@ -137,6 +137,30 @@ pub fn proxy_path(data: &[u8]) {
     }
 }
 
+/// A form body and a query string (`body NUL query`): a repeated field
+/// that a lookup reads must be refused, never silently read once.
+pub fn form_fields(data: &[u8]) {
+    use crate::verify::locator::Lookup;
+    let mut parts = data.splitn(2, |b| *b == 0);
+    let body = parts.next().unwrap_or_default();
+    let query = std::str::from_utf8(parts.next().unwrap_or_default()).unwrap_or_default();
+    let headers = HeaderMap::new();
+    let fields = Fields::with_query(&headers, body, query);
+    for name in ["bt_payload", "a", "id"] {
+        let lookups = [
+            Lookup::parse(&format!("form:{name}")).expect("a form lookup"),
+            Lookup::parse(&format!("query:{name}")).expect("a query lookup"),
+        ];
+        let refused = fields.refuse_repeated(&lookups).is_err();
+        let in_query = form_urlencoded::parse(query.as_bytes())
+            .filter(|(k, _)| k == name)
+            .count();
+        let repeated = fields.form_count(name) > 1 || in_query > 1;
+        assert_eq!(refused, repeated, "{name}: {data:?}");
+        let _ = fields.lookup(&lookups[0], &[]);
+    }
+}
+
 /// One provider definition file.
 pub fn provider_file(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
@@ -162,4 +186,5 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("provider_file", provider_file),
     ("config", config),
     ("proxy_path", proxy_path),
+    ("form_fields", form_fields),
 ];

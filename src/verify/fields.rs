@@ -194,6 +194,42 @@ impl<'a> Fields<'a> {
             .map(|(_, v)| v.into_owned())
     }
 
+    /// A 400 when a header, form field or query parameter that one of
+    /// `lookups` reads appears more than once: hookgate reads the first,
+    /// and a consumer reading the last would act on a value nobody
+    /// checked. (A JSON key repeated on a path hookgate reads makes the
+    /// body unreadable instead: `json_subset`.)
+    pub fn refuse_repeated<'l>(
+        &self,
+        lookups: impl IntoIterator<Item = &'l Lookup>,
+    ) -> Result<(), VerifyError> {
+        for lookup in lookups {
+            for l in &lookup.alternatives {
+                let repeated = match l {
+                    Locator::Header(name) => self.headers.get_all(name.as_str()).iter().count() > 1,
+                    Locator::Form(name) => self.form_count(name) > 1,
+                    Locator::Query(name) => {
+                        self.query_pairs().iter().filter(|(k, _)| k == name).count() > 1
+                    }
+                    Locator::Json(_) | Locator::Signature(_) => false,
+                };
+                if repeated {
+                    return Err(VerifyError::BadBody(
+                        "a field hookgate reads is repeated in the request",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// How often form field `name` appears in the body.
+    pub fn form_count(&self, name: &str) -> usize {
+        form_urlencoded::parse(self.body)
+            .filter(|(k, _)| k == name)
+            .count()
+    }
+
     /// Why the body cannot hold what a lookup wants, if it cannot.
     pub fn body_problem(&self, lookup: &Lookup) -> Option<VerifyError> {
         if lookup.wants_json() {

@@ -230,7 +230,12 @@ impl<'de> Visitor<'de> for Walk<'_> {
             Want::Keys(keys) => {
                 while let Some(at) = map.next_key_seed(KeyOf(keys))? {
                     match at {
-                        // A repeated name: the last one wins, as in a Value.
+                        // A wanted name given twice: which one counts would
+                        // depend on the reader (hookgate, or a consumer
+                        // that keeps the first), so the body is refused.
+                        Some(i) if out.contains_key(&keys[i].0) => {
+                            return Err(serde::de::Error::custom("duplicate key"));
+                        }
                         Some(i) => {
                             let v = map.next_value_seed(Seed(&keys[i].1))?;
                             out.insert(keys[i].0.clone(), v);
@@ -243,6 +248,9 @@ impl<'de> Visitor<'de> for Walk<'_> {
             }
             Want::EveryKey(each) => {
                 while let Some(k) = map.next_key::<String>()? {
+                    if out.contains_key(&k) {
+                        return Err(serde::de::Error::custom("duplicate key"));
+                    }
                     let v = map.next_value_seed(Seed(each))?;
                     out.insert(k, v);
                 }
@@ -344,11 +352,15 @@ mod tests {
         assert_eq!(Want::pointer("/events/*x/id", 2), None);
     }
 
+    /// Issue #32: a wanted name given twice is refused (readers disagree
+    /// on which counts); a repeated name nobody wants is skipped.
     #[test]
-    fn repeated_names_keep_the_last_value_like_a_full_parse() {
+    fn a_repeated_wanted_name_gives_nothing_and_others_are_skipped() {
+        assert_eq!(pick(r#"{"id":"a","id":"b"}"#, "/id"), None);
+        assert_eq!(pick(r#"{"d":{"id":"a","id":"b"}}"#, "/d/id"), None);
         assert_eq!(
-            pick(r#"{"id":"a","id":"b"}"#, "/id").unwrap(),
-            json!({"id":"b"})
+            pick(r#"{"id":"a","x":1,"x":2}"#, "/id").unwrap(),
+            json!({"id":"a"})
         );
     }
 

@@ -304,6 +304,7 @@ pub(crate) fn check_with(
     };
     let key_index = sig.scheme.verify(&ctx)?;
     let key = key_index.map(|i| (&source.keys[i], sig));
+    fields.refuse_repeated(read_lookups(provider))?;
 
     if let Some(answer) = reply::control(provider, &fields, true, key) {
         return Ok(Checked::Answer(answer));
@@ -326,6 +327,27 @@ pub(crate) fn check_with(
             json,
         })),
     }))
+}
+
+/// Every value `provider` reads from a request: event id and type,
+/// timestamp, controls, and the values its signed content names.
+fn read_lookups(provider: &provider::Provider) -> Vec<&locator::Lookup> {
+    fn values<'p>(segments: &'p [locator::Segment], out: &mut Vec<&'p locator::Lookup>) {
+        for s in segments {
+            match s {
+                locator::Segment::Value(l) => out.push(l),
+                locator::Segment::Optional(inner) => values(inner, out),
+                _ => {}
+            }
+        }
+    }
+    let rule = &provider.event_id;
+    let mut out: Vec<&locator::Lookup> = rule.from.iter().chain(&rule.composite).collect();
+    out.extend(provider.event_type.iter().flat_map(|t| &t.parts));
+    out.extend(provider.timestamp.iter().map(|t| &t.from));
+    out.extend(provider.controls.iter().map(|c| &c.when));
+    values(&provider.signature.content, &mut out);
+    out
 }
 
 /// A request's fields as `source` reads them: its provider's pointers in

@@ -130,6 +130,11 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     if std::str::from_utf8(ctx.fields.body()).is_err() {
         return Err(VerifyError::BadBody("form body is not UTF-8"));
     }
+    // The MAC covers the first `bt_payload`; a consumer that reads the last
+    // would act on an unsigned one.
+    if ctx.fields.form_count("bt_payload") > 1 || ctx.fields.form_count("bt_signature") > 1 {
+        return Err(VerifyError::BadBody("bt_payload or bt_signature is repeated"));
+    }
     let signature = ctx
         .fields
         .form_value("bt_signature")

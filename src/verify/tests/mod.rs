@@ -11,6 +11,7 @@ mod payments;
 mod paypal;
 mod plaid;
 mod provider_files;
+mod repeated;
 mod saas;
 mod signature_shapes;
 mod subset;
