@@ -130,6 +130,10 @@ forward_credentials = true
 
 [targets.plain]
 url = "http://127.0.0.1:9/b"
+
+[targets.other]
+url = "http://127.0.0.1:9/c"
+forward_credentials = true
 "#;
     let c = Config::from_toml_str(text, Path::new(".")).unwrap();
     // Stored for `api` (a target wants them), never for `api_plain`.
@@ -151,6 +155,11 @@ url = "http://127.0.0.1:9/b"
     // `plain` still does not get what `api` stored for `trusting`.
     assert!(c.targets["plain"].withholds("api", "X-Callback-Token"));
     assert!(!c.targets["trusting"].withholds("api", "x-callback-token"));
+    // Issue #32: a target `api` does not list (reachable by an operator's
+    // redelivery) never gets what `api` stored for `trusting`, even if it
+    // forwards credentials for its own sources.
+    assert!(c.targets["other"].withholds("api", "authorization"));
+    assert!(c.targets["other"].withholds("api", "x-callback-token"));
     // Proxy headers: nobody asked for them.
     assert!(
         c.sources["api"]

@@ -18,16 +18,25 @@ use std::time::Duration;
 /// Longest timestamp `tolerance` accepted.
 const MAX_TOLERANCE: Duration = Duration::from_secs(86_400);
 
+/// Which of each source's stored headers each target does not get. Every
+/// (source, target) pair is computed, not only the listed ones: an
+/// operator may redeliver an event to any target (`POST …/redeliver`), and
+/// a target the source does not list never gets the credentials or proxy
+/// headers the source stored for a target that does.
 pub(super) fn withhold(
     sources: &BTreeMap<String, Arc<Source>>,
     targets: &mut BTreeMap<String, Target>,
 ) {
     for source in sources.values() {
-        for name in &source.targets {
-            if let Some(t) = targets.get_mut(name) {
-                let keep = Keep {
-                    credentials: t.forward_credentials,
-                    proxy_headers: t.forward_proxy_headers,
+        for (name, t) in targets.iter_mut() {
+            {
+                let keep = if source.targets.contains(name) {
+                    Keep {
+                        credentials: t.forward_credentials,
+                        proxy_headers: t.forward_proxy_headers,
+                    }
+                } else {
+                    Keep::default()
                 };
                 let w: Vec<String> = withheld(&source.provider, keep)
                     .into_iter()
