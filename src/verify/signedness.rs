@@ -175,6 +175,22 @@ mod tests {
         }
     }
 
+    /// Issue #32: Linear preferred its unsigned `Linear-Event` header over
+    /// the signed `type`; Lemon Squeezy fell back to `X-Event-Name`. Where
+    /// the body names the type, only the body is read. GitHub, Shopify and
+    /// WooCommerce name it only in a header (the per-source cap of type
+    /// names bounds what a relay can invent there).
+    #[test]
+    fn a_type_the_body_signs_is_read_from_the_body_only() {
+        for p in ["linear", "lemonsqueezy"] {
+            assert_eq!(of_builtin(p).event_type, Some(signed()), "{p}");
+        }
+        for p in ["github", "shopify", "woocommerce"] {
+            let t = of_builtin(p).event_type.unwrap();
+            assert_eq!(t.cover, Cover::Unsigned, "{p}");
+        }
+    }
+
     #[test]
     fn a_body_signature_signs_body_fields() {
         // Stripe: HMAC over `{t}.{body}`; id and type are body fields.
