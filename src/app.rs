@@ -77,6 +77,13 @@ impl App {
             )
             .with_apis(config.apis.keys().map(String::as_str)),
         );
+        // The type names already counted: the cap on new ones holds over
+        // restarts (stats::MAX_TYPES). Best effort: the ledger was just
+        // migrated, and a failure only lets this process admit its own.
+        match store.tallies.counters().await {
+            Ok(rows) => counters.seed_types(&rows),
+            Err(e) => tracing::warn!(error = %e, "could not read the counted event types"),
+        }
         let wake = Wake::new(&lanes);
         let stop = CancellationToken::new();
 

@@ -140,6 +140,17 @@ impl Counters {
         }
     }
 
+    /// Seeds each source's admitted type names with those whose counter
+    /// rows the ledger already holds (`rows` as `Tallies::counters` gives
+    /// them), so a restart does not admit another [`MAX_TYPES`] new names.
+    pub fn seed_types(&self, rows: &[(String, String, i64)]) {
+        for (source, name, _) in rows {
+            if let (Some(t), Some(s)) = (name.strip_prefix(TYPE_PREFIX), self.sources.get(source)) {
+                s.types.seed(t);
+            }
+        }
+    }
+
     /// Counts a new event under its type (`/stats` `unique_by_type`).
     pub fn typed(&self, source: &str, event_type: Option<&str>) {
         if let Some(s) = self.sources.get(source) {
@@ -260,10 +271,13 @@ impl Counters {
 pub const TYPE_PREFIX: &str = "types.";
 /// The type counted for an event whose provider names none.
 pub const UNTYPED: &str = "untyped";
-/// Most distinct types one source counts between two flushes; later new
-/// types are counted under [`OTHER_TYPES`]. Types are read only from
-/// verified requests, so only a holder of the source's secret can mint
-/// them, but a flood of made-up types must still not grow memory.
+/// Most distinct type names one source ever counts (over the process's
+/// life, seeded at start with the names the ledger already holds: see
+/// [`Counters::seed_types`]); later new names are counted under
+/// [`OTHER_TYPES`]. Types are read only from verified requests, but some
+/// providers name the type in a header outside the signature (GitHub,
+/// Shopify, WooCommerce), so one captured request replayed with made-up
+/// names must not mint a permanent counter row per name.
 pub const MAX_TYPES: usize = 256;
 /// Where types beyond [`MAX_TYPES`] are counted.
 pub const OTHER_TYPES: &str = "other";
@@ -272,30 +286,47 @@ pub const OTHER_TYPES: &str = "other";
 /// unlike the atomics above this is a map behind a lock; it is taken once
 /// per new event, not per request, and held for one map update.
 #[derive(Default)]
-struct TypeCounts(std::sync::Mutex<HashMap<String, i64>>);
+struct TypeCounts(std::sync::Mutex<Types>);
+
+#[derive(Default)]
+struct Types {
+    /// Counts since the last flush.
+    counts: HashMap<String, i64>,
+    /// Every name admitted so far (at most [`MAX_TYPES`]); kept across
+    /// flushes, so the cap holds over all time, not per flush.
+    known: std::collections::HashSet<String>,
+}
 
 impl TypeCounts {
     fn add(&self, event_type: &str, n: i64) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(v) = map.get_mut(event_type) {
-            *v += n;
-            return;
-        }
-        let key = if map.len() < MAX_TYPES {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let admitted = t.known.contains(event_type) || t.known.len() < MAX_TYPES;
+        let key = if admitted {
+            if !t.known.contains(event_type) {
+                t.known.insert(event_type.to_owned());
+            }
             event_type
         } else {
             OTHER_TYPES
         };
-        *map.entry(key.to_owned()).or_default() += n;
+        *t.counts.entry(key.to_owned()).or_default() += n;
+    }
+
+    /// Marks `event_type` as already counted (its row exists).
+    fn seed(&self, event_type: &str) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if t.known.len() < MAX_TYPES && event_type != OTHER_TYPES {
+            t.known.insert(event_type.to_owned());
+        }
     }
 
     /// The counts (with `take`, drained).
     fn read(&self, take: bool) -> Vec<(String, i64)> {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
         if take {
-            map.drain().collect()
+            t.counts.drain().collect()
         } else {
-            map.iter().map(|(k, v)| (k.clone(), *v)).collect()
+            t.counts.iter().map(|(k, v)| (k.clone(), *v)).collect()
         }
     }
 }

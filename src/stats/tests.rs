@@ -120,7 +120,37 @@ fn types_beyond_the_cap_are_counted_as_other() {
     let count = |n: &str| got.iter().find(|d| d.1 == n).map(|d| d.2);
     assert_eq!(count("types.other"), Some(10));
     assert_eq!(count("types.t0"), Some(2));
-    // The cap is per flush interval: a drained map takes new names again.
+    // Issue #32: the cap holds over all time, not per flush: a drained map
+    // still admits no new name, while a known one keeps its own row.
     c.typed("stripe", Some("late"));
-    assert_eq!(c.collect(false)[0].1, "types.late");
+    c.typed("stripe", Some("t5"));
+    let mut after = c.collect(true);
+    after.sort();
+    assert_eq!(
+        after,
+        [
+            ("stripe".into(), "types.other".into(), 1),
+            ("stripe".into(), "types.t5".into(), 1)
+        ]
+    );
+}
+
+#[test]
+fn type_names_the_ledger_holds_count_against_the_cap_after_a_restart() {
+    let c = counters();
+    let rows: Vec<(String, String, i64)> = (0..MAX_TYPES)
+        .map(|i| ("stripe".to_owned(), format!("types.old{i}"), 1))
+        .collect();
+    c.seed_types(&rows);
+    c.typed("stripe", Some("brand_new"));
+    c.typed("stripe", Some("old7"));
+    let mut got = c.collect(true);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("stripe".into(), "types.old7".into(), 1),
+            ("stripe".into(), "types.other".into(), 1)
+        ]
+    );
 }
