@@ -37,4 +37,6 @@ pub(crate) const CLAIM_SQL: &str = "INSERT INTO hookgate_body_hashes AS h
      RETURNING event_id";
 
 /// `$1` now: rows whose window is over.
-pub(crate) const PURGE_SQL: &str = "DELETE FROM hookgate_body_hashes WHERE expires_at < $1";
+pub(crate) const PURGE_SQL: &str = "DELETE FROM hookgate_body_hashes
+     WHERE (source, body_sha256) IN (
+         SELECT source, body_sha256 FROM hookgate_body_hashes WHERE expires_at < $1 LIMIT $2)";

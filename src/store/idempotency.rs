@@ -121,8 +121,11 @@ const RELEASE_SQL: &str = "DELETE FROM hookgate_idempotency
      WHERE api = $1 AND scope = $2 AND idem_key = $3
        AND state = 'in_progress' AND lock_token = $4";
 
+/// One bounded batch (`$2` rows) of expired keys.
 const PURGE_SQL: &str = "DELETE FROM hookgate_idempotency
-     WHERE expires_at < $1 AND (state = 'completed' OR locked_until < $1)";
+     WHERE (api, scope, idem_key) IN (
+         SELECT api, scope, idem_key FROM hookgate_idempotency
+         WHERE expires_at < $1 AND (state = 'completed' OR locked_until < $1) LIMIT $2)";
 
 /// A row as read by [`SELECT_SQL`], turned into a [`Begin`].
 fn from_row(
@@ -243,10 +246,18 @@ where
     }
 
     async fn purge_idempotency(&self, now: Millis) -> Result<u64, StoreError> {
-        let r = sqlx::query(PURGE_SQL)
-            .bind(now.0)
-            .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected())
+        let mut total = 0;
+        loop {
+            let n = sqlx::query(PURGE_SQL)
+                .bind(now.0)
+                .bind(super::PURGE_BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            total += n;
+            if n < super::PURGE_BATCH as u64 {
+                return Ok(total);
+            }
+        }
     }
 }

@@ -17,6 +17,12 @@
 //! differs.
 
 pub mod body_hashes;
+
+/// Most rows one purge statement deletes; purges loop over batches so a
+/// backlog (a long outage, a lowered `dedup_window`) never becomes one
+/// statement that holds its locks, WAL or SQLite's single writer until it
+/// ends.
+pub const PURGE_BATCH: i64 = 1000;
 pub mod console;
 pub mod event_log;
 pub mod idempotency;

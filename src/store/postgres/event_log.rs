@@ -62,20 +62,56 @@ impl EventLog for PgStore {
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
-        // Background work that may take long on a big table: no deadline,
-        // and no server-side statement timeout for this transaction.
-        // Arrival, attempt and delivery rows have no foreign key
-        // (migrations 0008, 0011): they go in the same statement as their
-        // event.
+        // Bounded batches (crate::store::PURGE_BATCH), one transaction
+        // each: a backlog never becomes one huge DELETE holding its locks
+        // and WAL until the end.
+        let mut total = 0;
+        loop {
+            let n = self.purge_batch(now).await?;
+            total += n;
+            if n < crate::store::PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        loop {
+            let n = sqlx::query(body_hashes::PURGE_SQL)
+                .bind(now)
+                .bind(crate::store::PURGE_BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if n < crate::store::PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        Ok(total)
+    }
+
+    async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
+        self.bounded(&self.pool, async |c| {
+            rows::event_count(c, source, event_id).await
+        })
+        .await
+    }
+}
+
+impl PgStore {
+    /// Deletes at most `PURGE_BATCH` expired, fully delivered events with
+    /// their arrival, attempt and delivery rows (no foreign keys since
+    /// migrations 0008 and 0011: they go in the same statement), in one
+    /// transaction without a statement timeout (background work).
+    async fn purge_batch(&self, now: Millis) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET LOCAL statement_timeout = 0")
             .execute(&mut *tx)
             .await?;
         let n: i64 = sqlx::query_scalar(
             "WITH gone AS (
-                 DELETE FROM hookgate_events e WHERE e.expires_at < $1 AND NOT EXISTS (
-                     SELECT 1 FROM hookgate_deliveries d
-                     WHERE d.event_pk = e.id AND d.state <> 'delivered')
+                 DELETE FROM hookgate_events e WHERE e.id IN (
+                     SELECT x.id FROM hookgate_events x WHERE x.expires_at < $1 AND NOT EXISTS (
+                         SELECT 1 FROM hookgate_deliveries d
+                         WHERE d.event_pk = x.id AND d.state <> 'delivered')
+                     LIMIT $2)
                  RETURNING e.id
              ), arrivals AS (
                  DELETE FROM hookgate_arrivals a USING gone WHERE a.event_pk = gone.id
@@ -88,21 +124,11 @@ impl EventLog for PgStore {
              SELECT COUNT(*) FROM gone",
         )
         .bind(now)
+        .bind(crate::store::PURGE_BATCH)
         .fetch_one(&mut *tx)
         .await?;
-        sqlx::query(body_hashes::PURGE_SQL)
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
         tx.commit().await?;
         Ok(n as u64)
-    }
-
-    async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {
-        self.bounded(&self.pool, async |c| {
-            rows::event_count(c, source, event_id).await
-        })
-        .await
     }
 }
 

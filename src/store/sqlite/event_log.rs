@@ -59,19 +59,39 @@ impl EventLog for SqliteStore {
     }
 
     async fn purge(&self, now: Millis) -> Result<u64, StoreError> {
-        let r = sqlx::query(
-            "DELETE FROM hookgate_events WHERE expires_at < ? AND NOT EXISTS (
-                 SELECT 1 FROM hookgate_deliveries d
-                 WHERE d.event_pk = hookgate_events.id AND d.state <> 'delivered')",
-        )
-        .bind(now)
-        .execute(&self.pool)
-        .await?;
-        sqlx::query(body_hashes::PURGE_SQL)
+        // Bounded batches (crate::store::PURGE_BATCH), each its own
+        // statement: the single writer is never held for a whole backlog.
+        let mut total = 0;
+        loop {
+            let n = sqlx::query(
+                "DELETE FROM hookgate_events WHERE id IN (
+                     SELECT e.id FROM hookgate_events e WHERE e.expires_at < ? AND NOT EXISTS (
+                         SELECT 1 FROM hookgate_deliveries d
+                         WHERE d.event_pk = e.id AND d.state <> 'delivered')
+                     LIMIT ?)",
+            )
             .bind(now)
+            .bind(crate::store::PURGE_BATCH)
             .execute(&self.pool)
-            .await?;
-        Ok(r.rows_affected())
+            .await?
+            .rows_affected();
+            total += n;
+            if n < crate::store::PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        loop {
+            let n = sqlx::query(body_hashes::PURGE_SQL)
+                .bind(now)
+                .bind(crate::store::PURGE_BATCH)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+            if n < crate::store::PURGE_BATCH as u64 {
+                break;
+            }
+        }
+        Ok(total)
     }
 
     async fn event_count(&self, source: &str, event_id: &str) -> Result<i64, StoreError> {

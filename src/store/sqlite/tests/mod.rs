@@ -155,3 +155,26 @@ fn the_cursor_is_the_last_key_in_walk_order() {
     assert_eq!(last_key(keys(&["c", "d", "a"]), "b"), Some("a".into()));
     assert_eq!(last_key(vec![], "b"), None);
 }
+
+/// Issue #32: purge was one unbounded DELETE. It now deletes in batches of
+/// `PURGE_BATCH` until none is left, keeping undelivered events.
+#[tokio::test]
+async fn purge_deletes_a_backlog_larger_than_one_batch_in_bounded_batches() {
+    let l = SqliteStore::connect("sqlite::memory:", Some(1))
+        .await
+        .unwrap();
+    l.migrate().await.unwrap();
+    let n = 2 * crate::store::PURGE_BATCH as usize + 7;
+    let events: Vec<NewEvent> = (0..n).map(|i| event(&format!("e{i}"), &[])).collect();
+    for chunk in events.chunks(500) {
+        l.record(chunk).await.unwrap();
+    }
+    l.record(&[event("kept", &[None])]).await.unwrap();
+    assert_eq!(l.purge(Millis(2_000_000)).await.unwrap(), n as u64);
+    let left: Vec<String> = sqlx::query_scalar("SELECT event_id FROM hookgate_events")
+        .fetch_all(&l.pool)
+        .await
+        .unwrap();
+    assert_eq!(left, ["kept"], "the undelivered event stays");
+    assert_eq!(l.purge(Millis(2_000_000)).await.unwrap(), 0);
+}
