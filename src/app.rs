@@ -100,6 +100,7 @@ impl App {
         background.spawn(purge_loop(
             store.event_log.clone(),
             store.idempotency.clone(),
+            store.tallies.clone(),
             config.dedup.purge_interval,
             stop.clone(),
         ));
@@ -291,6 +292,7 @@ async fn flush_loop(
 async fn purge_loop(
     event_log: Arc<dyn EventLog>,
     idempotency: Arc<dyn IdempotencyStore>,
+    tallies: Arc<dyn Tallies>,
     every: Duration,
     stop: CancellationToken,
 ) {
@@ -308,6 +310,28 @@ async fn purge_loop(
             Ok(0) => {}
             Ok(n) => tracing::info!(purged = n, "purged idempotency keys past their ttl"),
             Err(e) => tracing::warn!(error = %e, "idempotency purge failed; will retry"),
+        }
+        fold_excess_types(tallies.as_ref()).await;
+    }
+}
+
+/// Folds per-type counter rows beyond the cap into `types.other`
+/// (`stats::excess_types`), one bounded batch per source and pass.
+async fn fold_excess_types(tallies: &dyn Tallies) {
+    let rows = match tallies.counters().await {
+        Ok(rows) => rows,
+        Err(e) => return tracing::warn!(error = %e, "type purge failed; will retry"),
+    };
+    let other = format!("{}{}", crate::stats::TYPE_PREFIX, crate::stats::OTHER_TYPES);
+    let batch = crate::store::PURGE_BATCH as usize;
+    for (source, names) in crate::stats::excess_types(&rows, batch) {
+        match tallies.fold_counters(&source, &names, &other).await {
+            Ok(n) => tracing::info!(
+                source,
+                folded = n,
+                "folded event types beyond the cap into `other`"
+            ),
+            Err(e) => tracing::warn!(source, error = %e, "type purge failed; will retry"),
         }
     }
 }

@@ -282,6 +282,36 @@ pub const MAX_TYPES: usize = 256;
 /// Where types beyond [`MAX_TYPES`] are counted.
 pub const OTHER_TYPES: &str = "other";
 
+/// Per source, the `types.<name>` counter rows beyond the [`MAX_TYPES`]
+/// with the highest counts (`types.other` is never one), at most `batch`
+/// names per source: what the purge loop folds into `types.other`, so rows
+/// minted before the cap held over all time (or by several replicas) do not
+/// stay forever.
+pub fn excess_types(rows: &[(String, String, i64)], batch: usize) -> Vec<(String, Vec<String>)> {
+    let mut by_source: HashMap<&str, Vec<(&str, i64)>> = HashMap::new();
+    for (source, name, v) in rows {
+        if name.starts_with(TYPE_PREFIX) && name.as_str() != format!("{TYPE_PREFIX}{OTHER_TYPES}") {
+            by_source.entry(source).or_default().push((name, *v));
+        }
+    }
+    let mut out: Vec<(String, Vec<String>)> = by_source
+        .into_iter()
+        .filter(|(_, names)| names.len() > MAX_TYPES)
+        .map(|(source, mut names)| {
+            // Highest counts stay; ties by name, so every replica agrees.
+            names.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let excess = names[MAX_TYPES..]
+                .iter()
+                .take(batch)
+                .map(|(n, _)| (*n).to_owned())
+                .collect();
+            (source.to_owned(), excess)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// New events per event type. The vocabulary is open (the provider's), so
 /// unlike the atomics above this is a map behind a lock; it is taken once
 /// per new event, not per request, and held for one map update.

@@ -154,3 +154,26 @@ fn type_names_the_ledger_holds_count_against_the_cap_after_a_restart() {
         ]
     );
 }
+
+#[test]
+fn excess_types_are_the_lowest_counts_beyond_the_cap_never_other() {
+    let mut rows: Vec<(String, String, i64)> = (0..MAX_TYPES + 5)
+        .map(|i| ("gh".to_owned(), format!("types.t{i:03}"), i as i64))
+        .collect();
+    rows.push(("gh".into(), "types.other".into(), 0));
+    rows.push(("gh".into(), "received".into(), 0));
+    rows.push(("small".into(), "types.a".into(), 1));
+    let got = excess_types(&rows, 3);
+    assert_eq!(
+        got,
+        [(
+            "gh".to_owned(),
+            vec![
+                "types.t000".to_owned(),
+                "types.t001".into(),
+                "types.t002".into()
+            ]
+        )]
+    );
+    assert_eq!(excess_types(&rows, 100)[0].1.len(), 5);
+}

@@ -3,7 +3,8 @@
 //! from the outbox, for `/stats`, `/metrics` and the console's series.
 //!
 //! Rule: counts only. A counter row is only ever added to, so two replicas
-//! flushing at once both land.
+//! flushing at once both land; the one exception, [`Tallies::fold_counters`],
+//! moves a row's value into another row in one atomic step.
 
 use super::StoreError;
 use async_trait::async_trait;
@@ -50,4 +51,13 @@ pub trait Tallies: Send + Sync + 'static {
     /// Per source and target (state `overtaken`): how many deliveries went
     /// ahead of their key's dead deliveries (see `rows::OVERTAKEN_SQL`).
     async fn overtaken(&self) -> Result<Vec<DeliveryCount>, StoreError>;
+    /// Deletes `source`'s counters `names` (at most `PURGE_BATCH` of them)
+    /// and adds their sum to its counter `into`, atomically; the number of
+    /// rows folded.
+    async fn fold_counters(
+        &self,
+        source: &str,
+        names: &[String],
+        into: &str,
+    ) -> Result<u64, StoreError>;
 }

@@ -285,3 +285,54 @@ async fn stored_headers(app: &TestApp, source: &str, id: &str) -> String {
 }
 
 crate::both_backends!(credentials_are_stripped_unless_a_target_opts_in);
+
+/// Issue #32: one captured GitHub request replayed with made-up
+/// `X-GitHub-Event` values created a permanent counter row per name. Rows
+/// beyond the cap (left from before it held over all time, or written by
+/// several replicas) are folded into `types.other` by the purge loop.
+async fn type_rows_beyond_the_cap_are_folded_into_other(backend: Backend) {
+    let app = spawn_app(Opts::new(backend)).await;
+    let cap = hookgate::stats::MAX_TYPES;
+    let rows: Vec<(String, String, i64)> = (0..cap + 40)
+        .map(|i| {
+            (
+                "github".to_owned(),
+                format!("types.made-up-{i:04}"),
+                1000 - i as i64,
+            )
+        })
+        .collect();
+    app.state.store.tallies.add_counters(&rows).await.unwrap();
+    let typed = || async {
+        app.state
+            .store
+            .tallies
+            .counters()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|(s, n, _)| s == "github" && n.starts_with("types."))
+            .collect::<Vec<_>>()
+    };
+    // purge_interval is 200ms in the test config.
+    let folded = eventually(Duration::from_secs(10), || async {
+        typed().await.len() == cap + 1
+    })
+    .await;
+    let left = typed().await;
+    assert!(folded, "{} type rows left", left.len());
+    let other = left.iter().find(|(_, n, _)| n == "types.other").unwrap();
+    let lowest: i64 = (cap..cap + 40).map(|i| 1000 - i as i64).sum();
+    assert_eq!(other.2, lowest, "the 40 lowest counts moved into other");
+    assert!(left.iter().any(|(_, n, _)| n == "types.made-up-0000"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_rows_beyond_the_cap_are_folded_into_other_embedded() {
+    type_rows_beyond_the_cap_are_folded_into_other(Backend::Embedded).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn type_rows_beyond_the_cap_are_folded_into_other_production() {
+    type_rows_beyond_the_cap_are_folded_into_other(Backend::Production).await
+}

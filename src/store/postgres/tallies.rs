@@ -30,6 +30,33 @@ impl Tallies for PgStore {
         .await
     }
 
+    async fn fold_counters(
+        &self,
+        source: &str,
+        names: &[String],
+        into: &str,
+    ) -> Result<u64, StoreError> {
+        // One statement: the DELETE and the upsert commit together.
+        let n: i64 = sqlx::query_scalar(
+            "WITH gone AS (
+                 DELETE FROM hookgate_counters WHERE source = $1 AND name = ANY($2)
+                 RETURNING value
+             ), moved AS (
+                 INSERT INTO hookgate_counters (source, name, value)
+                 SELECT $1, $3, SUM(value) FROM gone HAVING COUNT(*) > 0
+                 ON CONFLICT (source, name) DO UPDATE
+                     SET value = hookgate_counters.value + excluded.value
+             )
+             SELECT COUNT(*) FROM gone",
+        )
+        .bind(source)
+        .bind(names)
+        .bind(into)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         self.bounded(&self.pool, async |c| rows::counters(c).await)
             .await

@@ -25,6 +25,42 @@ impl Tallies for SqliteStore {
         self.add_each(COUNTER_SQL, 0, deltas).await
     }
 
+    async fn fold_counters(
+        &self,
+        source: &str,
+        names: &[String],
+        into: &str,
+    ) -> Result<u64, StoreError> {
+        let list = serde_json::to_string(names).unwrap_or_else(|_| "[]".into());
+        let mut tx = self.pool.begin().await?;
+        let (n, sum): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT COUNT(*), SUM(value) FROM hookgate_counters
+             WHERE source = ?1 AND name IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(source)
+        .bind(&list)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query(
+            "DELETE FROM hookgate_counters
+             WHERE source = ?1 AND name IN (SELECT value FROM json_each(?2))",
+        )
+        .bind(source)
+        .bind(&list)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(sum) = sum.filter(|_| n > 0) {
+            sqlx::query(COUNTER_SQL)
+                .bind(source)
+                .bind(into)
+                .bind(sum)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(n as u64)
+    }
+
     async fn counters(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         rows::counters(&self.pool).await
     }
