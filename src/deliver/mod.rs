@@ -374,12 +374,12 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
 async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -> Option<String> {
     let target = &*t.target;
     let number = row.attempts + 1;
+    // What the target and the log see: numbers go on after a replay, which
+    // restarts only the retry budget (`number`).
+    let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = t
-        .sink
-        .send(target, &row, number, started_at.as_secs())
-        .await;
+    let sent = t.sink.send(target, &row, shown, started_at.as_secs()).await;
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
@@ -459,12 +459,12 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
                 }
                 if next == NextState::Dead {
                     tracing::warn!(
-                        attempt = number,
+                        attempt = shown,
                         error = error.as_deref().unwrap_or(""),
                         "delivery dead after max_attempts"
                     );
                 } else {
-                    tracing::debug!(attempt = number, outcome, latency_ms, "delivery attempt");
+                    tracing::debug!(attempt = shown, outcome, latency_ms, "delivery attempt");
                 }
                 // Ordered target: a delivered or dead row frees its key.
                 return match next {
@@ -474,7 +474,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
             }
             Ok(false) => {
                 tracing::warn!(
-                    attempt = number,
+                    attempt = shown,
                     "lease lost before the attempt was recorded"
                 );
                 return None;
