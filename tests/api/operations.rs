@@ -59,25 +59,19 @@ max_attempts = 1
     )
 }
 
-/// A service is started from a directory other than its config's: it opens
-/// the ledger beside the config (as `file:` secrets are read), says so in its
-/// startup line, and the operator commands, run from a third directory with
-/// no webhook secret in their environment, find the same ledger.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_service_started_elsewhere_uses_the_ledger_beside_its_config() {
-    let etc = tempfile::tempdir().unwrap();
-    let (elsewhere, shell) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let port = free_port();
-    let config = etc.path().join("hookgate.toml");
-    std::fs::write(&config, service_config(port)).unwrap();
-    let config = config.to_str().unwrap().to_owned();
-
+/// Starts `hookgate serve` in `cwd` with `config` and `env`; returns the
+/// child and its startup line (stderr is drained after it).
+async fn serve_startup_line(
+    config: &str,
+    cwd: &Path,
+    env: &[(&str, &str)],
+) -> (std::process::Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
-        .args(["--config", &config, "serve"])
-        .current_dir(elsewhere.path())
+        .args(["--config", config, "serve"])
+        .current_dir(cwd)
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")
-        .env("HOOKGATE_T_OPS_STRIPE", STRIPE_SECRET)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -97,6 +91,83 @@ async fn a_service_started_elsewhere_uses_the_ledger_beside_its_config() {
     .await
     .unwrap()
     .expect("a startup line");
+    (child, line)
+}
+
+fn terminate(mut child: std::process::Child) {
+    let pid = child.id().to_string();
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    assert!(child.wait().unwrap().success());
+}
+
+/// The startup line names a PostgreSQL ledger and a Redis cache without
+/// their passwords, and the console on the admin port when there is one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_startup_line_names_ledger_and_cache_without_credentials() {
+    let db = TestDb::create(Backend::Production).await;
+    // The test server trusts loopback: it never asks for the password.
+    let with_password = db.url.replacen("://postgres@", "://postgres:pg-pass@", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, admin) = (free_port(), free_port());
+    std::fs::write(
+        dir.path().join("hookgate.toml"),
+        format!(
+            r#"
+[server]
+listen = "127.0.0.1:{port}"
+admin_listen = "127.0.0.1:{admin}"
+admin_token = "{ADMIN_TOKEN}"
+[storage]
+database_url = "env:DATABASE_URL"
+redis_url = "env:REDIS_URL"
+"#
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("hookgate.toml");
+    let redis = redis_url().replacen("redis://", "redis://:redis-pass@", 1);
+    let (child, line) = serve_startup_line(
+        config.to_str().unwrap(),
+        dir.path(),
+        &[("DATABASE_URL", &with_password), ("REDIS_URL", &redis)],
+    )
+    .await;
+    terminate(child);
+    assert!(
+        !line.contains("pg-pass") && !line.contains("redis-pass"),
+        "{line}"
+    );
+    assert!(line.contains("ledger=postgres://***@127.0.0.1"), "{line}");
+    assert!(
+        line.contains("cache=redis standalone redis://***@"),
+        "{line}"
+    );
+    assert!(line.contains("sources=none targets=none"), "{line}");
+    assert!(
+        line.contains(&format!("console=http://127.0.0.1:{admin}/console/")),
+        "{line}"
+    );
+}
+
+/// A service is started from a directory other than its config's: it opens
+/// the ledger beside the config (as `file:` secrets are read), says so in its
+/// startup line, and the operator commands, run from a third directory with
+/// no webhook secret in their environment, find the same ledger.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_started_elsewhere_uses_the_ledger_beside_its_config() {
+    let etc = tempfile::tempdir().unwrap();
+    let (elsewhere, shell) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let port = free_port();
+    let config = etc.path().join("hookgate.toml");
+    std::fs::write(&config, service_config(port)).unwrap();
+    let config = config.to_str().unwrap().to_owned();
+
+    let (child, line) = serve_startup_line(
+        &config,
+        elsewhere.path(),
+        &[("HOOKGATE_T_OPS_STRIPE", STRIPE_SECRET)],
+    )
+    .await;
     let ledger = format!("sqlite://{}/hookgate.db", etc.path().display());
     for part in [
         format!("ledger={ledger}"),
@@ -123,9 +194,7 @@ async fn a_service_started_elsewhere_uses_the_ledger_beside_its_config() {
         .await
         .unwrap();
     assert_eq!(dedup_header(&r), "new");
-    let pid = child.id().to_string();
-    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-    assert!(child.wait().unwrap().success());
+    terminate(child);
 
     assert!(etc.path().join("hookgate.db").exists());
     assert!(!elsewhere.path().join("hookgate.db").exists());
