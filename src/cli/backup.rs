@@ -1,9 +1,12 @@
 //! `hookgate backup FILE`: an online copy of the SQLite ledger, taken while
-//! the gateway serves (see `store::sqlite::backup`). A PostgreSQL ledger is
-//! backed up with PostgreSQL's own tools; the command says so and fails.
+//! the gateway serves; `hookgate restore FILE`: that copy back in place of
+//! a stopped gateway's ledger (see `store::sqlite::backup`). A PostgreSQL
+//! ledger is backed up and restored with PostgreSQL's own tools; the
+//! commands say so and fail.
 
 use crate::config::Database;
-use crate::store::sqlite::backup::backup_into;
+use crate::primitives::time::Millis;
+use crate::store::sqlite::backup::{backup_into, restore_from};
 use anyhow::{Context, bail};
 use std::path::{Path, PathBuf};
 
@@ -58,5 +61,37 @@ pub async fn run(config: &Option<PathBuf>, file: &Path) -> anyhow::Result<()> {
         summary.events,
         summary.schema_version
     );
+    Ok(())
+}
+
+pub async fn restore(config: &Option<PathBuf>, file: &Path) -> anyhow::Result<()> {
+    let config = super::load_ledger(config)?;
+    let url = match &config.storage.database {
+        Database::Sqlite(url) => url,
+        Database::Postgres(_) => bail!(
+            "the ledger is PostgreSQL ({}): restore a pg_dump archive with pg_restore \
+             (docs/operations.md, \"Backup and restore\"); `hookgate restore` restores \
+             SQLite ledgers only",
+            config.storage.database.display()
+        ),
+    };
+    if !file.is_file() {
+        bail!("{} is not a file", file.display());
+    }
+    // Seconds since the epoch: sortable, and no two restores share one.
+    let stamp = Millis::now().as_secs().to_string();
+    let done = restore_from(url, file, &stamp)
+        .await
+        .with_context(|| format!("restoring {}", file.display()))?;
+    println!(
+        "restored {} to {}: {} events, schema version {}",
+        file.display(),
+        config.storage.database.display(),
+        done.summary.events,
+        done.summary.schema_version
+    );
+    if let Some(p) = done.previous {
+        println!("the ledger it replaced is kept as {}", p.display());
+    }
     Ok(())
 }

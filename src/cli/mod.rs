@@ -1,5 +1,5 @@
 //! Command line: serve, check-config, sign, providers, migrate, replay,
-//! events, reconcile, backup.
+//! events, reconcile, backup, restore.
 
 mod backup;
 pub(crate) mod describe;
@@ -61,6 +61,12 @@ pub enum Command {
         /// Where the copy goes; must not exist yet.
         file: PathBuf,
     },
+    /// Put a backup in place of the SQLite ledger (the gateway stopped).
+    /// The replaced ledger is kept beside it, renamed.
+    Restore {
+        /// A file `hookgate backup` wrote.
+        file: PathBuf,
+    },
     /// Make dead deliveries pending again (all dead ones unless filtered).
     Replay(events::ReplayArgs),
     /// Find, inspect and redeliver stored events.
@@ -99,6 +105,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Backup { file } => backup::run(&cli.config, &file).await,
+        Command::Restore { file } => backup::restore(&cli.config, &file).await,
         Command::Replay(args) => events::replay(&cli.config, args).await,
         Command::Events { command } => events::run(&cli.config, command).await,
         Command::Reconcile(args) => reconcile::run(&cli.config, args).await,

@@ -1,6 +1,7 @@
-//! `hookgate backup` (issue #33): an online copy of the SQLite ledger taken
-//! while a load is being ingested, restored as docs/operations.md says, holds
-//! every event acknowledged before the backup began; a PostgreSQL ledger is
+//! `hookgate backup` and `hookgate restore` (issue #33): an online copy of
+//! the SQLite ledger taken while a load is being ingested, restored in place
+//! of the ledger, holds every event acknowledged before the backup began; a
+//! restore refuses a ledger a gateway still has open; a PostgreSQL ledger is
 //! pointed at pg_dump.
 
 use crate::helpers::*;
@@ -13,10 +14,18 @@ use std::time::{Duration, Instant};
 /// `hookgate --config <config> backup <file>`, with no webhook secret in
 /// the environment (the config names one that is unset).
 fn backup(config: &Path, file: &Path) -> (bool, String, String) {
+    command(config, "backup", file)
+}
+
+fn restore(config: &Path, file: &Path) -> (bool, String, String) {
+    command(config, "restore", file)
+}
+
+fn command(config: &Path, name: &str, file: &Path) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
         .arg("--config")
         .arg(config)
-        .arg("backup")
+        .arg(name)
         .arg(file)
         .env_remove("DATABASE_URL")
         .env_remove("REDIS_URL")
@@ -101,16 +110,27 @@ async fn a_backup_taken_while_ingesting_restores_every_event_acked_before_it() {
     let (ok, _, err) = backup(&config, &file);
     assert!(!ok && err.contains("already exists"), "{err}");
 
-    // Restore as documented: the gateway stopped, the copy put in place
-    // of the ledger, the gateway started on it.
+    // Not while a gateway has the ledger open.
+    let (ok, _, err) = restore(&config, &file);
+    assert!(!ok && err.contains("in use"), "{err}");
+
+    // The gateway stopped, the backup put in place of its ledger, a gateway
+    // started on it.
     let app = Arc::into_inner(app).expect("senders are done");
-    drop(app.stop().await);
-    let restored_dir = tempfile::tempdir().unwrap();
-    let restored = restored_dir.path().join("hookgate.db");
-    std::fs::copy(&file, &restored).unwrap();
-    let mut opts = Opts::new(Backend::Embedded);
-    opts.database_url = Some(format!("sqlite://{}", restored.display()));
-    let app = spawn_app(opts).await;
+    let db = app.stop().await;
+    let (ok, out, err) = restore(&config, &file);
+    assert!(ok, "{err}");
+    assert!(out.contains("kept as"), "{out}");
+    let kept = std::fs::read_dir(
+        Path::new(db.url.trim_start_matches("sqlite://"))
+            .parent()
+            .unwrap(),
+    )
+    .unwrap()
+    .filter_map(Result::ok)
+    .any(|e| e.file_name().to_string_lossy().contains(".before-restore-"));
+    assert!(kept, "the replaced ledger is kept");
+    let app = spawn_on(Opts::new(Backend::Embedded), db, unique_prefix()).await;
     let mut seen = HashSet::new();
     for id in &before {
         let r = app.post_stripe(id).await;
@@ -151,4 +171,31 @@ async fn backup_of_a_postgresql_ledger_points_at_pg_dump() {
     );
     assert!(!err.contains("pg-secret"), "{err}");
     assert!(!dir.path().join("x.db").exists());
+    std::fs::write(dir.path().join("x.db"), "").unwrap();
+    let (ok, _, err) = restore(&config, &dir.path().join("x.db"));
+    assert!(
+        !ok && err.contains("pg_restore") && !err.contains("pg-secret"),
+        "{err}"
+    );
+}
+
+/// A file that is not a hookgate ledger is refused, and the ledger stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restore_refuses_a_file_that_is_not_a_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = dir.path().join("hookgate.db");
+    let config = config_for(dir.path(), &format!("sqlite://{}", ledger.display()));
+    let (ok, _, err) = crate::cli::hookgate(
+        &["--config", config.to_str().unwrap(), "migrate"],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    let before = std::fs::read(&ledger).unwrap();
+    for junk in ["not a database", ""] {
+        std::fs::write(dir.path().join("notes.txt"), junk).unwrap();
+        let (ok, _, err) = restore(&config, &dir.path().join("notes.txt"));
+        assert!(!ok, "{err}");
+        assert_eq!(std::fs::read(&ledger).unwrap(), before);
+        assert!(!dir.path().join("hookgate.db.restoring").exists());
+    }
 }
