@@ -15,6 +15,7 @@ use std::time::Duration;
 both_backends!(
     attempt_numbers_go_on_after_a_replay,
     a_ledger_a_newer_release_migrated_still_opens,
+    a_ledger_of_the_previous_schema_is_migrated_with_its_deliveries,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -363,6 +364,114 @@ async fn admin_json(app: &TestApp, path: &str) -> Value {
     serde_json::from_str(&admin_get(&app.client, &app.url(path)).await).unwrap()
 }
 
+/// Replays `event_id` through the admin API; the number replayed.
+async fn replay(app: &TestApp, event_id: &str) -> Value {
+    let r = app
+        .client
+        .post(app.url("/admin/replay"))
+        .bearer_auth(ADMIN_TOKEN)
+        .header("content-type", "application/json")
+        .body(json!({ "event_id": event_id }).to_string())
+        .send()
+        .await
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    doc["replayed"].clone()
+}
+
+/// The numbers of the attempts recorded for `target`, and those the
+/// target saw in `Hookgate-Attempt`.
+async fn numbers(app: &TestApp, path: &str, target: &TestTarget) -> (Vec<i64>, Vec<String>) {
+    let rec = admin_json(app, path).await;
+    let recorded = rec["attempts"]["down"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["attempt"].as_i64().unwrap())
+        .collect();
+    let sent = target
+        .received()
+        .iter()
+        .map(|r| r.headers["hookgate-attempt"].to_str().unwrap().to_owned())
+        .collect();
+    (recorded, sent)
+}
+
+/// The upgrade to this release on a ledger with history: the previous
+/// release's migrations and a delivery that died after three attempts under
+/// it (rows as that release wrote them); this binary migrates the ledger at
+/// start, and a replay of that delivery numbers its attempts 4 and 5.
+async fn a_ledger_of_the_previous_schema_is_migrated_with_its_deliveries(b: Backend) {
+    // The schema before migration 0015 (earlier_attempts), this test's
+    // subject; later releases leave it as the upgrade path it covers.
+    const PREVIOUS_SCHEMA: i64 = 14;
+    let db = TestDb::create(b).await;
+    let dir = match b {
+        Backend::Production => "postgres",
+        Backend::Embedded => "sqlite",
+    };
+    let migrations = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("migrations")
+        .join(dir);
+    let migrator = sqlx::migrate::Migrator::new(migrations).await.unwrap();
+    assert!(migrator.iter().any(|m| m.version > PREVIOUS_SCHEMA));
+    let now = now() * 1000;
+    let seed = |body: &str| {
+        format!(
+            "INSERT INTO hookgate_events (source, event_id, body, body_sha256, headers, received_at, expires_at)
+             VALUES ('stripe', 'evt_ops_upgraded', {body}, {body}, '[]', {now}, {later});
+             INSERT INTO hookgate_deliveries (event_pk, source, target, state, attempts, next_attempt_at, updated_at)
+             SELECT id, 'stripe', 'down', 'dead', 3, {now}, {now} FROM hookgate_events;
+             INSERT INTO hookgate_attempts (delivery_id, attempt, started_at, latency_ms, status)
+             SELECT d.id, k.n, {now}, 1, 500 FROM hookgate_deliveries d,
+                 (SELECT 1 AS n UNION ALL SELECT 2 UNION ALL SELECT 3) k;",
+            later = now + 86_400_000
+        )
+    };
+    match b {
+        Backend::Production => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            migrator.run_to(PREVIOUS_SCHEMA, &pool).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(seed("'\\x7b7d'::bytea")))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+        Backend::Embedded => {
+            let opts: sqlx::sqlite::SqliteConnectOptions = db.url.parse().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true))
+                .await
+                .unwrap();
+            migrator.run_to(PREVIOUS_SCHEMA, &pool).await.unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(seed("X'7b7d'")))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        }
+    }
+
+    let down = TestTarget::start().await;
+    down.always(Some(500));
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["down".into()];
+    opts.extra = format!("[targets.down]\nurl = \"{}\"\nmax_attempts = 2\n", down.url);
+    let app = spawn_on(opts, db, unique_prefix()).await;
+    let path = "/admin/events/stripe/evt_ops_upgraded";
+    let rec = admin_json(&app, path).await;
+    assert_eq!(rec["deliveries"][0]["state"], "dead", "{rec}");
+    assert_eq!(replay(&app, "evt_ops_upgraded").await, 1);
+    assert!(eventually(WAIT, || async { down.count() == 2 }).await);
+    let dead = || async { admin_json(&app, path).await["deliveries"][0]["state"] == "dead" };
+    assert!(eventually(WAIT, dead).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (recorded, sent) = numbers(&app, path, &down).await;
+    assert_eq!(recorded, [1, 2, 3, 4, 5]);
+    assert_eq!(sent, ["4", "5"]);
+    assert_eq!(down.received()[0].body.as_ref(), b"{}");
+}
+
 /// A replay gives a dead delivery a fresh retry budget, and its attempts
 /// are numbered on from the last one: in the record, and in the
 /// `Hookgate-Attempt` header the target sees.
@@ -382,34 +491,13 @@ async fn attempt_numbers_go_on_after_a_replay(b: Backend) {
     assert!(eventually(WAIT, dead).await);
     assert_eq!(down.count(), 2);
 
-    let r = app
-        .client
-        .post(app.url("/admin/replay"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "application/json")
-        .body(json!({"event_id": "evt_ops_attempts"}).to_string())
-        .send()
-        .await
-        .unwrap();
-    let doc: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
-    assert_eq!(doc["replayed"], 1);
+    assert_eq!(replay(&app, "evt_ops_attempts").await, 1);
     // Two more attempts (the budget starts again), then dead again.
     assert!(eventually(WAIT, || async { down.count() == 4 }).await);
     assert!(eventually(WAIT, dead).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let rec = admin_json(&app, path).await;
-    let numbers: Vec<i64> = rec["attempts"]["down"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a["attempt"].as_i64().unwrap())
-        .collect();
-    assert_eq!(numbers, [1, 2, 3, 4], "{rec}");
-    let sent: Vec<String> = down
-        .received()
-        .iter()
-        .map(|r| r.headers["hookgate-attempt"].to_str().unwrap().to_owned())
-        .collect();
+    let (recorded, sent) = numbers(&app, path, &down).await;
+    assert_eq!(recorded, [1, 2, 3, 4]);
     assert_eq!(sent, ["1", "2", "3", "4"]);
     assert_eq!(down.count(), 4, "dead after the new budget, not before");
 }
