@@ -28,6 +28,7 @@ mod reconcile_resend;
 mod reverse_proxy;
 mod routing;
 mod topologies;
+mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.
