@@ -7,24 +7,18 @@
 //! the target's loop at once (local `Notify`, Postgres NOTIFY for other
 //! replicas); `poll_interval` is only the fallback.
 
-pub mod backoff;
-mod broker;
 pub mod lanes;
-pub mod nats;
-pub mod rabbitmq;
 mod rate;
 mod record;
-pub mod redis_stream;
-pub mod request;
-pub mod sink;
 
-use crate::config::{self, Config, Target};
+use crate::config::{self, Config};
+use crate::primitives::backoff;
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox};
+use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
 use record::Recorder;
-use sink::{Sent, Sink};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -105,7 +99,7 @@ const MAX_CLAIM: usize = 512;
 /// One target's loop state shared with its attempts.
 struct TargetCtx {
     target: Arc<Target>,
-    /// HTTP client or broker connection (`sink.rs`).
+    /// HTTP client or broker connection (the target's kind in `target/`).
     sink: Sink,
     wake: Arc<Notify>,
     /// Failed attempts since the last success.
@@ -142,7 +136,7 @@ impl TargetCtx {
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::Shared::new),
-            sink: Sink::new(&target, http),
+            sink: target.kind.sink(http),
             target,
             wake,
         }
@@ -376,10 +370,16 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     let number = row.attempts + 1;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = t
-        .sink
-        .send(target, &row, number, started_at.as_secs())
-        .await;
+    let event = Event {
+        source: &row.source,
+        event_id: &row.event_id,
+        event_type: row.event_type.as_deref(),
+        body: &row.body,
+        headers: &row.headers,
+    };
+    let message = target.message(event, number, started_at.as_secs());
+    let sent = t.sink.send(&target.endpoint(), &message).await;
+    drop(message);
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
