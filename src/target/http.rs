@@ -2,6 +2,9 @@
 //! original body bytes and provider headers, `Hookgate-*` headers, and
 //! optionally a Standard Webhooks signature by the gateway itself so
 //! targets can verify hookgate with any such library.
+//!
+//! Rule: the body goes out byte for byte as the provider sent it; a target
+//! URL never reaches `last_error` or a log (it may carry a token).
 
 use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent};
 use crate::primitives::backoff;

@@ -15,6 +15,9 @@
 //! longer than `delivery.lease` for that to cover a crash. See
 //! https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication
 //! and https://docs.rs/async-nats/0.50.0/async_nats/jetstream/context/struct.Context.html#method.send_publish.
+//!
+//! Rule: the URL's credentials are login options, never part of the URL the
+//! client sees; every error is shown with the password redacted.
 
 use super::connection::LazyConnection;
 use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};

@@ -20,6 +20,9 @@
 //! crash between the broker's ack and the attempt's record, or after an ack
 //! that timed out, is a second message with the same `message_id`:
 //! consumers dedupe by `message_id` (docs/design.md, "Broker targets").
+//!
+//! Rule: delivered only on the broker's confirm; every error is shown with
+//! the URL's password redacted.
 
 use super::connection::LazyConnection;
 use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};

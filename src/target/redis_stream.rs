@@ -10,6 +10,9 @@
 //! script atomically, so there is no window between the check and the add.
 //! See https://redis.io/docs/latest/develop/interact/programmability/eval-intro/
 //! and https://redis.io/docs/latest/commands/xadd/.
+//!
+//! Rule: the entry and its marker are written by one script, so a resend
+//! adds nothing; every error is shown with the URL's password redacted.
 
 use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};
 use crate::primitives::duration::{Dur, show};
