@@ -240,6 +240,7 @@ kinds! {
     RedisStream => redis_stream::RedisStreamKind,
     Nats => nats::NatsKind,
     RabbitMq => rabbitmq::RabbitMqKind,
+    Discard => discard::DiscardKind,
 }
 
 impl Default for KindName {
