@@ -240,7 +240,6 @@ kinds! {
     RedisStream => redis_stream::RedisStreamKind,
     Nats => nats::NatsKind,
     RabbitMq => rabbitmq::RabbitMqKind,
-    Discard => discard::DiscardKind,
 }
 
 impl Default for KindName {
