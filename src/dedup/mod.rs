@@ -18,6 +18,10 @@
 //! request cut short in the owned section (client hang-up, deadline) still
 //! ends its claim: [`OpenClaim`] releases it, or marks it `done` once the
 //! ledger answered.
+//!
+//! Rule: the ledger's unique key decides what is new; the cache only
+//! answers early (a `done` id, a claim held elsewhere), and every claim
+//! taken is ended, by the request or by its guard.
 
 pub mod arrivals;
 pub mod cache;

@@ -6,7 +6,7 @@
 //! Rule: the body goes out byte for byte as the provider sent it; a target
 //! URL never reaches `last_error` or a log (it may carry a token).
 
-use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent};
+use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, set_keys};
 use crate::primitives::backoff;
 use crate::primitives::crypto::SigningKey;
 use base64::Engine;
@@ -36,10 +36,7 @@ impl RawKeys for Raw {
     }
 
     fn set(&self) -> Vec<&'static str> {
-        self.signing_secret
-            .iter()
-            .map(|_| "signing_secret")
-            .collect()
+        set_keys([("signing_secret", self.signing_secret.is_some())])
     }
 }
 

@@ -69,6 +69,14 @@ pub trait RawKeys {
     fn set(&self) -> Vec<&'static str>;
 }
 
+/// The keys of `keys` (name, whether it was set) that were set, for
+/// [`RawKeys::set`].
+pub fn set_keys<const N: usize>(keys: [(&'static str, bool); N]) -> Vec<&'static str> {
+    keys.into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect()
+}
+
 /// What a kind's validation reports to: the target's key path, the
 /// delivery settings it depends on, and the config's problem list.
 pub struct Check<'a> {

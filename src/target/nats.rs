@@ -20,7 +20,9 @@
 //! client sees; every error is shown with the password redacted.
 
 use super::connection::LazyConnection;
-use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};
+use super::kind::{
+    Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render, set_keys,
+};
 use crate::primitives::url::{Credentials, percent_decode_lossy, redact_in, split_credentials};
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
@@ -51,7 +53,7 @@ impl RawKeys for Raw {
     }
 
     fn set(&self) -> Vec<&'static str> {
-        self.subject.iter().map(|_| "subject").collect()
+        set_keys([("subject", self.subject.is_some())])
     }
 }
 

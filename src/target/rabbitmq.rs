@@ -25,7 +25,9 @@
 //! the URL's password redacted.
 
 use super::connection::LazyConnection;
-use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};
+use super::kind::{
+    Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render, set_keys,
+};
 use crate::primitives::url::redact_in;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
@@ -60,13 +62,10 @@ impl RawKeys for Raw {
     }
 
     fn set(&self) -> Vec<&'static str> {
-        [
+        set_keys([
             ("exchange", self.exchange.is_some()),
             ("routing_key", self.routing_key.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect()
+        ])
     }
 }
 

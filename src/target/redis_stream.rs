@@ -14,7 +14,9 @@
 //! Rule: the entry and its marker are written by one script, so a resend
 //! adds nothing; every error is shown with the URL's password redacted.
 
-use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render};
+use super::kind::{
+    Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render, set_keys,
+};
 use crate::primitives::duration::{Dur, show};
 use crate::primitives::url::redact_in;
 use redis::aio::ConnectionManager;
@@ -53,14 +55,11 @@ impl RawKeys for Raw {
     }
 
     fn set(&self) -> Vec<&'static str> {
-        [
+        set_keys([
             ("stream", self.stream.is_some()),
             ("maxlen", self.maxlen.is_some()),
             ("duplicate_window", self.duplicate_window.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(k, set)| set.then_some(k))
-        .collect()
+        ])
     }
 }
 
