@@ -122,11 +122,14 @@ pub fn standard_signature(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String 
 /// Builds the POST for one attempt.
 fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::RequestBuilder {
     let mut req = http.client.post(target.url).timeout(target.timeout);
-    for (name, value) in &m.headers {
-        if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(name) {
+    for (name, value) in &m.provider_headers {
+        if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
-        req = req.header(*name, value.as_ref());
+        req = req.header(*name, *value);
+    }
+    for (name, value) in m.hookgate_headers() {
+        req = req.header(name, value);
     }
     if let Some(key) = &http.signing_key {
         let id = message_id(m.source, m.event_id);

@@ -7,8 +7,8 @@
 use crate::primitives::secret::Secret;
 use crate::verify::source::Resolve;
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use serde::de::MapAccess;
-use std::borrow::Cow;
 use std::fmt::Debug;
 use std::future::Future;
 use std::time::Duration;
@@ -117,21 +117,32 @@ pub struct Message<'a> {
     pub event_type: Option<&'a str>,
     /// The provider's exact bytes.
     pub body: &'a Bytes,
-    /// The stored provider headers this target may see, then hookgate's
-    /// own (`hookgate-event-id`, `hookgate-source`, `hookgate-attempt`);
-    /// built by [`crate::target::Target::message`].
-    pub headers: Vec<(&'a str, Cow<'a, str>)>,
+    /// The stored provider headers this target may see, in request order
+    /// (built by [`crate::target::Target::message`]).
+    pub provider_headers: Vec<(&'a HeaderName, &'a HeaderValue)>,
+    /// The attempt's number (1-based), as the `hookgate-attempt` header.
+    pub attempt: String,
     /// Unix time of the attempt (a signature's timestamp).
     pub now_secs: i64,
 }
 
 impl Message<'_> {
-    /// [`Message::headers`] and, when the provider names one,
-    /// `hookgate-event-type`: what a broker message carries.
+    /// hookgate's own headers, sent after the provider's by every kind.
+    pub fn hookgate_headers(&self) -> [(&'static str, &str); 3] {
+        [
+            ("hookgate-event-id", self.event_id),
+            ("hookgate-source", self.source),
+            ("hookgate-attempt", &self.attempt),
+        ]
+    }
+
+    /// What a broker message carries, as text: the provider headers,
+    /// hookgate's own, and `hookgate-event-type` when the provider names one.
     pub fn broker_headers(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.headers
+        self.provider_headers
             .iter()
-            .map(|(n, v)| (*n, v.as_ref()))
+            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+            .chain(self.hookgate_headers())
             .chain(self.event_type.map(|t| ("hookgate-event-type", t)))
     }
 }

@@ -19,7 +19,6 @@ use crate::verify::locator::Lookup;
 use crate::verify::route::Rule;
 use bytes::Bytes;
 use serde::de::{self, MapAccess};
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -64,25 +63,21 @@ impl Target {
     }
 
     /// Attempt number `attempt` (1-based) of an event, at unix time
-    /// `now_secs`, with the headers every kind sends: the stored provider
-    /// headers this target may see, then `hookgate-event-id`,
-    /// `hookgate-source` and `hookgate-attempt`.
+    /// `now_secs`: the one place that decides which stored headers this
+    /// target may see (every kind then adds [`Message::hookgate_headers`]).
     pub fn message<'a>(&self, event: Event<'a>, attempt: i32, now_secs: i64) -> Message<'a> {
-        let mut headers: Vec<(&str, Cow<'_, str>)> = event
+        let provider_headers = event
             .headers
-            .pairs()
-            .filter(|(name, _)| !self.withholds(event.source, name))
-            .map(|(name, value)| (name, Cow::Borrowed(value)))
+            .iter()
+            .filter(|(name, _)| !self.withholds(event.source, name.as_str()))
             .collect();
-        headers.push(("hookgate-event-id", Cow::Borrowed(event.event_id)));
-        headers.push(("hookgate-source", Cow::Borrowed(event.source)));
-        headers.push(("hookgate-attempt", Cow::Owned(attempt.to_string())));
         Message {
             source: event.source,
             event_id: event.event_id,
             event_type: event.event_type,
             body: event.body,
-            headers,
+            provider_headers,
+            attempt: attempt.to_string(),
             now_secs,
         }
     }
@@ -257,5 +252,74 @@ impl<'de> serde::Deserialize<'de> for KindName {
             .position(|n| *n == name)
             .map(|i| Self::ALL[i])
             .ok_or_else(|| de::Error::unknown_variant(&name, Self::NAMES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Event, Kind, Target, http};
+    use crate::primitives::headers::StoredHeaders;
+    use ::http::{HeaderName, HeaderValue};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn target(withheld: &[(&str, &str)]) -> Target {
+        let mut w: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (source, name) in withheld {
+            w.entry((*source).into()).or_default().push((*name).into());
+        }
+        Target {
+            name: "t".into(),
+            url: "http://127.0.0.1:9/".into(),
+            timeout: Duration::from_secs(1),
+            max_attempts: 1,
+            concurrency: 1,
+            forward_credentials: false,
+            forward_proxy_headers: false,
+            withheld: w,
+            rule: Default::default(),
+            kind: Kind::Http(http::Spec { signing_key: None }),
+            rate: None,
+            order_by: None,
+        }
+    }
+
+    #[test]
+    fn every_kind_gets_the_headers_the_target_may_see_then_hookgates() {
+        let mut stored = StoredHeaders::default();
+        for (n, v) in [
+            ("content-type", "application/json"),
+            ("authorization", "Bearer s3cret"),
+            ("x-a", "1"),
+        ] {
+            stored.push(HeaderName::from_static(n), HeaderValue::from_static(v));
+        }
+        let body = bytes::Bytes::from_static(b"{}");
+        let event = Event {
+            source: "stripe",
+            event_id: "evt_1",
+            event_type: Some("invoice.paid"),
+            body: &body,
+            headers: &stored,
+        };
+        let t = target(&[("stripe", "Authorization")]);
+        let m = t.message(event, 3, 0);
+        let names: Vec<&str> = m.provider_headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["content-type", "x-a"]);
+        let broker: Vec<(&str, &str)> = m.broker_headers().collect();
+        assert_eq!(
+            broker,
+            [
+                ("content-type", "application/json"),
+                ("x-a", "1"),
+                ("hookgate-event-id", "evt_1"),
+                ("hookgate-source", "stripe"),
+                ("hookgate-attempt", "3"),
+                ("hookgate-event-type", "invoice.paid"),
+            ]
+        );
+        // Withheld for another source only: this one's events keep it.
+        let m = target(&[("github", "authorization")]).message(event, 1, 0);
+        assert_eq!(m.provider_headers.len(), 3);
     }
 }
