@@ -126,14 +126,14 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// A job that outlives the deadline may still be committed later, after
     /// its caller was told it failed: for ingest, the provider's retry then
     /// finds the row and is a duplicate.
-    pub async fn submit(&self, job: J, announced: Option<PendingJob>) -> Result<R, StoreError> {
+    pub async fn submit(&self, job: J, pending: Option<PendingJob>) -> Result<R, StoreError> {
         let wait = async {
             let (reply, rx) = oneshot::channel();
             self.tx
                 .send((job, reply))
                 .await
                 .map_err(|_| StoreError::Closed)?;
-            drop(announced);
+            drop(pending);
             match rx.await {
                 Ok(Ok(r)) => Ok(r),
                 Ok(Err(e)) => Err(StoreError::BatchFailed(e)),

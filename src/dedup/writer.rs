@@ -47,14 +47,14 @@ impl GroupCommit {
     }
 
     /// Records one event; returns once its transaction committed (or failed).
-    /// `announced` (from [`GroupCommit::pending_job`]) stops counting once the
+    /// `pending` (from [`GroupCommit::pending_job`]) stops counting once the
     /// event is queued.
     pub async fn record(
         &self,
         event: NewEvent,
-        announced: PendingJob,
+        pending: PendingJob,
     ) -> Result<Recorded, StoreError> {
-        self.0.submit(event, Some(announced)).await
+        self.0.submit(event, Some(pending)).await
     }
 
     /// Announces an event that will probably be recorded soon: the writer
