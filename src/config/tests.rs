@@ -547,3 +547,23 @@ fn a_source_may_say_where_its_event_type_is() {
     assert_eq!(p[0].0, "sources.stripe.event_type");
     assert!(p[0].1.contains("unknown locator kind `body`"), "{p:?}");
 }
+
+#[test]
+fn a_target_refuses_an_unknown_key_with_its_path_and_lists_every_kinds_keys() {
+    let p = problems(&GOOD.replace("signing_secret", "sigining_secret"));
+    assert_eq!(p[0].0, "targets.billing.sigining_secret", "{p:?}");
+    assert!(p[0].1.contains("unknown key"), "{p:?}");
+    for key in [
+        "url",
+        "order_by",
+        "signing_secret",
+        "stream",
+        "subject",
+        "routing_key",
+    ] {
+        assert!(p[0].1.contains(key), "lists `{key}`: {p:?}");
+    }
+    let p = problems(&GOOD.replace("url = \"http://127.0.0.1:9/hook\"\n", ""));
+    assert_eq!(p[0].0, "targets.billing", "{p:?}");
+    assert!(p[0].1.contains("url"), "{p:?}");
+}
