@@ -332,7 +332,7 @@ fn valid_hook(h: &str) -> bool {
 
 /// Whether `url`'s host is `localhost` or a loopback address.
 fn is_loopback_url(url: &str) -> bool {
-    let shown = super::show_url(url);
+    let shown = crate::primitives::url::show(url);
     let after = shown.split_once("://").map_or("", |(_, r)| r);
     let host = after.split('/').next().unwrap_or_default();
     // `[::1]:8080`, `127.0.0.1:8080`, `localhost`.
