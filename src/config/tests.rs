@@ -69,7 +69,10 @@ fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
         "events = [\"invoice.*\"]\nfilter = { \"json:/data/object/livemode\" = false, \"header:X-N\" = 3 }",
     );
     let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
-    let routes = &c.sources["stripe"].routes;
+    let routes = &crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    })
+    .0;
     assert_eq!(routes.len(), 1);
     assert_eq!(routes[0].target, "billing");
     assert_eq!(routes[0].rule.events, Some(vec!["invoice.*".to_owned()]));
@@ -110,7 +113,10 @@ fn order_by_takes_any_routing_locator_and_a_bad_one_is_named() {
             "/data/object/id".into()
         )]
     );
-    assert_eq!(c.sources["stripe"].routes[0].order_by, Some(order_by));
+    let routes = crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    });
+    assert_eq!(routes.0[0].order_by, Some(order_by));
     assert!(
         crate::cli::describe::describe(&c).contains("order_by=json:/data/object/id"),
         "check-config prints it"
