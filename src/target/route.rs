@@ -43,9 +43,14 @@ pub struct Route {
 /// an index entry stays small).
 pub const MAX_ORDER_KEY: usize = 200;
 
-/// Parses a target's `order_by`: any locator routing accepts (header, json,
-/// form, query; alternatives with `|`), never a signature part.
+/// Parses a target's `order_by`: any locator routing accepts.
 pub fn parse_order_by(text: &str) -> Result<Lookup, String> {
+    routing_locator(text)
+}
+
+/// A locator routing accepts (`filter`, `order_by`): header, json, form or
+/// query, alternatives with `|`; never a signature part.
+fn routing_locator(text: &str) -> Result<Lookup, String> {
     let lookup = Lookup::parse(text)?;
     if lookup
         .alternatives
@@ -85,16 +90,7 @@ impl Rule {
         }
         let mut parsed = Vec::new();
         for (locator, value) in filter {
-            let lookup = Lookup::parse(&locator).map_err(|e| format!("filter: {e}"))?;
-            if lookup
-                .alternatives
-                .iter()
-                .any(|l| matches!(l, Locator::Signature(_)))
-            {
-                return Err(format!(
-                    "filter: `{locator}`: use a header, json, form or query locator"
-                ));
-            }
+            let lookup = routing_locator(&locator).map_err(|e| format!("filter: {e}"))?;
             parsed.push((lookup, value));
         }
         Ok(Self {
