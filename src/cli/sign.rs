@@ -40,9 +40,12 @@ pub struct SignArgs {
     /// Directory of extra provider definitions.
     #[arg(long)]
     providers_dir: Option<PathBuf>,
-    /// PayPal: an RSA private key (PEM file) matching the certificate
-    /// pinned in the source; Plaid: a P-256 private key whose public JWK
-    /// the source pins. The providers' own keys are theirs: tests only.
+    /// PayPal and SNS: an RSA private key (PEM file) matching the
+    /// certificate the source pins or is served; Plaid: a P-256 private
+    /// key whose public JWK the source pins; Ed25519 (Discord, Telnyx),
+    /// ECDSA (SendGrid) and RSA (Wise) providers: a private key whose
+    /// public half is the source's secret (printed). The providers' own
+    /// keys are theirs: tests only.
     #[arg(long)]
     private_key: Option<PathBuf>,
     /// Plaid only: the `kid` the token names (pin the printed JWK under it).
@@ -51,7 +54,8 @@ pub struct SignArgs {
     /// PayPal only: the webhook id the source is configured with.
     #[arg(long, default_value = "WEBHOOK_ID")]
     webhook_id: String,
-    /// PayPal only: the certificate URL to send.
+    /// PayPal and SNS: the certificate URL to send (SNS: when the body
+    /// names no `SigningCertURL`).
     #[arg(
         long,
         default_value = "https://api.paypal.com/v1/notifications/certs/CERT-hookgate-test"
@@ -116,6 +120,8 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
             private_key_pem: pem,
             kid: &key_id,
         }),
+        private_key: pem.as_deref(),
+        cert_url: Some(&cert_url),
     };
     let signed = sign(&p, &key, &req).map_err(|e| anyhow::anyhow!(e))?;
     if let (Some(plaid), Scheme::Plaid) = (&req.plaid, p.signature.scheme) {
