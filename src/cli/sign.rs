@@ -99,7 +99,7 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let key = signing_key(&p, secret.as_deref(), &provider)?;
+    let key = signing_key(&p, secret.as_deref(), pem.is_some(), &provider)?;
     let bytes = std::fs::read(&body).with_context(|| format!("reading {}", body.display()))?;
     let to = to.replace("PROVIDER", &provider);
     let url = public_url.unwrap_or_else(|| to.clone());
@@ -128,6 +128,11 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
         let jwk = plaid_public_jwk(plaid).map_err(|e| anyhow::anyhow!(e))?;
         eprintln!("pin this key in [sources.<name>.plaid] keys: {jwk}");
     }
+    if let Some(pem) = pem.as_deref()
+        && let Some(public) = public_key_secret(&p, pem).map_err(|e| anyhow::anyhow!(e))?
+    {
+        eprintln!("configure this public key as the source's secret: {public}");
+    }
     let mut to = to;
     if let Some(q) = &signed.query {
         to.push(if to.contains('?') { '&' } else { '?' });
@@ -148,8 +153,22 @@ pub fn run(args: SignArgs) -> anyhow::Result<()> {
 }
 
 /// The key `--secret` gives, decoded as the provider's sources decode theirs.
-fn signing_key(p: &Provider, secret: Option<&str>, name: &str) -> anyhow::Result<SigningKey> {
-    match (secret, p.needs_secret()) {
+/// A public-key provider's secret is its public key, which signing does
+/// not use: `--private-key` stands in for it.
+fn signing_key(
+    p: &Provider,
+    secret: Option<&str>,
+    private_key: bool,
+    name: &str,
+) -> anyhow::Result<SigningKey> {
+    let public_key_scheme = matches!(
+        p.signature.scheme,
+        Scheme::Ed25519 | Scheme::Ecdsa | Scheme::Pkcs1
+    );
+    if public_key_scheme && !private_key {
+        bail!("provider `{name}` signs with its own private key: pass --private-key (a test key)");
+    }
+    match (secret, p.needs_secret() && !public_key_scheme) {
         (Some(secret), _) => {
             let secret = Secret::resolve(secret, std::path::Path::new("."))
                 .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
@@ -159,6 +178,42 @@ fn signing_key(p: &Provider, secret: Option<&str>, name: &str) -> anyhow::Result
         (None, false) => Ok(SigningKey::from_bytes(Vec::new())),
         (None, true) => bail!("--secret is required for provider `{name}`"),
     }
+}
+
+/// The public half of a test's `--private-key`, written as the provider's
+/// sources take their secret, for the public-key schemes.
+fn public_key_secret(p: &Provider, pem: &str) -> Result<Option<String>, String> {
+    use crate::primitives::crypto::{Encoding, SecretEncoding};
+    use crate::verify::schemes::{ecdsa, ed25519, pkcs1};
+    use p256::pkcs8::EncodePublicKey as _;
+    let b64 = |der: &[u8]| Encoding::Base64.encode(der);
+    Ok(Some(match p.signature.scheme {
+        Scheme::Ed25519 => {
+            let public = ed25519::private_key(pem)?.verifying_key().to_bytes();
+            match p.signature.secret_encoding {
+                SecretEncoding::Base64 => b64(&public),
+                _ => hex::encode(public),
+            }
+        }
+        Scheme::Ecdsa => {
+            let key = ecdsa::private_key(pem)?;
+            let der = key
+                .verifying_key()
+                .to_public_key_der()
+                .map_err(|e| e.to_string())?;
+            b64(der.as_bytes())
+        }
+        Scheme::Pkcs1 => {
+            use rsa::pkcs8::EncodePublicKey as _;
+            let key = pkcs1::private_key(pem)?;
+            let der = key
+                .to_public_key()
+                .to_public_key_der()
+                .map_err(|e| e.to_string())?;
+            b64(der.as_bytes())
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// Prints the headers, then a curl line that sends `body` with them to `to`.

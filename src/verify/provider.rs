@@ -391,7 +391,9 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         );
     }
     if (s.scheme == Scheme::Canonical) != s.canonical.is_some() {
-        return Err("signature.canonical names the `canonical` scheme's layout, and only its".into());
+        return Err(
+            "signature.canonical names the `canonical` scheme's layout, and only its".into(),
+        );
     }
     let sig = Signature {
         layout: s.canonical,

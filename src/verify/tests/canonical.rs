@@ -80,7 +80,8 @@ fn hubspot_v3_signs_method_decoded_url_body_and_timestamp() {
     let text = format!(
         "POSThttps://hooks.example.com/webhooks/hubspot?portal=62515&cb=a:b/c{HUBSPOT_BODY}{ts}"
     );
-    let sig = B64.encode(crypto::Algorithm::HmacSha256.mac(HUBSPOT_SECRET.as_bytes(), &[text.as_bytes()]));
+    let sig = B64
+        .encode(crypto::Algorithm::HmacSha256.mac(HUBSPOT_SECRET.as_bytes(), &[text.as_bytes()]));
     let h = [
         ("X-HubSpot-Signature-v3", sig.as_str()),
         ("X-HubSpot-Request-Timestamp", ts.as_str()),
@@ -103,7 +104,10 @@ fn hubspot_v3_signs_method_decoded_url_body_and_timestamp() {
         VerifyError::TimestampOutOfTolerance
     );
     // Another timestamp header than the one signed.
-    hm.insert("x-hubspot-request-timestamp", HeaderValue::from_static("1700000000001"));
+    hm.insert(
+        "x-hubspot-request-timestamp",
+        HeaderValue::from_static("1700000000001"),
+    );
     assert_eq!(
         run(&src, &hm, Bytes::from(HUBSPOT_BODY), None, NOW).unwrap_err(),
         VerifyError::InvalidSignature
@@ -132,7 +136,11 @@ fn contentful_text(body: &str) -> String {
 
 #[test]
 fn contentful_signs_the_headers_it_lists_and_nothing_else() {
-    let src = with_url("contentful", CF_SECRET, "https://hooks.example.com/webhooks/cf");
+    let src = with_url(
+        "contentful",
+        CF_SECRET,
+        "https://hooks.example.com/webhooks/cf",
+    );
     let body = r#"{"sys":{"type":"Entry","id":"e1","version":3}}"#;
     let sig = hmac_hex(CF_SECRET, &contentful_text(body));
     let ts = (NOW * 1000).to_string();
@@ -143,8 +151,14 @@ fn contentful_signs_the_headers_it_lists_and_nothing_else() {
             "x-contentful-crn,x-contentful-signed-headers,x-contentful-timestamp".into(),
         ),
         ("x-contentful-timestamp", ts.clone()),
-        ("x-contentful-crn", "crn:contentful:::content:spaces/s1/entries/e1".into()),
-        ("x-contentful-topic", "ContentManagement.Entry.publish".into()),
+        (
+            "x-contentful-crn",
+            "crn:contentful:::content:spaces/s1/entries/e1".into(),
+        ),
+        (
+            "x-contentful-topic",
+            "ContentManagement.Entry.publish".into(),
+        ),
         ("x-contentful-idempotency-key", "1d5b5bd2d0e0".into()),
     ];
     let refs = |h: &[(&'static str, String)]| -> HeaderMap {
@@ -194,7 +208,10 @@ fn a_canonical_provider_without_public_url_is_refused_clearly() {
     let src = source("hubspot", &[HUBSPOT_SECRET]);
     let ts = (NOW * 1000).to_string();
     let h = [
-        ("X-HubSpot-Signature-v3", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="),
+        (
+            "X-HubSpot-Signature-v3",
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=",
+        ),
         ("X-HubSpot-Request-Timestamp", ts.as_str()),
     ];
     assert_eq!(

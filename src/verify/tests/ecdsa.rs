@@ -61,7 +61,9 @@ fn sendgrid_sdk_negative_vectors_are_refused() {
     );
     let other = source(
         "sendgrid",
-        &["MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEqTxd43gyp8IOEto2LdIfjRQrIbsd4SXZkLW6jDutdhXSJCWHw8REntlo7aNDthvj+y7GjUuFDb/R1NGe1OPzpA=="],
+        &[
+            "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEqTxd43gyp8IOEto2LdIfjRQrIbsd4SXZkLW6jDutdhXSJCWHw8REntlo7aNDthvj+y7GjUuFDb/R1NGe1OPzpA==",
+        ],
     );
     let h = sdk_headers(SDK_SIG, SDK_TS);
     assert_eq!(
@@ -83,8 +85,15 @@ fn sendgrid_signer_round_trips_with_a_key_the_test_owns_in_pem_or_base64() {
         private_key: Some(TEST_KEY),
         ..Default::default()
     };
-    let h = pairs(&sign(&p, &SigningKey::from_bytes(vec![]), &req).unwrap().headers);
-    let bare: String = TEST_PUB.lines().filter(|l| !l.starts_with("-----")).collect();
+    let h = pairs(
+        &sign(&p, &SigningKey::from_bytes(vec![]), &req)
+            .unwrap()
+            .headers,
+    );
+    let bare: String = TEST_PUB
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect();
     for key in [TEST_PUB, bare.as_str()] {
         let src = source("sendgrid", &[key]);
         let v = verify(&src, &h, Bytes::from_static(body), NOW).unwrap();

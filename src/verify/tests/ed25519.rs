@@ -14,7 +14,12 @@ use base64::engine::general_purpose::STANDARD as B64;
 const SEED_HEX: &str = "1f1e1d1c1b1a191817161514131211100f0e0d0c0b0a09080706050403020100";
 
 fn public_hex() -> String {
-    hex::encode(ed25519::private_key(SEED_HEX).unwrap().verifying_key().as_bytes())
+    hex::encode(
+        ed25519::private_key(SEED_HEX)
+            .unwrap()
+            .verifying_key()
+            .as_bytes(),
+    )
 }
 
 fn signed(provider: &str, body: &[u8], ts: i64) -> HeaderMap {
@@ -46,10 +51,19 @@ fn rfc8032_test_2_verifies_through_discords_layout() {
     assert!(check(&src, &h, "", NOW).is_ok());
     // One bit off in the signature, or another message: refused.
     let bad = format!("{}01", &sig[..126]);
-    let h2 = [("X-Signature-Ed25519", bad.as_str()), ("X-Signature-Timestamp", "r")];
-    assert_eq!(check(&src, &h2, "", NOW).unwrap_err(), VerifyError::InvalidSignature);
+    let h2 = [
+        ("X-Signature-Ed25519", bad.as_str()),
+        ("X-Signature-Timestamp", "r"),
+    ];
+    assert_eq!(
+        check(&src, &h2, "", NOW).unwrap_err(),
+        VerifyError::InvalidSignature
+    );
     let h3 = [("X-Signature-Ed25519", sig), ("X-Signature-Timestamp", "s")];
-    assert_eq!(check(&src, &h3, "", NOW).unwrap_err(), VerifyError::InvalidSignature);
+    assert_eq!(
+        check(&src, &h3, "", NOW).unwrap_err(),
+        VerifyError::InvalidSignature
+    );
 }
 
 #[test]
@@ -58,10 +72,17 @@ fn discord_events_verify_and_dedupe_on_the_body() {
     let body = br#"{"version":1,"application_id":"1234560123453231555","type":1,"event":{"type":"APPLICATION_AUTHORIZED","timestamp":"2024-10-18T14:42:53.064834","data":{"integration_type":1,"scopes":["applications.commands"],"user":{"id":"1"}}}}"#;
     let h = signed("discord", body, NOW);
     let v = verify(&src, &h, Bytes::from_static(body), NOW).unwrap();
-    assert!(v.event_id().as_str().starts_with("sha256:"), "{}", v.event_id().as_str());
+    assert!(
+        v.event_id().as_str().starts_with("sha256:"),
+        "{}",
+        v.event_id().as_str()
+    );
     let mut v = v;
     assert_eq!(v.take_reply().status, 204);
-    assert_eq!(v.take_facts().event_type.as_deref(), Some("APPLICATION_AUTHORIZED"));
+    assert_eq!(
+        v.take_facts().event_type.as_deref(),
+        Some("APPLICATION_AUTHORIZED")
+    );
     // Tampered body, other key: refused.
     let tampered = body.replace_first("APPLICATION_AUTHORIZED", "ENTITLEMENT_CREATE");
     assert_eq!(
@@ -115,7 +136,10 @@ fn telnyx_signs_timestamp_pipe_body_in_base64_within_five_minutes() {
         ("telnyx-timestamp", ts.as_str()),
     ];
     let v = check(&src, &h, body, NOW).unwrap();
-    assert_eq!(v.event_id().as_str(), "b301ed3f-1490-491f-995f-6e64e69674d4");
+    assert_eq!(
+        v.event_id().as_str(),
+        "b301ed3f-1490-491f-995f-6e64e69674d4"
+    );
     // hookgate's signer makes the same headers.
     let ours = signed("telnyx", body.as_bytes(), NOW);
     assert_eq!(ours.get("telnyx-signature-ed25519").unwrap(), sig.as_str());
@@ -128,7 +152,10 @@ fn telnyx_signs_timestamp_pipe_body_in_base64_within_five_minutes() {
         ("telnyx-signature-ed25519", pipe_less.as_str()),
         ("telnyx-timestamp", ts.as_str()),
     ];
-    assert_eq!(check(&src, &h, body, NOW).unwrap_err(), VerifyError::InvalidSignature);
+    assert_eq!(
+        check(&src, &h, body, NOW).unwrap_err(),
+        VerifyError::InvalidSignature
+    );
 }
 
 #[test]
@@ -146,6 +173,8 @@ trait ReplaceFirst {
 
 impl ReplaceFirst for [u8] {
     fn replace_first(&self, from: &str, to: &str) -> Vec<u8> {
-        String::from_utf8_lossy(self).replacen(from, to, 1).into_bytes()
+        String::from_utf8_lossy(self)
+            .replacen(from, to, 1)
+            .into_bytes()
     }
 }

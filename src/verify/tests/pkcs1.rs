@@ -26,7 +26,10 @@ fn wise_sandbox_vector_verifies() {
     let src = source("wise", &[WISE_SANDBOX_KEY]);
     let mut v = check(&src, &[("X-Signature-SHA256", WISE_SIG)], WISE_BODY, NOW).unwrap();
     assert!(v.event_id().as_str().starts_with("sha256:"));
-    assert_eq!(v.take_facts().event_type.as_deref(), Some("transfers#state-change"));
+    assert_eq!(
+        v.take_facts().event_type.as_deref(),
+        Some("transfers#state-change")
+    );
     let tampered = WISE_BODY.replace("incoming_payment_waiting", "outgoing_payment_sent");
     assert_eq!(
         check(&src, &[("X-Signature-SHA256", WISE_SIG)], &tampered, NOW).unwrap_err(),
@@ -49,11 +52,28 @@ fn wise_signer_round_trips_with_a_key_the_test_owns() {
         private_key: Some(TEST_KEY),
         ..Default::default()
     };
-    let h = pairs(&sign(&p, &SigningKey::from_bytes(vec![]), &req).unwrap().headers);
-    assert!(verify(&source("wise", &[TEST_PUB]), &h, Bytes::from_static(body), NOW).is_ok());
+    let h = pairs(
+        &sign(&p, &SigningKey::from_bytes(vec![]), &req)
+            .unwrap()
+            .headers,
+    );
+    assert!(
+        verify(
+            &source("wise", &[TEST_PUB]),
+            &h,
+            Bytes::from_static(body),
+            NOW
+        )
+        .is_ok()
+    );
     assert_eq!(
-        verify(&source("wise", &[WISE_SANDBOX_KEY]), &h, Bytes::from_static(body), NOW)
-            .unwrap_err(),
+        verify(
+            &source("wise", &[WISE_SANDBOX_KEY]),
+            &h,
+            Bytes::from_static(body),
+            NOW
+        )
+        .unwrap_err(),
         VerifyError::InvalidSignature
     );
 }

@@ -59,8 +59,13 @@ fn the_canonical_string_is_signed_with_sha256_for_version_2() {
     json["Signature"] = B64.encode(sig.to_bytes()).into();
     json["SigningCertURL"] = CERT_URL.into();
     let signed = serde_json::to_vec(&json).unwrap();
-    let Checked::Event(mut v) = run_sns(&signed).unwrap() else { panic!() };
-    assert_eq!(v.event_id().as_str(), "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324");
+    let Checked::Event(mut v) = run_sns(&signed).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        v.event_id().as_str(),
+        "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324"
+    );
     assert_eq!(v.take_facts().event_type.as_deref(), Some(TOPIC));
     // hookgate's signer writes the same signature.
     let ours: serde_json::Value =
@@ -91,9 +96,10 @@ fn version_1_is_sha1_and_unknown_versions_are_refused() {
 
 #[test]
 fn signed_fields_cannot_change_and_unsigned_ones_can() {
-    let signed: serde_json::Value =
-        serde_json::from_slice(&sns::sign(notification("").as_bytes(), KEY, Some(CERT_URL)).unwrap())
-            .unwrap();
+    let signed: serde_json::Value = serde_json::from_slice(
+        &sns::sign(notification("").as_bytes(), KEY, Some(CERT_URL)).unwrap(),
+    )
+    .unwrap();
     for (field, value) in [
         ("Message", "Other"),
         ("MessageId", "other-id"),
@@ -133,8 +139,13 @@ fn confirmations_are_answered_never_events() {
         };
         assert_eq!(r.status, 200, "{kind}");
         // Forged (the token changed): the signature's 401, no answer.
-        let forged = String::from_utf8(signed).unwrap().replace("2336412f37\"", "0000000000\"");
-        assert_eq!(run_sns(forged.as_bytes()).unwrap_err(), VerifyError::InvalidSignature);
+        let forged = String::from_utf8(signed)
+            .unwrap()
+            .replace("2336412f37\"", "0000000000\"");
+        assert_eq!(
+            run_sns(forged.as_bytes()).unwrap_err(),
+            VerifyError::InvalidSignature
+        );
     }
 }
 

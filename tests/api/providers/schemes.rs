@@ -57,7 +57,13 @@ public_url = "https://hooks.example.com/webhooks/hubspot"
 
 /// Sends `body` signed by `headers` three times: new, duplicate, and once
 /// more with `forged` headers (401); one stored row under `id` if given.
-async fn new_duplicate_forged(app: &TestApp, src: &str, hdr: &Headers, forged: &Headers, body: &[u8]) {
+async fn new_duplicate_forged(
+    app: &TestApp,
+    src: &str,
+    hdr: &Headers,
+    forged: &Headers,
+    body: &[u8],
+) {
     let (s, text, d) = send(app, src, hdr, body).await;
     assert!((200..300).contains(&s), "{src}: {s} {text}");
     assert_eq!(d, "new", "{src}");
@@ -79,10 +85,16 @@ async fn public_key_schemes_new_duplicate_and_forged() {
     let body = br#"{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_CREATE","timestamp":"2024-10-18T14:42:53.064834","data":{"id":"e1"}}}"#;
     let ed = ed25519_dalek::SigningKey::from_bytes(&ED_SEED);
     let sig = hex::encode(ed.sign(&[ts.as_bytes(), body].concat()).to_bytes());
-    let hdr = h(&[("X-Signature-Ed25519", &sig), ("X-Signature-Timestamp", &ts)]);
+    let hdr = h(&[
+        ("X-Signature-Ed25519", &sig),
+        ("X-Signature-Timestamp", &ts),
+    ]);
     let other = ed25519_dalek::SigningKey::from_bytes(&[8; 32]);
     let bad = hex::encode(other.sign(&[ts.as_bytes(), body].concat()).to_bytes());
-    let forged = h(&[("X-Signature-Ed25519", &bad), ("X-Signature-Timestamp", &ts)]);
+    let forged = h(&[
+        ("X-Signature-Ed25519", &bad),
+        ("X-Signature-Timestamp", &ts),
+    ]);
     new_duplicate_forged(&app, "discord", &hdr, &forged, body).await;
     assert_eq!(send(&app, "discord", &hdr, body).await.0, 204);
 
@@ -167,7 +179,10 @@ async fn discord_interactions_are_refused_with_a_reason_and_pings_answered() {
     let ed = ed25519_dalek::SigningKey::from_bytes(&ED_SEED);
     let signed = |body: &[u8]| {
         let sig = hex::encode(ed.sign(&[ts.as_bytes(), body].concat()).to_bytes());
-        h(&[("X-Signature-Ed25519", &sig), ("X-Signature-Timestamp", &ts)])
+        h(&[
+            ("X-Signature-Ed25519", &sig),
+            ("X-Signature-Timestamp", &ts),
+        ])
     };
     let interaction = br#"{"type":2,"id":"1","application_id":"1","token":"tok","data":{"name":"blep"},"version":1}"#;
     let (s, text, d) = send(&app, "discord", &signed(interaction), interaction).await;

@@ -40,9 +40,24 @@ fn signed(mut msg: serde_json::Value) -> Vec<u8> {
     use rsa::pkcs8::DecodePrivateKey;
     use rsa::signature::{SignatureEncoding, Signer};
     let fields: &[&str] = if msg["Type"] == "Notification" {
-        &["Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"]
+        &[
+            "Message",
+            "MessageId",
+            "Subject",
+            "Timestamp",
+            "TopicArn",
+            "Type",
+        ]
     } else {
-        &["Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type"]
+        &[
+            "Message",
+            "MessageId",
+            "SubscribeURL",
+            "Timestamp",
+            "Token",
+            "TopicArn",
+            "Type",
+        ]
     };
     let mut text = String::new();
     for f in fields {
@@ -102,20 +117,28 @@ async fn sns_confirms_a_verified_subscription_and_stores_nothing() {
 
     // Forged first (its token changed after signing): 401, nothing fetched
     // from the confirmation URL.
-    let mut forged: serde_json::Value = serde_json::from_slice(&signed(confirmation.clone())).unwrap();
+    let mut forged: serde_json::Value =
+        serde_json::from_slice(&signed(confirmation.clone())).unwrap();
     forged["Token"] = "attacker".into();
-    forged["SubscribeURL"] = format!("http://{host}/?Action=ConfirmSubscription&Token=attacker").into();
+    forged["SubscribeURL"] =
+        format!("http://{host}/?Action=ConfirmSubscription&Token=attacker").into();
     let (s, _, _) = send(&app, "sns", &hdr, &serde_json::to_vec(&forged).unwrap()).await;
     assert_eq!(s, 401);
     assert!(
-        seen.lock().unwrap().iter().all(|p| !p.contains("ConfirmSubscription")),
+        seen.lock()
+            .unwrap()
+            .iter()
+            .all(|p| !p.contains("ConfirmSubscription")),
         "{:?}",
         seen.lock().unwrap()
     );
 
     let body = signed(confirmation);
     let (s, text, d) = send(&app, "sns", &hdr, &body).await;
-    assert_eq!((s, text.as_str(), d.as_str()), (200, "subscription confirmation verified", ""));
+    assert_eq!(
+        (s, text.as_str(), d.as_str()),
+        (200, "subscription confirmation verified", "")
+    );
     let confirms: Vec<String> = seen
         .lock()
         .unwrap()
@@ -137,11 +160,28 @@ async fn sns_confirms_a_verified_subscription_and_stores_nothing() {
         "Timestamp": "2012-04-26T20:06:41.581Z",
         "SigningCertURL": format!("http://{host}/SimpleNotificationService-test.pem"),
     });
-    let (s, text, _) = send(&app, "sns", &sns_headers("UnsubscribeConfirmation", "4713"), &signed(unsub)).await;
-    assert_eq!((s, text.as_str()), (200, "unsubscribe confirmation verified"));
+    let (s, text, _) = send(
+        &app,
+        "sns",
+        &sns_headers("UnsubscribeConfirmation", "4713"),
+        &signed(unsub),
+    )
+    .await;
+    assert_eq!(
+        (s, text.as_str()),
+        (200, "unsubscribe confirmation verified")
+    );
     assert_eq!(app.stats().await["sources"]["sns"]["unique"], 0);
-    let pem_fetches = seen.lock().unwrap().iter().filter(|p| p.ends_with(".pem")).count();
-    assert_eq!(pem_fetches, 1, "the certificate is fetched once, then cached");
+    let pem_fetches = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| p.ends_with(".pem"))
+        .count();
+    assert_eq!(
+        pem_fetches, 1,
+        "the certificate is fetched once, then cached"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -162,12 +202,19 @@ async fn sns_notifications_new_duplicate_forged_and_foreign() {
         })
     };
     let hdr = sns_headers("Notification", "n-1");
-    let body = signed(note("22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324", r#"{"order":1}"#));
+    let body = signed(note(
+        "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324",
+        r#"{"order":1}"#,
+    ));
     let (s, _, d) = send(&app, "sns", &hdr, &body).await;
     assert_eq!((s, d.as_str()), (200, "new"));
     let (s, _, d) = send(&app, "sns", &hdr, &body).await;
     assert_eq!((s, d.as_str()), (200, "duplicate"));
-    assert_eq!(app.rows("sns", "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324").await, 1);
+    assert_eq!(
+        app.rows("sns", "22b80b92-fdea-4c2c-8f9d-bdfb0c7bf324")
+            .await,
+        1
+    );
 
     let forged = String::from_utf8(body.clone())
         .unwrap()
@@ -189,7 +236,11 @@ async fn sns_notifications_new_duplicate_forged_and_foreign() {
     assert!(text.contains("topic_arns"), "{text}");
     assert_eq!(seen.lock().unwrap().len(), before);
     assert_eq!(
-        seen.lock().unwrap().iter().filter(|p| p.ends_with(".pem")).count(),
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.ends_with(".pem"))
+            .count(),
         1
     );
     assert_eq!(app.stats().await["sources"]["sns"]["unique"], 1);
