@@ -262,10 +262,9 @@ fn header<'h>(headers: &'h HeaderMap, name: &str) -> Result<&'h str, VerifyError
         .map_err(|_| VerifyError::MalformedSignature("not visible ASCII"))
 }
 
-/// The provider's headers for `s.req`: Contentful signs its timestamp and
-/// the event's topic header (when the request carries one in
-/// `s.req.event_id`'s place it is left to the caller); HubSpot its
-/// timestamp.
+/// The provider's headers for `s.req`: Contentful's signature over the
+/// headers already set (the event id header) plus its timestamp and
+/// signed-headers list; HubSpot's over the URL, body and timestamp.
 fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
     let Signer { provider, key, req } = *s;
     let sig = &provider.signature;

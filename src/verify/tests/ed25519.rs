@@ -164,7 +164,7 @@ fn a_public_key_that_is_not_one_is_a_config_error() {
     for bad in ["abcd", &"00".repeat(33)] {
         assert!(p.signing_key(&Secret::new(bad)).is_err(), "{bad}");
     }
-    assert!(p.signing_key(&Secret::new(&public_hex())).is_ok());
+    assert!(p.signing_key(&Secret::new(public_hex())).is_ok());
 }
 
 trait ReplaceFirst {
