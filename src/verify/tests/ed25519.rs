@@ -48,7 +48,11 @@ fn rfc8032_test_2_verifies_through_discords_layout() {
     let sig = "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da\
                085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00";
     let h = [("X-Signature-Ed25519", sig), ("X-Signature-Timestamp", "r")];
-    assert!(check(&src, &h, "", NOW).is_ok());
+    // The signature verifies; only then is "r" refused as a timestamp.
+    assert_eq!(
+        check(&src, &h, "", NOW).unwrap_err(),
+        VerifyError::MalformedTimestamp
+    );
     // One bit off in the signature, or another message: refused.
     let bad = format!("{}01", &sig[..126]);
     let h2 = [
@@ -177,4 +181,16 @@ impl ReplaceFirst for [u8] {
             .replacen(from, to, 1)
             .into_bytes()
     }
+}
+
+#[test]
+fn discord_allows_its_ten_minutes_of_retries_and_no_more_than_fifteen() {
+    let src = discord();
+    let body = br#"{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_CREATE","data":{}}}"#;
+    let h = signed("discord", body, NOW);
+    assert!(verify(&src, &h, Bytes::from_static(body), NOW + 600).is_ok());
+    assert_eq!(
+        verify(&src, &h, Bytes::from_static(body), NOW + 901).unwrap_err(),
+        VerifyError::TimestampOutOfTolerance
+    );
 }
