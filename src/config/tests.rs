@@ -555,6 +555,64 @@ fn a_source_may_say_where_its_event_type_is() {
 }
 
 #[test]
+fn sns_and_public_key_sources_are_validated_at_load() {
+    let p = problems(
+        r#"
+[sources.none]
+provider = "amazon-sns"
+
+[sources.empty]
+provider = "amazon-sns"
+[sources.empty.sns]
+topic_arns = []
+
+[sources.wide]
+provider = "amazon-sns"
+[sources.wide.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+cert_hosts = ["evil.example:443"]
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+
+[sources.discord]
+provider = "discord"
+secrets = ["not-a-hex-key"]
+
+[sources.sendgrid]
+provider = "sendgrid"
+secrets = ["bm90IGEga2V5"]
+"#,
+    );
+    let find = |key: &str| {
+        p.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_else(|| panic!("{key} not in {p:?}"))
+    };
+    assert!(find("sources.none.sns").contains("topic_arns"));
+    assert!(find("sources.empty.sns").contains("topic_arns is empty"));
+    assert!(find("sources.wide.sns").contains("tests only"));
+    assert!(find("sources.gh.sns").contains("not Amazon SNS"));
+    find("sources.discord.secrets[0]");
+    find("sources.sendgrid.secrets[0]");
+    let ok = Config::from_toml_str(
+        r#"
+[sources.sns]
+provider = "amazon-sns"
+[sources.sns.sns]
+topic_arns = ["arn:aws:sns:us-east-1:123456789012:orders"]
+cert_hosts = ["127.0.0.1:8443"]
+"#,
+        Path::new("."),
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.problems));
+}
+
+#[test]
 fn a_relative_sqlite_path_is_taken_from_the_config_files_directory() {
     let base = Path::new("/etc/hook gate");
     for (url, want) in [

@@ -113,6 +113,7 @@ fn source(
         settings_from(s.paypal.as_ref(), &provider, key, v),
         settings_from(s.plaid.as_ref(), &provider, key, v),
         settings_from(s.braintree.as_ref(), &provider, key, v),
+        settings_from(s.sns.as_ref(), &provider, key, v),
     ]
     .into_iter()
     .flatten()

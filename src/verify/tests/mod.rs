@@ -2,17 +2,23 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod canonical;
 mod catalogue_devtools;
 mod catalogue_messaging;
 mod catalogue_payments;
 mod catalogue_saas;
+mod ecdsa;
+mod ed25519;
 mod hardening;
 mod payments;
 mod paypal;
+mod pkcs1;
 mod plaid;
 mod provider_files;
 mod saas;
 mod signature_shapes;
+mod sns;
+mod stripe_v2;
 mod subset;
 
 use super::registry::Registry;
