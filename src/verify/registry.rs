@@ -115,7 +115,7 @@ pub fn mac_oracle(p: &Provider) -> Option<String> {
             let ReplyPart::Mac(lookup) = part else {
                 continue;
             };
-            let shown = super::route::show_lookup(lookup);
+            let shown = lookup.show();
             if !signed {
                 return Some(format!(
                     "`${{mac:{shown}}}` in the reply of an unsigned control: anyone could \
