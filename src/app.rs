@@ -1,21 +1,23 @@
 //! Wiring: `App::build(config)` connects the backends and starts background
 //! work; `run_until_stopped(listener, stop)` serves until `stop` and then
 //! shuts down in order (HTTP drains, deliveries finish or release their
-//! leases, counters flush).
+//! leases, counters flush). While it serves, the reload task (`reload`)
+//! applies SIGHUP and `POST /admin/reload`.
 
 use crate::config::Config;
 use crate::dedup::arrivals::Arrivals;
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::writer::GroupCommit;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
+use crate::deliver::fleet::Fleet;
 use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
+use crate::reload::{Hangup, Reconcilers, Reloader};
 use crate::primitives::time::Millis;
-use crate::state::{AppState, Handles};
+use crate::state::{AppState, Handles, Live, Reload, ReloadOutcome};
 use crate::stats::Counters;
-use crate::stats::requests::RequestMetrics;
 use crate::store::{self, EventLog, IdempotencyStore, Store, Tallies};
-use crate::{http, serve, telemetry};
+use crate::{http, serve, telemetry, tls};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,14 @@ pub struct App {
     /// Cancelled after the HTTP server drained: stops workers and loops.
     stop: CancellationToken,
     background: JoinSet<()>,
-    delivery: JoinSet<()>,
+    /// The target loops (shared with the reload task).
+    fleet: Arc<tokio::sync::Mutex<Fleet>>,
+    reconcilers: Arc<tokio::sync::Mutex<Reconcilers>>,
+    /// The certificate of the TLS listeners; `None`: plain HTTP.
+    certs: Option<tls::Certs>,
+    /// Reload requests from `POST /admin/reload`, until the reload task runs.
+    reloads: Option<tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<ReloadOutcome>>>,
+    hangup: Option<Hangup>,
 }
 
 impl App {
@@ -42,6 +51,12 @@ impl App {
         // (the delivery loops', the batchers', dedup's claim timer) records
         // nothing, ever.
         let metrics = telemetry::metrics_handle();
+        // Before anything slow: from here on a SIGHUP reloads, never kills.
+        let hangup = Hangup::register();
+        let certs = match &config.server.tls {
+            Some(t) => Some(tls::Certs::load(t).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
         let config = Arc::new(config);
         let store = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
@@ -96,23 +111,7 @@ impl App {
             config.dedup.purge_interval,
             stop.clone(),
         ));
-        for source in config.reconcile.keys() {
-            let r = crate::reconcile::Reconciler {
-                config: config.clone(),
-                dedup: dedup.clone(),
-                store: store.reconcile.clone(),
-                wake: wake.clone(),
-                client: crate::reconcile::Reconciler::http_client(),
-                retry: Default::default(),
-                stop: stop.clone(),
-            };
-            background.spawn(crate::reconcile::runner::run(
-                r,
-                source.clone(),
-                stop.clone(),
-            ));
-        }
-        let delivery = if config.delivery.enabled {
+        let fleet = if config.delivery.enabled {
             let w = wake.clone();
             let outbox = store.outbox.clone();
             let s = stop.clone();
@@ -129,29 +128,34 @@ impl App {
                 stop.clone(),
             )
         } else {
-            JoinSet::new()
+            Fleet::disabled(lanes, stop.clone())
         };
 
-        let request_metrics = RequestMetrics::new(config.sources.keys().map(String::as_str));
-        let state = AppState::new(Handles {
-            request_metrics,
-            config,
+        let (reload, reloads) = Reload::channel();
+        let state = AppState::new(Handles::new(
+            Live::new(config.clone()),
             store,
             dedup,
             counters,
             wake,
             arrivals,
             metrics,
-            upstream: reqwest::Client::builder()
+            reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .context("building the upstream HTTP client")?,
-        });
+            reload,
+        ));
+        let reconcilers = Reconcilers::start(&state, &config, stop.clone());
         Ok(Self {
             state,
             stop,
             background,
-            delivery,
+            fleet: Arc::new(tokio::sync::Mutex::new(fleet)),
+            reconcilers: Arc::new(tokio::sync::Mutex::new(reconcilers)),
+            certs,
+            reloads: Some(reloads),
+            hangup: Some(hangup),
         })
     }
 
@@ -166,7 +170,7 @@ impl App {
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let admin = match self.state.config.server.admin_listen {
+        let admin = match self.state.config().server.admin_listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
@@ -187,7 +191,8 @@ impl App {
         admin: Option<TcpListener>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let server = &self.state.config.server;
+        let config = self.state.config();
+        let server = &config.server;
         let grace = server.shutdown_grace;
         let limits = serve::Limits {
             max_connections: server.max_connections,
@@ -195,16 +200,40 @@ impl App {
             idle_timeout: server.idle_timeout,
         };
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
+        let scheme = if self.certs.is_some() { "https" } else { "http" };
+        tracing::info!(
+            %addr,
+            scheme,
+            sources = config.sources.len(),
+            targets = config.targets.len(),
+            digest = %config.digest,
+            "hookgate listening"
+        );
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
-        servers.spawn(serve::serve(listener, public, limits, shutdown.clone()));
+        let certs = self.certs.clone();
+        servers.spawn(serve::serve(listener, public, limits, certs.clone(), shutdown.clone()));
         if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
             let addr = admin.local_addr()?;
-            tracing::info!(%addr, "admin endpoints listening");
+            tracing::info!(%addr, scheme, "admin endpoints listening");
             let routes = http::admin_router(self.state.clone());
-            servers.spawn(serve::serve(admin, routes, limits, shutdown.clone()));
+            servers.spawn(serve::serve(admin, routes, limits, certs, shutdown.clone()));
         }
+        // Reloads are taken while serving; the task ends with `shutdown`.
+        let reloader = Reloader {
+            state: self.state.clone(),
+            fleet: self.fleet.clone(),
+            reconcilers: self.reconcilers.clone(),
+            certs: self.certs.clone(),
+        };
+        let requests = self.reloads.take().expect("run once");
+        let hangup = self.hangup.take().expect("run once");
+        let reloading = tokio::spawn(crate::reload::run(
+            reloader,
+            requests,
+            hangup,
+            shutdown.clone(),
+        ));
         tokio::select! {
             _ = async { while servers.join_next().await.is_some() {} } => {}
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -212,8 +241,11 @@ impl App {
                 servers.abort_all();
             }
         }
+        // A reload in progress finishes first (its loops stop with the rest).
+        let _ = reloading.await;
         self.stop.cancel();
-        while self.delivery.join_next().await.is_some() {}
+        self.fleet.lock().await.join().await;
+        self.reconcilers.lock().await.join().await;
         while self.background.join_next().await.is_some() {}
         tracing::info!("hookgate stopped");
         Ok(())

@@ -37,7 +37,7 @@ pub fn router(state: AppState) -> Router {
         // default 2 MiB extractor limit must not cut in first.
         .layer(DefaultBodyLimit::disable());
     let mut small = Router::new().route("/healthz", get(admin::health::healthz));
-    if state.config.server.admin_listen.is_none() {
+    if state.config().server.admin_listen.is_none() {
         small = small.merge(admin_routes(&state));
     }
     webhooks
@@ -60,6 +60,7 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
     let protected = Router::new()
         .route("/stats", get(admin::stats_handler))
         .route("/admin/replay", post(admin::replay::handler))
+        .route("/admin/reload", post(admin::reload_handler))
         .route("/admin/events", get(admin::events::list))
         .route(
             "/admin/events/{source}/{event_id}",
@@ -88,6 +89,6 @@ fn small_limits(routes: Router<AppState>, state: &AppState) -> Router<AppState> 
         .layer(DefaultBodyLimit::max(SMALL_BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
-            state.config.server.request_timeout,
+            state.config().server.request_timeout,
         ))
 }

@@ -14,6 +14,10 @@
 //! - `max_connections`: at most this many connections are open per
 //!   listener; the loop stops accepting (the kernel queues the rest) until
 //!   one closes.
+//!
+//! With `server.tls_cert` set every connection is TLS: the handshake runs in
+//! the connection's own task (a slow client never holds the accept loop)
+//! and must finish within `header_read_timeout`.
 
 use axum::Router;
 use axum::body::Body;
@@ -28,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use crate::tls::Certs;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -73,8 +78,15 @@ pub struct Limits {
 /// Serves `router` on `listener` until `stop` is cancelled, then lets open
 /// connections finish their requests (no new ones are read) and returns
 /// when they have closed. The caller bounds the drain with its grace.
-pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: CancellationToken) {
-    let builder = builder(limits);
+/// `tls`: speak HTTPS with the certificate loaded last.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    tls: Option<Certs>,
+    stop: CancellationToken,
+) {
+    let builder = Arc::new(builder(limits));
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     let graceful = GracefulShutdown::new();
     // Dropping this future (the caller's grace ran out) aborts every
@@ -108,12 +120,39 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
             req.extensions_mut().insert(ConnectInfo(peer));
             router.clone().oneshot(req)
         });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let conn = graceful.watch(conn);
+        let Some(certs) = &tls else {
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            let conn = graceful.watch(conn);
+            conns.spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, %peer, "connection ended with an error");
+                }
+                drop(permit);
+            });
+            continue;
+        };
+        let (acceptor, builder) = (certs.acceptor(), builder.clone());
+        let watcher = graceful.watcher();
+        let handshake_timeout = limits.header_read_timeout;
         conns.spawn(async move {
-            if let Err(e) = conn.await {
+            let stream =
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, %peer, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let conn = builder
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
             drop(permit);

@@ -33,6 +33,12 @@ pub const DEFAULT_FILE: &str = "hookgate.toml";
 pub struct Config {
     /// Where the config came from (for messages).
     pub origin: String,
+    /// The file it was read from, re-read by a reload; `None`: defaults or
+    /// an inline config.
+    pub path: Option<PathBuf>,
+    /// First 12 hex digits of the SHA-256 of the config file's text: which
+    /// config is loaded (`/readyz`, `/stats`, the reload log line).
+    pub digest: String,
     pub server: Server,
     pub storage: Storage,
     pub dedup: Dedup,
@@ -67,6 +73,17 @@ pub struct Server {
     pub header_read_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and timeout.
     pub idle_timeout: Duration,
+    /// Native HTTPS on the listeners: certificate chain and key files (PEM),
+    /// re-read on reload. `None`: plain HTTP.
+    pub tls: Option<Tls>,
+}
+
+/// `server.tls_cert` and `server.tls_key`, resolved against the config
+/// file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -198,6 +215,15 @@ pub struct RabbitMqSpec {
 }
 
 impl Target {
+    /// Whether `self` and `other` (the same target in two loaded configs)
+    /// have every setting in common, the signing key's bytes included
+    /// (`Debug` shows the key redacted).
+    pub fn same_as(&self, other: &Target) -> bool {
+        format!("{self:?}") == format!("{other:?}")
+            && self.signing_key.as_ref().map(SigningKey::bytes)
+                == other.signing_key.as_ref().map(SigningKey::bytes)
+    }
+
     /// Whether stored header `name` of an event from `source` stays here.
     pub fn withholds(&self, source: &str, name: &str) -> bool {
         self.withheld
@@ -276,6 +302,8 @@ impl Config {
             .unwrap_or_default();
         let mut config = validate::config(raw, &origin, &base)?;
         config.warnings.extend(unused_env_vars(&text));
+        config.path = file;
+        config.digest = digest(&text);
         Ok(config)
     }
 
@@ -286,7 +314,82 @@ impl Config {
         let raw: RawConfig = Figment::from(Toml::string(text))
             .extract()
             .map_err(|e| figment_error(&origin, e))?;
-        validate::config(raw, &origin, base_dir)
+        let mut config = validate::config(raw, &origin, base_dir)?;
+        config.digest = digest(text);
+        Ok(config)
+    }
+
+    /// The settings of `self` (a config a reload just read) that cannot
+    /// change while serving and differ from `running`'s: each is put back
+    /// to the running value, and its key is returned for a "needs a
+    /// restart" warning. Listeners are bound, pools and caches connected,
+    /// and the delivery loops' shared settings fixed once at start.
+    pub fn keep_restart_only(&mut self, running: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let (new, old) = (&self.server, &running.server);
+        let mut keep = |key: &'static str, same: bool| {
+            if !same {
+                changed.push(key);
+            }
+        };
+        keep("server.listen", new.listen == old.listen);
+        keep("server.admin_listen", new.admin_listen == old.admin_listen);
+        keep("server.max_connections", new.max_connections == old.max_connections);
+        keep(
+            "server.header_read_timeout",
+            new.header_read_timeout == old.header_read_timeout,
+        );
+        keep("server.idle_timeout", new.idle_timeout == old.idle_timeout);
+        keep("server.request_timeout", new.request_timeout == old.request_timeout);
+        keep("server.shutdown_grace", new.shutdown_grace == old.shutdown_grace);
+        keep("server.log_format", new.log_format == old.log_format);
+        keep(
+            "server.tls_cert / server.tls_key (turning TLS on or off)",
+            new.tls.is_some() == old.tls.is_some(),
+        );
+        keep(
+            "storage.database_url",
+            database_text(&self.storage.database) == database_text(&running.storage.database),
+        );
+        keep(
+            "storage.redis_url",
+            self.storage.redis_url.as_ref().map(Secret::expose)
+                == running.storage.redis_url.as_ref().map(Secret::expose),
+        );
+        let (s, o) = (&self.storage, &running.storage);
+        keep("storage.key_prefix", s.key_prefix == o.key_prefix);
+        keep("storage.cache_capacity", s.cache_capacity == o.cache_capacity);
+        keep("storage.redis_timeout", s.redis_timeout == o.redis_timeout);
+        keep("storage.max_connections", s.max_connections == o.max_connections);
+        keep("storage.statement_timeout", s.statement_timeout == o.statement_timeout);
+        let (d, o) = (&self.dedup, &running.dedup);
+        keep(
+            "[dedup]",
+            (d.claim_ttl, d.cache_ttl, d.inflight_wait, d.purge_interval, d.stats_flush_interval)
+                == (o.claim_ttl, o.cache_ttl, o.inflight_wait, o.purge_interval, o.stats_flush_interval),
+        );
+        let (d, o) = (&self.delivery, &running.delivery);
+        keep(
+            "[delivery]",
+            (d.enabled, d.max_in_flight, d.poll_interval, d.lease, d.backoff_base, d.backoff_max)
+                == (o.enabled, o.max_in_flight, o.poll_interval, o.lease, o.backoff_base, o.backoff_max),
+        );
+        // Put back what the running process was built with.
+        let tls = self.server.tls.take();
+        let server = Server {
+            admin_token: self.server.admin_token.take(),
+            max_body_bytes: self.server.max_body_bytes,
+            log_level: std::mem::take(&mut self.server.log_level),
+            trusted_proxies: std::mem::take(&mut self.server.trusted_proxies),
+            // New files for a running TLS listener; on or off needs a restart.
+            tls: if running.server.tls.is_some() { tls.or(running.server.tls.clone()) } else { None },
+            ..running.server.clone()
+        };
+        self.server = server;
+        self.storage = running.storage.clone();
+        self.dedup = running.dedup.clone();
+        self.delivery = running.delivery.clone();
+        changed
     }
 
     /// The cache TTL for a source: never longer than its dedup window, so the
@@ -294,6 +397,22 @@ impl Config {
     pub fn cache_ttl(&self, source: &Source) -> Duration {
         self.dedup.cache_ttl.min(source.dedup_window)
     }
+}
+
+/// The database URL's text (it may hold a password: compared, never shown).
+fn database_text(d: &Database) -> String {
+    match d {
+        Database::Sqlite(u) => u.clone(),
+        Database::Postgres(u) => u.expose().to_owned(),
+    }
+}
+
+/// The short digest of a config file's text: enough to tell two loaded
+/// configs apart in a log or a probe, not a security measure.
+pub fn digest(text: &str) -> String {
+    use sha2::Digest;
+    let full = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    full[..12].to_owned()
 }
 
 /// `HOOKGATE_*` variables that are neither `SECTION__KEY` overrides,

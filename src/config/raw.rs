@@ -73,6 +73,12 @@ pub struct RawServer {
     /// HTTP/2: a connection that does not answer a keep-alive ping within
     /// this time (pings are sent after this much idle time) is closed. Default 60s.
     pub idle_timeout: Dur,
+    /// Serve HTTPS: the certificate chain (PEM, leaf first), relative to the
+    /// config file. Both listeners use it. Re-read on reload, so a renewed
+    /// certificate needs no restart. Default unset (plain HTTP).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
 }
 
 impl Default for RawServer {
@@ -91,6 +97,8 @@ impl Default for RawServer {
             max_connections: 1024,
             header_read_timeout: Dur(Duration::from_secs(10)),
             idle_timeout: Dur(Duration::from_secs(60)),
+            tls_cert: None,
+            tls_key: None,
         }
     }
 }

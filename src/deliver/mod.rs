@@ -9,6 +9,7 @@
 
 pub mod backoff;
 mod broker;
+pub mod fleet;
 pub mod lanes;
 pub mod nats;
 pub mod rabbitmq;
@@ -25,7 +26,6 @@ use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox};
 use lanes::{Handed, Lanes};
 use record::Recorder;
 use sink::{Sent, Sink};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -35,33 +35,27 @@ use tokio_util::sync::CancellationToken;
 
 /// Wakes target loops; cheap to clone.
 #[derive(Clone, Default)]
-pub struct Wake(Arc<HashMap<String, Arc<Notify>>>);
+pub struct Wake(Option<Lanes>);
 
 impl Wake {
     /// The loops' wake-ups live on their hand-off lanes: the event writer
-    /// wakes a lane when it commits a row the lane did not take.
+    /// wakes a lane when it commits a row the lane did not take. Looked up
+    /// per wake, so a target a reload added is woken too.
     pub fn new(lanes: &Lanes) -> Self {
-        Self(Arc::new(
-            lanes
-                .wakes()
-                .map(|(t, n)| (t.to_owned(), n.clone()))
-                .collect(),
-        ))
+        Self(Some(lanes.clone()))
     }
 
     /// Wakes the loops of `targets`. A wake with nobody waiting is kept
     /// (Notify stores one permit), so none is lost between poll and sleep.
     pub fn notify<S: AsRef<str>>(&self, targets: &[S]) {
-        for t in targets {
-            if let Some(n) = self.0.get(t.as_ref()) {
-                n.notify_one();
-            }
+        if let Some(l) = &self.0 {
+            l.notify(targets);
         }
     }
 
     pub fn notify_all(&self) {
-        for n in self.0.values() {
-            n.notify_one();
+        if let Some(l) = &self.0 {
+            l.notify_all();
         }
     }
 }
@@ -150,14 +144,15 @@ impl TargetCtx {
 }
 
 /// Starts one loop per target; they stop claiming when `stop` is cancelled,
-/// finish in-flight attempts within `grace`, and release their leases.
+/// finish in-flight attempts within `grace`, and release their leases. A
+/// reload changes the set through [`fleet::Fleet::apply`].
 pub fn start(
     config: &Config,
     outbox: Arc<dyn Outbox>,
     counters: Arc<Counters>,
     lanes: Lanes,
     stop: CancellationToken,
-) -> JoinSet<()> {
+) -> fleet::Fleet {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
@@ -175,20 +170,11 @@ pub fn start(
         token,
         grace: config.server.shutdown_grace,
     });
-    let mut set = JoinSet::new();
+    let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
-        let t = Arc::new(TargetCtx::new(
-            target.clone(),
-            lanes.wake(&target.name),
-            &ctx.client,
-        ));
-        let lane = Lane {
-            rx: lanes.receiver(&target.name),
-            lanes: lanes.clone(),
-        };
-        set.spawn(target_loop(ctx.clone(), t, lane, stop.clone()));
+        fleet.spawn(target.clone());
     }
-    set
+    fleet
 }
 
 /// A target's hand-off lane: rows committed by this process, already leased.

@@ -44,7 +44,8 @@ pub async fn handle(
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let Some(api) = state.config.apis.get(&name).cloned() else {
+    let config = state.config();
+    let Some(api) = config.apis.get(&name).cloned() else {
         // Not counted: there is no API to count it under.
         return ProxyError::UnknownApi.into_response();
     };
@@ -98,7 +99,7 @@ async fn proxy(
         Err(e) => return refused(ProxyError::InvalidKey(e.to_string())),
     };
     let keyed = Keyed {
-        cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
+        cache_key: key::cache_key(&state.config().storage.key_prefix, &id),
         fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
         token: token::random_hex(),
         key: id,

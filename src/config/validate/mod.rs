@@ -57,6 +57,8 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
     if v.problems.is_empty() {
         Ok(Config {
             origin: origin.to_owned(),
+            path: None,
+            digest: String::new(),
             server,
             storage,
             dedup,
@@ -156,6 +158,12 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
     if raw.max_connections == 0 {
         v.problem("server.max_connections", "must be at least 1".into());
     }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
+        v.problem(
+            "server.log_level",
+            format!("`{}` is not a log filter: {e}", raw.log_level),
+        );
+    }
     for (key, d) in [
         ("server.request_timeout", raw.request_timeout.0),
         ("server.header_read_timeout", raw.header_read_timeout.0),
@@ -163,7 +171,28 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
     ] {
         v.positive(key, d);
     }
+    let tls = match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (v.base.join(cert), v.base.join(key));
+            for (k, f) in [("server.tls_cert", &cert), ("server.tls_key", &key)] {
+                if !f.is_file() {
+                    v.problem(k, format!("file `{}` not found", f.display()));
+                }
+            }
+            Some(super::Tls { cert, key })
+        }
+        (Some(_), None) => {
+            v.problem("server.tls_key", "required with server.tls_cert".into());
+            None
+        }
+        (None, Some(_)) => {
+            v.problem("server.tls_cert", "required with server.tls_key".into());
+            None
+        }
+    };
     Server {
+        tls,
         admin_listen,
         max_connections: raw.max_connections,
         header_read_timeout: raw.header_read_timeout.0,
