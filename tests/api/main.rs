@@ -23,6 +23,7 @@ mod queues_rabbitmq;
 mod rate;
 mod reconcile;
 mod reconcile_resend;
+mod reload;
 mod reverse_proxy;
 mod routing;
 mod topologies;
