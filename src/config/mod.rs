@@ -457,4 +457,6 @@ fn figment_error(origin: &str, e: figment::Error) -> ConfigError {
 #[cfg(test)]
 mod hardening_tests;
 #[cfg(test)]
+mod reload_tests;
+#[cfg(test)]
 mod tests;
