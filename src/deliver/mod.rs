@@ -10,6 +10,7 @@
 pub mod backoff;
 mod broker;
 pub mod fleet;
+pub mod health;
 pub mod lanes;
 pub mod nats;
 pub mod rabbitmq;
