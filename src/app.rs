@@ -111,6 +111,7 @@ impl App {
             config.dedup.purge_interval,
             stop.clone(),
         ));
+        let health = deliver::health::Health::default();
         let fleet = if config.delivery.enabled {
             let w = wake.clone();
             let outbox = store.outbox.clone();
@@ -125,6 +126,7 @@ impl App {
                 store.outbox.clone(),
                 counters.clone(),
                 lanes,
+                health.clone(),
                 stop.clone(),
             )
         } else {
@@ -137,7 +139,7 @@ impl App {
             store,
             dedup,
             counters,
-            wake,
+            (wake, health),
             arrivals,
             metrics,
             reqwest::Client::builder()

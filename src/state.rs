@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::dedup::Dedup;
 use crate::dedup::arrivals::Arrivals;
 use crate::deliver::Wake;
+use crate::deliver::health::Health;
 use crate::primitives::time::Millis;
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
@@ -35,6 +36,8 @@ pub struct Handles {
     pub dedup: Arc<Dedup>,
     pub counters: Arc<Counters>,
     pub wake: Wake,
+    /// Per-target delivery health in this process (`/stats`).
+    pub health: Health,
     /// Duplicate arrivals, recorded in the background (best effort).
     pub arrivals: Arrivals,
     pub metrics: PrometheusHandle,
@@ -70,7 +73,7 @@ impl Handles {
         store: Store,
         dedup: Arc<Dedup>,
         counters: Arc<Counters>,
-        wake: Wake,
+        (wake, health): (Wake, Health),
         arrivals: Arrivals,
         metrics: PrometheusHandle,
         upstream: reqwest::Client,
@@ -82,6 +85,7 @@ impl Handles {
             dedup,
             counters,
             wake,
+            health,
             arrivals,
             metrics,
             upstream,

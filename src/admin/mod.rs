@@ -98,6 +98,14 @@ pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) ->
     match stats::snapshot(&config, &state.counters, &*store.tallies, &*store.reconcile).await {
         Ok(mut doc) => {
             doc["config"] = config_doc(&state, &config);
+            // This process's view: each replica judges the attempts it made.
+            let now = crate::primitives::time::Millis::now();
+            doc["targets"] = config
+                .targets
+                .keys()
+                .map(|t| (t.clone(), serde_json::json!({"health": state.health.doc(t, now)})))
+                .collect::<serde_json::Map<_, _>>()
+                .into();
             Json(doc).into_response()
         }
         Err(e) => {

@@ -82,7 +82,7 @@ pub fn describe(c: &Config) -> String {
     for t in c.targets.values() {
         let _ = writeln!(
             o,
-            "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}{}",
+            "  {:<16} {}{} timeout={} concurrency={} signed={}{}\n  {:<16} {}",
             t.name,
             redact_url(&t.url),
             match &t.kind {
@@ -100,13 +100,14 @@ pub fn describe(c: &Config) -> String {
                 ),
             },
             show(t.timeout),
-            t.max_attempts,
             t.concurrency,
             if t.signing_key.is_some() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
                 .map(|o| format!(" order_by={}", crate::verify::route::show_lookup(o)))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            "",
+            crate::deliver::retry::describe(&t.retry),
         );
     }
     describe_apis(&mut o, c);

@@ -156,6 +156,24 @@ pub struct Delivery {
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub lease: Duration,
+    /// Default retry window of every target.
+    pub retry_for: Duration,
+    /// Default permanent-failure statuses of every target.
+    pub permanent_statuses: Vec<u16>,
+}
+
+/// When a target's failed delivery is retried and when it is dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retried until this long after the event was received.
+    pub retry_for: Duration,
+    /// HTTP statuses that make a delivery dead at once.
+    pub permanent_statuses: Vec<u16>,
+    /// Optional cap on attempts inside the window.
+    pub max_attempts: Option<u32>,
+    /// The retry delay's ceiling doubles from `backoff_base` to `backoff_max`.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
 }
 
 /// An internal endpoint events are forwarded to.
@@ -164,7 +182,8 @@ pub struct Target {
     pub name: String,
     pub url: String,
     pub timeout: Duration,
-    pub max_attempts: u32,
+    /// Retry window, permanent statuses, optional attempt cap, backoff.
+    pub retry: RetryPolicy,
     /// Standard Webhooks key the gateway signs forwards with.
     pub signing_key: Option<SigningKey>,
     pub concurrency: usize,
@@ -369,10 +388,12 @@ impl Config {
                 == (o.claim_ttl, o.cache_ttl, o.inflight_wait, o.purge_interval, o.stats_flush_interval),
         );
         let (d, o) = (&self.delivery, &running.delivery);
+        // The retry settings live on in each target (`Target::retry`), so
+        // a target whose retry settings change gets a new loop.
         keep(
-            "[delivery]",
-            (d.enabled, d.max_in_flight, d.poll_interval, d.lease, d.backoff_base, d.backoff_max)
-                == (o.enabled, o.max_in_flight, o.poll_interval, o.lease, o.backoff_base, o.backoff_max),
+            "delivery.enabled / max_in_flight / poll_interval / lease",
+            (d.enabled, d.max_in_flight, d.poll_interval, d.lease)
+                == (o.enabled, o.max_in_flight, o.poll_interval, o.lease),
         );
         // Put back what the running process was built with.
         let tls = self.server.tls.take();
@@ -388,7 +409,13 @@ impl Config {
         self.server = server;
         self.storage = running.storage.clone();
         self.dedup = running.dedup.clone();
-        self.delivery = running.delivery.clone();
+        self.delivery = Delivery {
+            backoff_base: self.delivery.backoff_base,
+            backoff_max: self.delivery.backoff_max,
+            retry_for: self.delivery.retry_for,
+            permanent_statuses: std::mem::take(&mut self.delivery.permanent_statuses),
+            ..running.delivery.clone()
+        };
         changed
     }
 

@@ -196,6 +196,15 @@ pub struct RawDelivery {
     pub backoff_max: Dur,
     /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
     pub lease: Dur,
+    /// How long a delivery is retried, from when its event was received: a
+    /// failed attempt whose next retry would fall later is the last (the
+    /// final retry is made at the window's end), then the delivery is dead.
+    /// A target may set its own. Default 3d (Stripe retries for three days).
+    pub retry_for: Dur,
+    /// HTTP statuses with which a target says "never send this again": the
+    /// delivery is dead at once, without retries. A target may set its own
+    /// list. Default `[410]` (Gone).
+    pub permanent_statuses: Vec<u16>,
 }
 
 impl Default for RawDelivery {
@@ -207,6 +216,8 @@ impl Default for RawDelivery {
             backoff_base: Dur(Duration::from_secs(1)),
             backoff_max: Dur(Duration::from_secs(3600)),
             lease: Dur(Duration::from_secs(120)),
+            retry_for: Dur(DEFAULT_RETRY_FOR),
+            permanent_statuses: vec![410],
         }
     }
 }
@@ -302,9 +313,14 @@ pub struct RawTarget {
     /// needed, publishing and the broker's acknowledgement). Default 10s.
     #[serde(default = "default_target_timeout")]
     pub timeout: Dur,
-    /// Attempts before a delivery is dead. Default 12.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
+    /// This target's retry window (see `delivery.retry_for`). Default: that.
+    pub retry_for: Option<Dur>,
+    /// This target's permanent-failure statuses (see
+    /// `delivery.permanent_statuses`). Default: that list.
+    pub permanent_statuses: Option<Vec<u16>>,
+    /// Optional cap on attempts, below the window: a delivery is dead after
+    /// this many even inside `retry_for`. Default unset (the window decides).
+    pub max_attempts: Option<u32>,
     /// Optional secret (Standard Webhooks `whsec_<base64>` or raw) to sign forwards.
     pub signing_secret: Option<String>,
     /// Most requests (or publishes) in flight to this target at once; a slot
@@ -381,9 +397,8 @@ impl FilterValue {
 fn default_target_timeout() -> Dur {
     Dur(Duration::from_secs(10))
 }
-fn default_max_attempts() -> u32 {
-    12
-}
+/// `delivery.retry_for`'s default: three days.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(3 * 86_400);
 fn default_target_concurrency() -> usize {
     // 8 slots capped one target near 4,000/s on loopback while a slot was
     // held until the attempt's record; 32 keeps up with ingest.

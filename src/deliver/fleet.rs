@@ -106,6 +106,11 @@ impl Fleet {
         for task in stopping {
             let _ = task.await;
         }
+        if let Some(ctx) = &self.ctx {
+            for name in &changes.removed {
+                ctx.health.forget(name);
+            }
+        }
         for name in &changes.changed {
             if let Some(t) = targets.get(name) {
                 self.lanes.renew(t);

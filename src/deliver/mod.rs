@@ -18,6 +18,7 @@ mod rate;
 mod record;
 pub mod redis_stream;
 pub mod request;
+pub mod retry;
 pub mod sink;
 
 use crate::config::{self, Config, Target};
@@ -72,6 +73,8 @@ struct Ctx {
     /// This process's lease token: identifies our leases for release.
     token: String,
     grace: Duration,
+    /// Per-target health (`/stats`, the failing/recovered log lines).
+    health: health::Health,
 }
 
 impl Ctx {
@@ -152,6 +155,7 @@ pub fn start(
     outbox: Arc<dyn Outbox>,
     counters: Arc<Counters>,
     lanes: Lanes,
+    health: health::Health,
     stop: CancellationToken,
 ) -> fleet::Fleet {
     let client = reqwest::Client::builder()
@@ -170,6 +174,7 @@ pub fn start(
         global: Arc::new(Semaphore::new(config.delivery.max_in_flight)),
         token,
         grace: config.server.shutdown_grace,
+        health,
     });
     let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
@@ -382,20 +387,25 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
         Sent::Permanent { status, error } => (status, Some(error), None, true),
     };
     let delivered = error.is_none();
+    let failure = retry::Failure {
+        number: number as u32,
+        status,
+        retry_after,
+        permanent,
+    };
+    let now = Millis::now();
     let next = if delivered {
         NextState::Delivered
-    } else if permanent || number as u32 >= target.max_attempts {
-        NextState::Dead
     } else {
-        let d = backoff::delay(
-            number as u32,
-            ctx.settings.backoff_base,
-            ctx.settings.backoff_max,
-            retry_after,
+        retry::after_failure(
+            &target.retry,
+            row.received_at,
+            now,
+            &failure,
             rand::random::<f64>(),
-        );
-        NextState::RetryAt(Millis::now() + d)
+        )
     };
+    ctx.health.record(&target.name, error.as_deref(), now);
     let (outcome, counter) = match next {
         NextState::Delivered => ("delivered", &t.delivered),
         NextState::RetryAt(_) => ("retry", &t.retried),
@@ -448,7 +458,8 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
                     tracing::warn!(
                         attempt = number,
                         error = error.as_deref().unwrap_or(""),
-                        "delivery dead after max_attempts"
+                        reason = retry::dead_reason(&target.retry, row.received_at, now, &failure),
+                        "delivery dead"
                     );
                 } else {
                     tracing::debug!(attempt = number, outcome, latency_ms, "delivery attempt");

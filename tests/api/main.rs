@@ -24,6 +24,7 @@ mod rate;
 mod reconcile;
 mod reconcile_resend;
 mod reload;
+mod retry_window;
 mod reverse_proxy;
 mod routing;
 mod topologies;

@@ -286,6 +286,7 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         ("delivery.backoff_base", raw.backoff_base.0),
         ("delivery.backoff_max", raw.backoff_max.0),
         ("delivery.lease", raw.lease.0),
+        ("delivery.retry_for", raw.retry_for.0),
     ] {
         v.positive(key, d);
     }
@@ -302,6 +303,8 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         backoff_base: raw.backoff_base.0,
         backoff_max: raw.backoff_max.0,
         lease: raw.lease.0,
+        retry_for: raw.retry_for.0,
+        permanent_statuses: raw.permanent_statuses,
     }
 }
 
@@ -327,8 +330,20 @@ fn targets(
                 .map_err(|e| v.problem(&format!("{key}.rate"), e))
                 .ok()
         });
-        if t.max_attempts == 0 {
+        if t.max_attempts == Some(0) {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
+        }
+        let retry_for = t.retry_for.map_or(delivery.retry_for, |d| d.0);
+        v.positive(&format!("{key}.retry_for"), retry_for);
+        let permanent_statuses = t
+            .permanent_statuses
+            .clone()
+            .unwrap_or_else(|| delivery.permanent_statuses.clone());
+        if let Some(s) = permanent_statuses.iter().find(|s| !(300..=599).contains(*s)) {
+            v.problem(
+                &format!("{key}.permanent_statuses"),
+                format!("{s} is not a failure status (300-599)"),
+            );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
         if t.timeout.0 + LEASE_MARGIN > delivery.lease {
@@ -367,7 +382,13 @@ fn targets(
                 name,
                 url: t.url,
                 timeout: t.timeout.0,
+                retry: super::RetryPolicy {
+                retry_for,
+                permanent_statuses,
                 max_attempts: t.max_attempts,
+                backoff_base: delivery.backoff_base,
+                backoff_max: delivery.backoff_max,
+            },
                 signing_key,
                 concurrency: t.concurrency.max(1),
                 forward_credentials: t.forward_credentials,
