@@ -12,8 +12,8 @@ use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::fleet::Fleet;
 use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
-use crate::reload::{Hangup, Reconcilers, Reloader};
 use crate::primitives::time::Millis;
+use crate::reload::{Hangup, Reconcilers, Reloader};
 use crate::state::{AppState, Handles, Live, Reload, ReloadOutcome};
 use crate::stats::Counters;
 use crate::store::{self, EventLog, IdempotencyStore, Store, Tallies};
@@ -202,7 +202,11 @@ impl App {
             idle_timeout: server.idle_timeout,
         };
         let addr = listener.local_addr()?;
-        let scheme = if self.certs.is_some() { "https" } else { "http" };
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         tracing::info!(
             %addr,
             scheme,
@@ -214,7 +218,13 @@ impl App {
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
         let certs = self.certs.clone();
-        servers.spawn(serve::serve(listener, public, limits, certs.clone(), shutdown.clone()));
+        servers.spawn(serve::serve(
+            listener,
+            public,
+            limits,
+            certs.clone(),
+            shutdown.clone(),
+        ));
         if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
             let addr = admin.local_addr()?;
             tracing::info!(%addr, scheme, "admin endpoints listening");

@@ -42,7 +42,11 @@ impl Reloader {
         let outcome = self.apply().await;
         let recorded = outcome.as_ref().map(|_| ()).map_err(Clone::clone);
         self.state.reloads.record(&recorded);
-        let label = if outcome.is_ok() { "applied" } else { "refused" };
+        let label = if outcome.is_ok() {
+            "applied"
+        } else {
+            "refused"
+        };
         metrics::counter!("hookgate_config_reloads_total", "outcome" => label).increment(1);
         if let Err(e) = &outcome {
             tracing::error!(
@@ -89,7 +93,11 @@ impl Reloader {
             );
         }
         let changes = self.fleet.lock().await.apply(&new.targets).await;
-        self.reconcilers.lock().await.restart(&self.state, &new).await;
+        self.reconcilers
+            .lock()
+            .await
+            .restart(&self.state, &new)
+            .await;
         if !changes.removed.is_empty() {
             self.report_removed(&changes.removed).await;
         }

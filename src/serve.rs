@@ -19,6 +19,7 @@
 //! the connection's own task (a slow client never holds the accept loop)
 //! and must finish within `header_read_timeout`.
 
+use crate::tls::Certs;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
@@ -32,7 +33,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use crate::tls::Certs;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 

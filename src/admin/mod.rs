@@ -103,7 +103,12 @@ pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) ->
             doc["targets"] = config
                 .targets
                 .keys()
-                .map(|t| (t.clone(), serde_json::json!({"health": state.health.doc(t, now)})))
+                .map(|t| {
+                    (
+                        t.clone(),
+                        serde_json::json!({"health": state.health.doc(t, now)}),
+                    )
+                })
                 .collect::<serde_json::Map<_, _>>()
                 .into();
             Json(doc).into_response()

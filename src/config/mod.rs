@@ -353,14 +353,23 @@ impl Config {
         };
         keep("server.listen", new.listen == old.listen);
         keep("server.admin_listen", new.admin_listen == old.admin_listen);
-        keep("server.max_connections", new.max_connections == old.max_connections);
+        keep(
+            "server.max_connections",
+            new.max_connections == old.max_connections,
+        );
         keep(
             "server.header_read_timeout",
             new.header_read_timeout == old.header_read_timeout,
         );
         keep("server.idle_timeout", new.idle_timeout == old.idle_timeout);
-        keep("server.request_timeout", new.request_timeout == old.request_timeout);
-        keep("server.shutdown_grace", new.shutdown_grace == old.shutdown_grace);
+        keep(
+            "server.request_timeout",
+            new.request_timeout == old.request_timeout,
+        );
+        keep(
+            "server.shutdown_grace",
+            new.shutdown_grace == old.shutdown_grace,
+        );
         keep("server.log_format", new.log_format == old.log_format);
         keep(
             "server.tls_cert / server.tls_key (turning TLS on or off)",
@@ -377,15 +386,35 @@ impl Config {
         );
         let (s, o) = (&self.storage, &running.storage);
         keep("storage.key_prefix", s.key_prefix == o.key_prefix);
-        keep("storage.cache_capacity", s.cache_capacity == o.cache_capacity);
+        keep(
+            "storage.cache_capacity",
+            s.cache_capacity == o.cache_capacity,
+        );
         keep("storage.redis_timeout", s.redis_timeout == o.redis_timeout);
-        keep("storage.max_connections", s.max_connections == o.max_connections);
-        keep("storage.statement_timeout", s.statement_timeout == o.statement_timeout);
+        keep(
+            "storage.max_connections",
+            s.max_connections == o.max_connections,
+        );
+        keep(
+            "storage.statement_timeout",
+            s.statement_timeout == o.statement_timeout,
+        );
         let (d, o) = (&self.dedup, &running.dedup);
         keep(
             "[dedup]",
-            (d.claim_ttl, d.cache_ttl, d.inflight_wait, d.purge_interval, d.stats_flush_interval)
-                == (o.claim_ttl, o.cache_ttl, o.inflight_wait, o.purge_interval, o.stats_flush_interval),
+            (
+                d.claim_ttl,
+                d.cache_ttl,
+                d.inflight_wait,
+                d.purge_interval,
+                d.stats_flush_interval,
+            ) == (
+                o.claim_ttl,
+                o.cache_ttl,
+                o.inflight_wait,
+                o.purge_interval,
+                o.stats_flush_interval,
+            ),
         );
         let (d, o) = (&self.delivery, &running.delivery);
         // The retry settings live on in each target (`Target::retry`), so
@@ -403,7 +432,11 @@ impl Config {
             log_level: std::mem::take(&mut self.server.log_level),
             trusted_proxies: std::mem::take(&mut self.server.trusted_proxies),
             // New files for a running TLS listener; on or off needs a restart.
-            tls: if running.server.tls.is_some() { tls.or(running.server.tls.clone()) } else { None },
+            tls: if running.server.tls.is_some() {
+                tls.or(running.server.tls.clone())
+            } else {
+                None
+            },
             ..running.server.clone()
         };
         self.server = server;

@@ -215,7 +215,7 @@ impl Health {
             .get_mut(target)
             .map(|h| h.state(now))
             .unwrap_or(State::Healthy);
-                match state {
+        match state {
             State::Healthy => json!({"state": "healthy"}),
             State::Failing {
                 since,

@@ -65,7 +65,12 @@ pub fn after_failure(
 }
 
 /// Why a dead delivery is dead, for its log line.
-pub fn dead_reason(policy: &RetryPolicy, received_at: Millis, now: Millis, f: &Failure) -> &'static str {
+pub fn dead_reason(
+    policy: &RetryPolicy,
+    received_at: Millis,
+    now: Millis,
+    f: &Failure,
+) -> &'static str {
     if f.permanent {
         "the request cannot be built"
     } else if f
@@ -124,7 +129,11 @@ pub fn describe(policy: &RetryPolicy) -> String {
         show(policy.backoff_max),
         show(policy.backoff_max),
         ceilings.len(),
-        if statuses.is_empty() { "-".to_owned() } else { statuses },
+        if statuses.is_empty() {
+            "-".to_owned()
+        } else {
+            statuses
+        },
     )
 }
 

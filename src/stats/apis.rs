@@ -95,7 +95,6 @@ impl Counters {
             }
         }
     }
-
 }
 
 /// The cell of counter `name` of API `api` in `apis`.

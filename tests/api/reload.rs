@@ -4,8 +4,7 @@
 
 use crate::helpers::process::Gateway;
 use crate::helpers::{
-    ADMIN_TOKEN, Backend, Opts, STRIPE_SECRET, TestDb, TestTarget, eventually, signers,
-    stripe_body,
+    ADMIN_TOKEN, Backend, Opts, STRIPE_SECRET, TestDb, TestTarget, eventually, signers, stripe_body,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -157,7 +156,10 @@ async fn sighup_under_load_adds_a_rotated_secret_and_a_target() {
         (0..10).all(|i| ids.contains(&format!("evt_rotated_{i}")))
     })
     .await;
-    assert!(arrived, "the added target receives the events after the reload");
+    assert!(
+        arrived,
+        "the added target receives the events after the reload"
+    );
     let s = stats(&g).await;
     assert_eq!(s["config"]["reloads"], 1);
     assert_eq!(s["config"]["last_reload_error"], Value::Null);
@@ -212,10 +214,7 @@ async fn an_invalid_reload_keeps_the_loaded_config_and_shows_the_error() {
     );
     let ready = client.get(g.url("/readyz")).send().await.unwrap();
     let ready: Value = serde_json::from_str(&ready.text().await.unwrap()).unwrap();
-    assert!(
-        ready["config"]["last_reload_error"].is_string(),
-        "{ready}"
-    );
+    assert!(ready["config"]["last_reload_error"].is_string(), "{ready}");
 
     // A SIGHUP with the same broken file: refused again, never fatal.
     g.hangup();
@@ -224,7 +223,10 @@ async fn an_invalid_reload_keeps_the_loaded_config_and_shows_the_error() {
     })
     .await;
     assert!(counted, "the second refusal is counted");
-    assert!(g.is_running(), "a refused SIGHUP reload does not end the process");
+    assert!(
+        g.is_running(),
+        "a refused SIGHUP reload does not end the process"
+    );
 
     // Fixed, the next reload applies and clears the error.
     let fixed = text.replace("max_body_bytes = 65536", "max_body_bytes = 65537");
@@ -284,10 +286,18 @@ async fn a_removed_target_stops_and_its_deliveries_stay_pending() {
     let states: Vec<(String, i64)> = sqlx::query_as(
         "SELECT state, count(*) FROM hookgate_deliveries WHERE target = 't1' GROUP BY state",
     )
-    .fetch_all(&mut <sqlx::PgConnection as sqlx::Connection>::connect(&db.url).await.unwrap())
+    .fetch_all(
+        &mut <sqlx::PgConnection as sqlx::Connection>::connect(&db.url)
+            .await
+            .unwrap(),
+    )
     .await
     .unwrap();
-    assert_eq!(states, vec![("pending".to_owned(), 3)], "never dead-lettered");
+    assert_eq!(
+        states,
+        vec![("pending".to_owned(), 3)],
+        "never dead-lettered"
+    );
     let s = stats(&g).await;
     assert_eq!(
         s["unconfigured_targets"]["t1"]["retrying"], 3,
@@ -308,21 +318,63 @@ fn issue_cert(dir: &std::path::Path, cn: &str) -> Vec<u8> {
             .current_dir(dir)
             .output()
             .expect("openssl is installed");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+    ];
     let ca_subject = format!("/CN={cn} test CA");
-    run(&[&["req", "-x509"], &ec[..], &["-days", "1", "-subj", &ca_subject, "-keyout", "ca.key", "-out", "ca.pem"]].concat());
+    run(&[
+        &["req", "-x509"],
+        &ec[..],
+        &[
+            "-days",
+            "1",
+            "-subj",
+            &ca_subject,
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+        ],
+    ]
+    .concat());
     let subject = format!("/CN={cn}");
-    run(&[&["req"], &ec[..], &["-subj", &subject, "-keyout", "key.pem", "-out", "leaf.csr"]].concat());
+    run(&[
+        &["req"],
+        &ec[..],
+        &["-subj", &subject, "-keyout", "key.pem", "-out", "leaf.csr"],
+    ]
+    .concat());
     std::fs::write(
         dir.join("leaf.ext"),
         "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\n",
     )
     .unwrap();
     run(&[
-        "x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "1", "-extfile", "leaf.ext", "-out", "cert.pem",
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "leaf.ext",
+        "-out",
+        "cert.pem",
     ]);
     std::fs::read(dir.join("ca.pem")).unwrap()
 }
@@ -364,7 +416,13 @@ async fn tls_serves_https_and_a_reload_rereads_the_certificate() {
     assert_eq!(crate::helpers::dedup_header(&r), "duplicate");
     // Plain HTTP is not served on a TLS listener.
     let plain = url.replacen("https://", "http://", 1);
-    let r = post_signed(&reqwest::Client::new(), &plain, STRIPE_SECRET, "evt_tls_plain").await;
+    let r = post_signed(
+        &reqwest::Client::new(),
+        &plain,
+        STRIPE_SECRET,
+        "evt_tls_plain",
+    )
+    .await;
     assert!(r.is_err() || !r.unwrap().status().is_success());
 
     // A renewed certificate: new files, then a reload.
@@ -372,12 +430,20 @@ async fn tls_serves_https_and_a_reload_rereads_the_certificate() {
     assert_ne!(first, second);
     g.hangup();
     let renewed = eventually(Duration::from_secs(10), || async {
-        trusting(&second).get(g.url("/healthz")).send().await.is_ok()
+        trusting(&second)
+            .get(g.url("/healthz"))
+            .send()
+            .await
+            .is_ok()
     })
     .await;
     assert!(renewed, "new connections get the renewed certificate");
     assert!(
-        trusting(&first).get(g.url("/healthz")).send().await.is_err(),
+        trusting(&first)
+            .get(g.url("/healthz"))
+            .send()
+            .await
+            .is_err(),
         "the old certificate is no longer served"
     );
     let r = post_signed(&trusting(&second), &url, STRIPE_SECRET, "evt_tls_2")
@@ -396,6 +462,12 @@ async fn tls_serves_https_and_a_reload_rereads_the_certificate() {
     assert_eq!(r.status(), 422);
     let err: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
     assert!(err["error"].as_str().unwrap().contains("tls_key"), "{err}");
-    assert!(trusting(&second).get(g.url("/healthz")).send().await.is_ok());
+    assert!(
+        trusting(&second)
+            .get(g.url("/healthz"))
+            .send()
+            .await
+            .is_ok()
+    );
     assert!(g.is_running());
 }

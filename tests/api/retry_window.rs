@@ -53,7 +53,10 @@ async fn retried_for_the_window_then_dead(b: Backend) {
         started.elapsed()
     );
     let (_, attempts) = delivery(&app, "evt_window").await;
-    assert!(attempts >= 4, "retried across the window: {attempts} attempts");
+    assert!(
+        attempts >= 4,
+        "retried across the window: {attempts} attempts"
+    );
 
     // The target comes back: the next delivery recovers it.
     t.always(None);

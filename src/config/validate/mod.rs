@@ -339,7 +339,10 @@ fn targets(
             .permanent_statuses
             .clone()
             .unwrap_or_else(|| delivery.permanent_statuses.clone());
-        if let Some(s) = permanent_statuses.iter().find(|s| !(300..=599).contains(*s)) {
+        if let Some(s) = permanent_statuses
+            .iter()
+            .find(|s| !(300..=599).contains(*s))
+        {
             v.problem(
                 &format!("{key}.permanent_statuses"),
                 format!("{s} is not a failure status (300-599)"),
@@ -383,12 +386,12 @@ fn targets(
                 url: t.url,
                 timeout: t.timeout.0,
                 retry: super::RetryPolicy {
-                retry_for,
-                permanent_statuses,
-                max_attempts: t.max_attempts,
-                backoff_base: delivery.backoff_base,
-                backoff_max: delivery.backoff_max,
-            },
+                    retry_for,
+                    permanent_statuses,
+                    max_attempts: t.max_attempts,
+                    backoff_base: delivery.backoff_base,
+                    backoff_max: delivery.backoff_max,
+                },
                 signing_key,
                 concurrency: t.concurrency.max(1),
                 forward_credentials: t.forward_credentials,
