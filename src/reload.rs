@@ -186,10 +186,10 @@ impl Hangup {
 
     async fn recv(&mut self) {
         #[cfg(unix)]
-        if let Some(s) = &mut self.0 {
-            if s.recv().await.is_some() {
-                return;
-            }
+        if let Some(s) = &mut self.0
+            && s.recv().await.is_some()
+        {
+            return;
         }
         std::future::pending::<()>().await
     }
