@@ -228,8 +228,11 @@ async fn an_invalid_reload_keeps_the_loaded_config_and_shows_the_error() {
         "a refused SIGHUP reload does not end the process"
     );
 
-    // Fixed, the next reload applies and clears the error.
-    let fixed = text.replace("max_body_bytes = 65536", "max_body_bytes = 65537");
+    // Fixed, the next reload applies and clears the error; a setting bound
+    // at start is named and keeps its running value.
+    let fixed = text
+        .replace("max_body_bytes = 65536", "max_body_bytes = 65537")
+        .replace("shutdown_grace = \"5s\"", "shutdown_grace = \"9s\"");
     assert_ne!(fixed, text);
     g.rewrite_config(&fixed);
     let r = client
@@ -239,6 +242,11 @@ async fn an_invalid_reload_keeps_the_loaded_config_and_shows_the_error() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
+    let answer: Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(
+        answer["needs_restart"],
+        serde_json::json!(["server.shutdown_grace"])
+    );
     let s = stats(&g).await;
     assert_ne!(s["config"]["digest"], before.as_str());
     assert_eq!(s["config"]["last_reload_error"], Value::Null);
