@@ -479,3 +479,77 @@ async fn tls_serves_https_and_a_reload_rereads_the_certificate() {
     );
     assert!(g.is_running());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_applies_the_log_level() {
+    // The binary without RUST_LOG (which would override `log_level`), its
+    // log in a file.
+    let dir = tempfile::tempdir().unwrap();
+    let port = crate::helpers::process::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "log_level = \"warn\"".into();
+    let db = TestDb::create(Backend::Embedded).await;
+    let text = opts.toml(&db, "reload-log", &addr);
+    let path = dir.path().join("hookgate.toml");
+    std::fs::write(&path, &text).unwrap();
+    let log_path = dir.path().join("log.txt");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .arg("--config")
+        .arg(&path)
+        .arg("serve")
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log_path).unwrap())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://{addr}");
+    let up = eventually(Duration::from_secs(20), || async {
+        client.get(format!("{base}/healthz")).send().await.is_ok()
+    })
+    .await;
+    assert!(up);
+    let url = format!("{base}/webhooks/stripe");
+    let webhook_lines = || {
+        std::fs::read_to_string(&log_path)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains(" webhook ") || l.contains("webhook source="))
+            .count()
+    };
+    let r = post_signed(&client, &url, STRIPE_SECRET, "evt_quiet")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(webhook_lines(), 0, "INFO lines are off at `warn`");
+
+    std::fs::write(
+        &path,
+        text.replace("log_level = \"warn\"", "log_level = \"info\""),
+    )
+    .unwrap();
+    let ok = std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let on = eventually(Duration::from_secs(10), || async {
+        let id = format!("evt_loud_{}", crate::helpers::now());
+        post_signed(&client, &url, STRIPE_SECRET, &id)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        webhook_lines() > 0
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        on,
+        "INFO lines after the reload: {}",
+        std::fs::read_to_string(&log_path).unwrap()
+    );
+}
