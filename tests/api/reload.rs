@@ -553,3 +553,62 @@ async fn a_reload_applies_the_log_level() {
         std::fs::read_to_string(&log_path).unwrap()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_adds_a_source_and_an_api_and_removes_a_source() {
+    let upstream = TestTarget::start().await;
+    let base_url = upstream.url.trim_end_matches("/hook").to_owned();
+    let opts = Opts::new(Backend::Embedded);
+    let db = TestDb::create(Backend::Embedded).await;
+    let (g, text) = gateway(&opts, &db, "reload-sources").await;
+    let client = reqwest::Client::new();
+    let extra = g.url("/webhooks/extra");
+    let api = g.url("/api/pay/hook");
+    let post_api = || {
+        client
+            .post(&api)
+            .header("Idempotency-Key", "key-1")
+            .body("{}")
+            .send()
+    };
+    let r = post_signed(&client, &extra, STRIPE_SECRET, "evt_extra_0")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "no such source yet");
+    assert_eq!(post_api().await.unwrap().status(), 404, "no such API yet");
+
+    let added = text.replace("[sources.github]", "[sources.removed_later]")
+        + &format!(
+            "\n[sources.extra]\nprovider = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\n\
+             \n[apis.pay]\nupstream = \"{base_url}\"\n"
+        );
+    // `github` is renamed away: that source is gone after the reload.
+    g.rewrite_config(&added);
+    let r = client
+        .post(g.url("/admin/reload"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+
+    let r = post_signed(&client, &extra, STRIPE_SECRET, "evt_extra_1")
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(crate::helpers::dedup_header(&r), "new");
+    let r = post_api().await.unwrap();
+    assert_eq!(r.status(), 200, "the added API proxies");
+    assert_eq!(upstream.count(), 1);
+    let r = client
+        .post(g.url("/webhooks/github"))
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404, "the removed source is gone");
+    // The added source is counted in /stats.
+    let s = stats(&g).await;
+    assert_eq!(s["sources"]["extra"]["unique"], 1, "{s}");
+    assert!(s["sources"].get("github").is_none());
+}
