@@ -1,9 +1,9 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::redact_url;
 use crate::config::redis_url::RedisTopology;
 use crate::primitives::duration::show;
+use crate::primitives::url;
 use std::fmt::Write as _;
 
 /// The `check-config` summary: everything resolved, no secret.
@@ -27,7 +27,7 @@ pub fn describe(c: &Config) -> String {
         Some(u) => format!(
             "redis {} {} (key prefix `{}`)",
             RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
-            redact_url(u.expose()),
+            url::redact(u.expose()),
             c.storage.key_prefix
         ),
         None => format!("in-process (capacity {})", c.storage.cache_capacity),
@@ -84,24 +84,11 @@ pub fn describe(c: &Config) -> String {
             o,
             "  {:<16} {}{} timeout={} concurrency={} signed={}{}\n  {:<16} {}",
             t.name,
-            redact_url(&t.url),
-            match &t.kind {
-                crate::config::TargetKind::Http => String::new(),
-                crate::config::TargetKind::RedisStream(r) => format!(
-                    " kind=redis-stream stream={} maxlen={} duplicate_window={}",
-                    r.stream,
-                    r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
-                    show(r.duplicate_window)
-                ),
-                crate::config::TargetKind::Nats(n) => format!(" kind=nats subject={}", n.subject),
-                crate::config::TargetKind::RabbitMq(r) => format!(
-                    " kind=rabbitmq exchange={:?} routing_key={}",
-                    r.exchange, r.routing_key
-                ),
-            },
+            url::redact(&t.url),
+            t.kind.describe(),
             show(t.timeout),
             t.concurrency,
-            if t.signing_key.is_some() { "yes" } else { "no" },
+            if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
                 .map(|o| format!(" order_by={}", crate::verify::route::show_lookup(o)))
@@ -165,7 +152,7 @@ fn describe_apis(o: &mut String, c: &Config) {
             "  {:<16} /api/{}/… → {} methods=[{}] key_header={} required={} scope={} ttl={} lock_ttl={} timeout={}",
             a.name,
             a.name,
-            redact_url(&a.upstream),
+            url::redact(&a.upstream),
             methods.join(", "),
             a.key_header,
             a.required,

@@ -11,8 +11,8 @@ pub mod redis_url;
 mod restart;
 mod validate;
 
-use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
+use crate::target::Target;
 use crate::verify::registry::Registry;
 use crate::verify::source::Source;
 use figment::Figment;
@@ -127,16 +127,8 @@ impl Database {
     pub fn display(&self) -> String {
         match self {
             Self::Sqlite(u) => u.clone(),
-            Self::Postgres(u) => redact_url(u.expose()),
+            Self::Postgres(u) => crate::primitives::url::redact(u.expose()),
         }
-    }
-}
-
-/// Replaces the `user:password@` part of a URL with `***@`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_owned(),
     }
 }
 
@@ -161,95 +153,6 @@ pub struct Delivery {
     pub retry_for: Duration,
     /// Default permanent-failure statuses of every target.
     pub permanent_statuses: Vec<u16>,
-}
-
-/// When a target's failed delivery is retried and when it is dead.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RetryPolicy {
-    /// Retried until this long after the event was received.
-    pub retry_for: Duration,
-    /// HTTP statuses that make a delivery dead at once.
-    pub permanent_statuses: Vec<u16>,
-    /// Optional cap on attempts inside the window.
-    pub max_attempts: Option<u32>,
-    /// The retry delay's ceiling doubles from `backoff_base` to `backoff_max`.
-    pub backoff_base: Duration,
-    pub backoff_max: Duration,
-}
-
-/// An internal endpoint events are forwarded to.
-#[derive(Debug)]
-pub struct Target {
-    pub name: String,
-    pub url: String,
-    pub timeout: Duration,
-    /// Retry window, permanent statuses, optional attempt cap, backoff.
-    pub retry: RetryPolicy,
-    /// Standard Webhooks key the gateway signs forwards with.
-    pub signing_key: Option<SigningKey>,
-    pub concurrency: usize,
-    pub forward_credentials: bool,
-    pub forward_proxy_headers: bool,
-    /// Per source name: stored header names never sent to this target
-    /// (credentials and proxy headers another target of the source needs).
-    pub withheld: BTreeMap<String, Vec<String>>,
-    /// Which events this target subscribes to (`events`, `filter`).
-    pub rule: crate::verify::route::Rule,
-    /// HTTP, or the broker and its settings.
-    pub kind: TargetKind,
-    /// `rate`: most deliveries per second from this process; `None` = no cap.
-    pub rate: Option<f64>,
-    /// `order_by`: where each event's ordering key is; `None` = unordered.
-    pub order_by: Option<crate::verify::locator::Lookup>,
-}
-
-/// A target's kind with the settings only that kind has.
-#[derive(Debug, Clone)]
-pub enum TargetKind {
-    Http,
-    RedisStream(RedisStreamSpec),
-    Nats(NatsSpec),
-    RabbitMq(RabbitMqSpec),
-}
-
-#[derive(Debug, Clone)]
-pub struct RedisStreamSpec {
-    /// Stream name template (`{source}`, `{type}`).
-    pub stream: String,
-    pub maxlen: Option<u64>,
-    pub duplicate_window: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct NatsSpec {
-    /// Subject template (`{source}`, `{type}`).
-    pub subject: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct RabbitMqSpec {
-    /// Exchange name; `""` is the default exchange.
-    pub exchange: String,
-    /// Routing key template (`{source}`, `{type}`).
-    pub routing_key: String,
-}
-
-impl Target {
-    /// Whether `self` and `other` (the same target in two loaded configs)
-    /// have every setting in common, the signing key's bytes included
-    /// (`Debug` shows the key redacted).
-    pub fn same_as(&self, other: &Target) -> bool {
-        format!("{self:?}") == format!("{other:?}")
-            && self.signing_key.as_ref().map(SigningKey::bytes)
-                == other.signing_key.as_ref().map(SigningKey::bytes)
-    }
-
-    /// Whether stored header `name` of an event from `source` stays here.
-    pub fn withholds(&self, source: &str, name: &str) -> bool {
-        self.withheld
-            .get(source)
-            .is_some_and(|w| w.iter().any(|h| h.eq_ignore_ascii_case(name)))
-    }
 }
 
 /// A config that could not be loaded: the file and every offending key.

@@ -10,8 +10,8 @@
 //! called one at a time (the caller holds the fleet behind one lock).
 
 use super::{Ctx, Lane, TargetCtx, target_loop};
-use crate::config::Target;
 use crate::deliver::lanes::Lanes;
+use crate::target::Target;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::task::JoinHandle;

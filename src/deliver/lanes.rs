@@ -27,9 +27,9 @@
 //! when the attempt is recorded, or by `give_back`; so a lane never holds
 //! more than its capacity and a hand-off never waits.
 
-use crate::config::Target;
 use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, HandoffLease};
+use crate::target::Target;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

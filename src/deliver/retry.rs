@@ -15,10 +15,10 @@
 //!
 //! Rule: decisions only, from the policy, the row and `now`; no I/O.
 
-use super::backoff;
-use crate::config::RetryPolicy;
+use crate::primitives::backoff;
 use crate::primitives::time::Millis;
 use crate::store::NextState;
+use crate::target::RetryPolicy;
 use std::time::Duration;
 
 /// A failed attempt, as the sink classified it.
