@@ -207,14 +207,12 @@ impl App {
         } else {
             "http"
         };
-        tracing::info!(
-            %addr,
-            scheme,
-            sources = config.sources.len(),
-            targets = config.targets.len(),
-            digest = %config.digest,
-            "hookgate listening"
-        );
+        let admin = admin.filter(|_| server.admin_listen.is_some());
+        let admin_addr = match &admin {
+            Some(a) => a.local_addr()?,
+            None => addr,
+        };
+        startup_line(&config, scheme, addr, admin_addr);
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
         let certs = self.certs.clone();
@@ -225,9 +223,8 @@ impl App {
             certs.clone(),
             shutdown.clone(),
         ));
-        if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
-            let addr = admin.local_addr()?;
-            tracing::info!(%addr, scheme, "admin endpoints listening");
+        if let Some(admin) = admin {
+            tracing::info!(addr = %admin_addr, scheme, "admin endpoints listening");
             let routes = http::admin_router(self.state.clone());
             servers.spawn(serve::serve(admin, routes, limits, certs, shutdown.clone()));
         }
@@ -262,6 +259,37 @@ impl App {
         tracing::info!("hookgate stopped");
         Ok(())
     }
+}
+
+/// The one line that says what this process serves: where it listens, the
+/// ledger it opened (a SQLite path as resolved; a URL without
+/// credentials), the cache, the sources and targets, and the console.
+fn startup_line(
+    config: &Config,
+    scheme: &str,
+    addr: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+) {
+    let names = |m: Vec<&String>| {
+        if m.is_empty() {
+            "none".to_owned()
+        } else {
+            m.into_iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    tracing::info!(
+        %addr,
+        ledger = %config.storage.database.display(),
+        cache = %config.storage.cache_display(),
+        sources = %names(config.sources.keys().collect()),
+        targets = %names(config.targets.keys().collect()),
+        console = %format!("{scheme}://{admin}/console/"),
+        digest = %config.digest,
+        "hookgate listening"
+    );
 }
 
 /// Connects the ledger and, unless told not to, migrates it.

@@ -1,7 +1,6 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::redis_url::RedisTopology;
 use crate::primitives::duration::show;
 use crate::primitives::url;
 use std::fmt::Write as _;
@@ -23,15 +22,7 @@ pub fn describe(c: &Config) -> String {
         c.server.log_format
     );
     let _ = writeln!(o, "ledger: {}", c.storage.database.display());
-    let cache = match &c.storage.redis_url {
-        Some(u) => format!(
-            "redis {} {} (key prefix `{}`)",
-            RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
-            url::redact(u.expose()),
-            c.storage.key_prefix
-        ),
-        None => format!("in-process (capacity {})", c.storage.cache_capacity),
-    };
+    let cache = c.storage.cache_display();
     let _ = writeln!(o, "cache: {cache}");
     let _ = writeln!(o, "providers: {}", c.providers.names().join(", "));
     let _ = writeln!(o, "sources:");

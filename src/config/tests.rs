@@ -549,6 +549,92 @@ fn a_source_may_say_where_its_event_type_is() {
 }
 
 #[test]
+fn a_relative_sqlite_path_is_taken_from_the_config_files_directory() {
+    let base = Path::new("/etc/hook gate");
+    for (url, want) in [
+        (
+            "sqlite://hookgate.db",
+            "sqlite:///etc/hook gate/hookgate.db",
+        ),
+        (
+            "sqlite:data/h.db?mode=rwc",
+            "sqlite:///etc/hook gate/data/h.db?mode=rwc",
+        ),
+        ("sqlite:///var/lib/h.db", "sqlite:///var/lib/h.db"),
+        ("sqlite::memory:", "sqlite::memory:"),
+        ("sqlite://?mode=memory", "sqlite://?mode=memory"),
+    ] {
+        assert_eq!(sqlite_anchored(url, base), want, "{url}");
+    }
+    // No config file: the working directory, as before.
+    assert_eq!(
+        sqlite_anchored("sqlite://hookgate.db", Path::new("")),
+        "sqlite://hookgate.db"
+    );
+    // sqlx decodes `%XX` in the path: a directory's own `%` and `?` survive.
+    assert_eq!(
+        sqlite_anchored("sqlite://h.db", Path::new("/srv/50%?x")),
+        "sqlite:///srv/50%25%3Fx/h.db"
+    );
+    let c = Config::from_toml_str("", Path::new("/srv/hooks")).unwrap();
+    assert_eq!(
+        c.storage.database.display(),
+        "sqlite:///srv/hooks/hookgate.db"
+    );
+}
+
+#[test]
+#[expect(
+    clippy::result_large_err,
+    reason = "figment's Jail API returns its own Error"
+)]
+fn ledger_commands_load_a_config_whose_webhook_secrets_are_not_set() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file(
+            "hookgate.toml",
+            r#"
+[server]
+admin_token = "env:HOOKGATE_T_UNSET_ADMIN"
+[storage]
+database_url = "sqlite://ledger.db"
+[sources.stripe]
+provider = "stripe"
+secrets = ["env:HOOKGATE_T_UNSET_STRIPE", "file:missing.txt"]
+targets = ["billing"]
+[targets.billing]
+url = "http://127.0.0.1:9/hook"
+signing_secret = "env:HOOKGATE_T_UNSET_SIGNING"
+"#,
+        )?;
+        let path = Path::new("hookgate.toml");
+        let e = Config::load(Some(path)).unwrap_err();
+        assert_eq!(e.problems.len(), 4, "{e}");
+        let c = Config::load_for(Some(path), Needs::Ledger).unwrap();
+        assert!(c.sources["stripe"].keys.is_empty());
+        assert!(matches!(
+            &c.targets["billing"].kind,
+            crate::target::Kind::Http(spec) if spec.signing_key.is_none()
+        ));
+        assert!(c.server.admin_token.is_none());
+        // Not told "admin_token is not set": it is, in an unset variable.
+        assert!(!c.warnings.iter().any(|w| w.contains("admin_token")));
+        let dir = std::env::current_dir().unwrap();
+        assert_eq!(
+            c.storage.database.display(),
+            format!("sqlite://{}/ledger.db", dir.display())
+        );
+        // The ledger's own URL must still resolve.
+        jail.create_file(
+            "pg.toml",
+            "[storage]\ndatabase_url = \"file:no-such-file\"\n",
+        )?;
+        let e = Config::load_for(Some(Path::new("pg.toml")), Needs::Ledger).unwrap_err();
+        assert!(e.to_string().contains("storage.database_url"), "{e}");
+        Ok(())
+    });
+}
+
+#[test]
 fn a_target_refuses_an_unknown_key_with_its_path_and_lists_every_kinds_keys() {
     let p = problems(&GOOD.replace("signing_secret", "sigining_secret"));
     assert_eq!(p[0].0, "targets.billing.sigining_secret", "{p:?}");

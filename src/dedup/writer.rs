@@ -126,6 +126,7 @@ fn handed_row(e: &NewEvent, i: usize, id: i64) -> DueDelivery {
         headers: e.headers.clone(),
         received_at: e.received_at,
         attempts: 0,
+        earlier_attempts: 0,
         event_type: e.facts.event_type.clone(),
         order_key: None,
     }

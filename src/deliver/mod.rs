@@ -453,9 +453,12 @@ async fn finish(ctx: &Ctx, t: &TargetCtx, mut inflight: JoinSet<()>) {
 #[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
 async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -> Option<String> {
     let number = row.attempts + 1;
+    // What the target and the log see: numbers go on after a replay, which
+    // restarts only the retry budget (`number`).
+    let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = send(t, &row, number, started_at).await;
+    let sent = send(t, &row, shown, started_at).await;
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
@@ -465,7 +468,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     ctx.health
         .record(&t.target.name, rec.error.as_deref(), Millis::now());
     let recovered = t.count(rec.next, latency_ms);
-    if !record(ctx, row.id, &rec, number).await {
+    if !record(ctx, row.id, &rec, shown).await {
         return None;
     }
     ctx.counters
@@ -474,14 +477,14 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     if rec.next == NextState::Dead {
         let reason = retry::dead_reason(&t.target.retry, row.received_at, Millis::now(), &failure);
         tracing::warn!(
-            attempt = number,
+            attempt = shown,
             error = rec.error.as_deref().unwrap_or(""),
             reason,
             "delivery dead"
         );
     } else {
         let outcome = label(rec.next);
-        tracing::debug!(attempt = number, outcome, latency_ms, "delivery attempt");
+        tracing::debug!(attempt = shown, outcome, latency_ms, "delivery attempt");
     }
     // Ordered target: a delivered or dead row frees its key.
     match rec.next {
@@ -490,7 +493,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     }
 }
 
-/// Sends attempt number `number` of `row` through the target's sink.
+/// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
 async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis) -> Sent {
     let event = Event {
         source: &row.source,
@@ -554,14 +557,14 @@ fn outcome(
 /// Records the attempt, retrying a failed write briefly; `false` when it
 /// is not recorded (the lease was lost, or the ledger kept failing: the
 /// lease then expires and the event is sent again, at least once).
-async fn record(ctx: &Ctx, delivery_id: i64, rec: &AttemptRecord, number: i32) -> bool {
+async fn record(ctx: &Ctx, delivery_id: i64, rec: &AttemptRecord, shown: i32) -> bool {
     let mut wait = Duration::from_millis(100);
     for _ in 0..5 {
         match ctx.recorder.finish(delivery_id, rec.clone()).await {
             Ok(true) => return true,
             Ok(false) => {
                 tracing::warn!(
-                    attempt = number,
+                    attempt = shown,
                     "lease lost before the attempt was recorded"
                 );
                 return false;

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod admin_events;
+mod backup;
 mod body_dedup;
 mod cli;
 mod cli_events;
@@ -14,6 +15,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod operations;
 mod ordering;
 mod pg_crash;
 mod providers;
@@ -28,6 +30,7 @@ mod retry_window;
 mod reverse_proxy;
 mod routing;
 mod topologies;
+mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.

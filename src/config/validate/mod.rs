@@ -7,7 +7,7 @@
 
 use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
-use super::{Config, ConfigError, Database, Dedup, Delivery, Server, Storage};
+use super::{Config, ConfigError, Database, Dedup, Delivery, Needs, Server, Storage};
 use crate::primitives::secret::Secret;
 use crate::target::{Check, Target};
 use crate::verify::registry::Registry;
@@ -24,9 +24,15 @@ use sources::{nets, sources, withhold};
 
 /// Checks every section of `raw`; `base` anchors `file:` secrets and
 /// `providers_dir`.
-pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config, ConfigError> {
+pub(super) fn config(
+    raw: RawConfig,
+    origin: &str,
+    base: &Path,
+    needs: Needs,
+) -> Result<Config, ConfigError> {
     let mut v = Validator {
         base,
+        needs,
         problems: Vec::new(),
         warnings: Vec::new(),
     };
@@ -50,6 +56,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
         .map(|(name, t)| (name, Arc::new(t)))
         .collect();
     let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
+    operator_warnings(&server, &sources, &mut v);
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -72,6 +79,27 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             origin: origin.to_owned(),
             problems: v.problems,
         })
+    }
+}
+
+/// Settings that load but are probably not what the operator meant.
+fn operator_warnings(
+    server: &Server,
+    sources: &BTreeMap<String, Arc<crate::verify::source::Source>>,
+    v: &mut Validator<'_>,
+) {
+    for s in sources.values().filter(|s| s.targets.is_empty()) {
+        v.warning(format!(
+            "`sources.{}.targets` is empty: its events are verified, deduplicated and stored, but forwarded nowhere",
+            s.name
+        ));
+    }
+    // A command on the ledger alone may have left an unresolved token unset.
+    if server.admin_token.is_none() && v.needs == Needs::Everything {
+        v.warning(
+            "`server.admin_token` is not set: /stats, /admin/* and the console's API refuse every request"
+                .into(),
+        );
     }
 }
 
@@ -102,6 +130,7 @@ fn reconcile(
                 let got = Secret::resolve(reference, v.base);
                 match got {
                     Ok(s) => Some(s),
+                    Err(_) if v.needs == Needs::Ledger => None,
                     Err(e) => {
                         secrets.push((k.to_owned(), e.to_string()));
                         None
@@ -206,11 +235,13 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
 }
 
 fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
+    let base = v.base;
+    let default = || Database::parse(Secret::new("sqlite://hookgate.db"), base).ok();
     let database = match raw.database_url.as_deref() {
-        None => Some(Database::Sqlite("sqlite://hookgate.db".into())),
+        None => default(),
         Some(r) => match Secret::resolve_optional(r, v.base) {
-            Ok(None) => Some(Database::Sqlite("sqlite://hookgate.db".into())),
-            Ok(Some(url)) => Database::parse(url)
+            Ok(None) => default(),
+            Ok(Some(url)) => Database::parse(url, v.base)
                 .map_err(|e| v.problem("storage.database_url", e))
                 .ok(),
             Err(e) => {
@@ -230,6 +261,8 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
                 }
             },
             Ok(None) => None,
+            // Commands on the ledger alone never open the cache.
+            Err(_) if v.needs == Needs::Ledger => None,
             Err(e) => {
                 v.problem("storage.redis_url", e.to_string());
                 None
@@ -436,6 +469,8 @@ fn valid_name(name: &str) -> bool {
 /// Collects problems and warnings; resolves secrets relative to `base`.
 struct Validator<'a> {
     base: &'a Path,
+    /// [`Needs::Ledger`]: a secret that does not resolve is left unset.
+    needs: Needs,
     problems: Vec<(String, String)>,
     warnings: Vec<String>,
 }
@@ -452,9 +487,14 @@ impl Validator<'_> {
 
 impl Resolve for Validator<'_> {
     fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {
-        Secret::resolve(reference, self.base)
-            .map_err(|e| self.problem(key, e.to_string()))
-            .ok()
+        match Secret::resolve(reference, self.base) {
+            Ok(s) => Some(s),
+            Err(_) if self.needs == Needs::Ledger => None,
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
     }
 
     fn problem(&mut self, key: &str, msg: String) {
