@@ -10,6 +10,7 @@ use crate::dedup::writer::GroupCommit;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
 use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
+use crate::primitives::budget::ByteBudget;
 use crate::primitives::time::Millis;
 use crate::state::{AppState, Handles};
 use crate::stats::Counters;
@@ -133,7 +134,19 @@ impl App {
         };
 
         let request_metrics = RequestMetrics::new(config.sources.keys().map(String::as_str));
+        let server = &config.server;
+        let body_budget = ByteBudget::new(
+            server.max_buffered_body_bytes,
+            server.max_buffered_body_bytes_per_client,
+        );
+        let answer_budget = ByteBudget::new(
+            server.max_buffered_answer_bytes,
+            server.max_buffered_answer_bytes,
+        );
         let state = AppState::new(Handles {
+            body_budget,
+            answer_budget,
+            admin_throttle: Default::default(),
             request_metrics,
             config,
             store,
@@ -191,14 +204,17 @@ impl App {
         let grace = server.shutdown_grace;
         let limits = serve::Limits {
             max_connections: server.max_connections,
+            max_connections_per_client: server.max_connections_per_client,
             header_read_timeout: server.header_read_timeout,
+            keep_alive_timeout: server.keep_alive_timeout,
             idle_timeout: server.idle_timeout,
+            trusted_proxies: server.trusted_proxies.clone(),
         };
         let addr = listener.local_addr()?;
         tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
-        servers.spawn(serve::serve(listener, public, limits, shutdown.clone()));
+        servers.spawn(serve::serve(listener, public, limits.clone(), shutdown.clone()));
         if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
             let addr = admin.local_addr()?;
             tracing::info!(%addr, "admin endpoints listening");

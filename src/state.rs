@@ -5,6 +5,8 @@
 //! `ingest`, `proxy` and `admin`.
 
 use crate::config::Config;
+use crate::primitives::budget::ByteBudget;
+use crate::primitives::throttle::Throttle;
 use crate::dedup::Dedup;
 use crate::dedup::arrivals::Arrivals;
 use crate::deliver::Wake;
@@ -35,6 +37,14 @@ pub struct Handles {
     pub request_metrics: RequestMetrics,
     /// Client for `[apis.*]` upstreams (no redirects followed).
     pub upstream: reqwest::Client,
+    /// Request bodies held before verification (or forwarding), all
+    /// requests together (`server.max_buffered_body_bytes`).
+    pub body_budget: ByteBudget,
+    /// Upstream answers the proxy buffers to store them
+    /// (`server.max_buffered_answer_bytes`).
+    pub answer_budget: ByteBudget,
+    /// Wrong admin tokens per client address.
+    pub admin_throttle: Arc<Throttle>,
 }
 
 impl Deref for AppState {

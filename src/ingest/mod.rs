@@ -103,7 +103,16 @@ async fn handle(
     let headers = &request.headers;
     let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
-    let bytes = serve::read_body(body, headers, state.config.server.max_body_bytes).await?;
+    // The body's share of the body budget, held until this request is
+    // answered.
+    let mut lease = state.body_budget.lease(request.client);
+    let bytes = serve::read_body(
+        body,
+        headers,
+        state.config.server.max_body_bytes,
+        &mut lease,
+    )
+    .await?;
 
     let now = Millis::now();
     let verify_started = Instant::now();

@@ -5,9 +5,11 @@
 //!
 //! Rule: imports nothing from the crate, so every module may import it.
 
+pub mod budget;
 pub mod crypto;
 pub mod duration;
 pub mod headers;
 pub mod secret;
+pub mod throttle;
 pub mod time;
 pub mod token;
