@@ -4,7 +4,8 @@
 //!
 //! Rule: a name costs at most one fetch at a time (concurrent requests for
 //! it wait for that one fetch), every fetch is taken from the source's
-//! [`FetchBudget`] first, and only conclusions the fetcher marks as
+//! [`FetchBudget`] first (a failed one from the failure budgets, so
+//! made-up names cannot use up the fetches of genuine ones), and only conclusions the fetcher marks as
 //! lasting are remembered, so a provider that is busy or down is asked
 //! again on the next request. Expiry is judged by the caller's clock
 //! (`now`, unix seconds) as everywhere in verification; the cache's own
@@ -17,6 +18,7 @@ use moka::future::Cache;
 use moka::ops::compute::Op;
 use std::future::Future;
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// How long a key host may take to answer.
@@ -83,7 +85,13 @@ where
     /// refusal) and `Err` for one that must not be (the provider busy or
     /// unreachable); an empty budget is such an error too
     /// ([`VerifyError::CertificateUnavailable`], answered 503).
-    pub async fn get_or_fetch<F>(&self, name: K, now: i64, fetch: F) -> Result<V, VerifyError>
+    pub async fn get_or_fetch<F>(
+        &self,
+        name: K,
+        now: i64,
+        client: Option<IpAddr>,
+        fetch: F,
+    ) -> Result<V, VerifyError>
     where
         F: Future<Output = Result<Fetched<V>, VerifyError>>,
     {
@@ -105,10 +113,13 @@ where
             None => {}
         }
         let load = async {
-            if !self.budget.take(now) {
+            let Some(ticket) = self.budget.take(now, client) else {
                 return Err(VerifyError::CertificateUnavailable);
-            }
-            let fetched = fetch.await?;
+            };
+            let fetched = fetch.await;
+            let found = matches!(&fetched, Ok(Fetched { found: Ok(_), .. }));
+            self.budget.settle(ticket, found, now);
+            let fetched = fetched?;
             let keep_for = Duration::from_secs(fetched.until.saturating_sub(now).max(0) as u64);
             Ok(Entry { fetched, keep_for })
         };
@@ -172,7 +183,7 @@ mod tests {
         answer: Result<Fetched<u32>, VerifyError>,
     ) -> Result<u32, VerifyError> {
         let calls = calls.clone();
-        c.get_or_fetch(name.to_owned(), now, async move {
+        c.get_or_fetch(name.to_owned(), now, None, async move {
             calls.fetch_add(1, Ordering::SeqCst);
             answer
         })
@@ -249,7 +260,7 @@ mod tests {
         for _ in 0..8 {
             let (c, calls, gate) = (c.clone(), calls.clone(), gate.clone());
             tasks.push(tokio::spawn(async move {
-                c.get_or_fetch("same".to_owned(), NOW, async move {
+                c.get_or_fetch("same".to_owned(), NOW, None, async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     gate.notified().await;
                     Ok(Fetched {

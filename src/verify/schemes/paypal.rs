@@ -97,7 +97,9 @@ impl SchemeDef for Paypal {
     ) -> Result<Option<FetchedKey>, VerifyError> {
         match &source.settings {
             Some(SchemeSettings::Paypal(settings)) => Ok(Some(FetchedKey::Paypal(
-                settings.key_for(&incoming.headers, now).await?,
+                settings
+                    .key_for(&incoming.headers, incoming.client_ip, now)
+                    .await?,
             ))),
             _ => Ok(None),
         }
@@ -201,12 +203,12 @@ impl Settings {
     /// which is also what is fetched, so query variants can neither flush
     /// the genuine certificate nor cost a fetch each. A URL is fetched once
     /// at a time, failures are remembered for [`FAILED_FOR`] seconds, and
-    /// each source may fetch at most
-    /// [`FETCHES_PER_WINDOW`](crate::verify::fetch_budget::FETCHES_PER_WINDOW)
-    /// times a minute (then 503 + Retry-After).
+    /// fetches are held to the source's budgets, failures apart from
+    /// successes (`verify::fetch_budget`; over them, 503 + Retry-After).
     pub async fn key_for(
         &self,
         headers: &HeaderMap,
+        client: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<Arc<RsaPublicKey>, VerifyError> {
         let url = header(headers, CERT_URL)?;
@@ -218,7 +220,7 @@ impl Settings {
         parsed.set_fragment(None);
         let canonical = parsed.as_str().to_owned();
         self.keys
-            .get_or_fetch(canonical, now, self.fetch_key(parsed, now))
+            .get_or_fetch(canonical, now, client, self.fetch_key(parsed, now))
             .await
     }
 

@@ -126,6 +126,7 @@ impl Settings {
         headers: &HeaderMap,
         body: &[u8],
         tolerance: Duration,
+        client: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<Arc<Key>, VerifyError> {
         let token = Token::parse(header_value(headers)?)?;
@@ -137,7 +138,9 @@ impl Settings {
         }
         token.check_claims(body, now, tolerance)?;
         let fetch = self.fetch_key(&token.kid, now);
-        self.keys.get_or_fetch(token.kid.clone(), now, fetch).await
+        self.keys
+            .get_or_fetch(token.kid.clone(), now, client, fetch)
+            .await
     }
 
     /// The key until [`MAX_AGE`] from now (or its own expiry, if sooner),

@@ -1,0 +1,242 @@
+//! Issue #32 "Hardening, second round", availability: one client without a
+//! secret must not stop webhook intake (idle HTTP/2 connections, trickling
+//! bodies, memory), nor guess the admin token quickly; kept-alive HTTP/1
+//! connections have their own idle limit.
+
+use crate::helpers::*;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+/// A TCP connection to `to` from the loopback address `from`.
+async fn connect_from(from: &str, to: SocketAddr) -> std::io::Result<TcpStream> {
+    let s = TcpSocket::new_v4()?;
+    s.bind(SocketAddr::new(from.parse().unwrap(), 0))?;
+    s.connect(to).await
+}
+
+/// A client whose connections come from the loopback address `from`.
+fn client_from(from: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from.parse::<IpAddr>().unwrap())
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap()
+}
+
+/// An HTTP/2 connection that opens no stream and answers the server's
+/// pings (hyper's client does); resolves when the server closes it.
+async fn idle_h2(to: SocketAddr) -> Option<tokio::task::JoinHandle<Instant>> {
+    let stream = connect_from("127.0.0.1", to).await.ok()?;
+    let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Empty<Bytes>>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .ok()?;
+    Some(tokio::spawn(async move {
+        let _keep = sender;
+        let _ = conn.await;
+        Instant::now()
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http2_connections_and_trickling_api_bodies_from_one_address_do_not_stop_webhooks_from_another()
+ {
+    let upstream = TestTarget::start().await;
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "max_connections = 64\nheader_read_timeout = \"1s\"\n\
+                         request_timeout = \"3s\"\nidle_timeout = \"500ms\"\n"
+        .into();
+    opts.extra = format!("[apis.pay]\nupstream = \"{}\"\n", upstream.url);
+    let app = spawn_app(opts).await;
+
+    // 1,000 idle HTTP/2 connections from 127.0.0.1.
+    let opened = Instant::now();
+    let mut idle = Vec::new();
+    for chunk in 0..10 {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..100 {
+            set.spawn(idle_h2(app.addr));
+        }
+        while let Some(c) = set.join_next().await {
+            if let Some(handle) = c.unwrap() {
+                idle.push(handle);
+            }
+        }
+        let _ = chunk;
+    }
+    // 100 `/api` bodies trickling from the same address, one byte at a time.
+    let mut trickle = tokio::task::JoinSet::new();
+    for _ in 0..100 {
+        let addr = app.addr;
+        trickle.spawn(async move {
+            let Ok(mut s) = connect_from("127.0.0.1", addr).await else {
+                return;
+            };
+            let head = "POST /api/pay/x HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n";
+            if s.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            for _ in 0..100 {
+                if s.write_all(b"a").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+    }
+
+    // A valid webhook from another address is answered at once.
+    let body = stripe_body("evt_beside_an_idle_flood");
+    let mut req = client_from("127.0.0.2")
+        .post(app.url("/webhooks/stripe"))
+        .header("content-type", "application/json");
+    for (k, v) in signers::stripe(STRIPE_SECRET, now(), &body) {
+        req = req.header(k, v);
+    }
+    let started = Instant::now();
+    let res = req.body(body).send().await.expect("webhook answered");
+    let took = started.elapsed();
+    assert_eq!(res.status(), 200);
+    assert!(took < Duration::from_secs(1), "webhook took {took:?}");
+
+    // Every idle connection the gateway accepted is closed within the
+    // header timeout (1 s) plus the close grace (1 s), with a margin for
+    // a loaded machine; the rest were refused at once.
+    assert!(!idle.is_empty(), "some idle connections were accepted");
+    for handle in idle {
+        let closed = tokio::time::timeout(Duration::from_secs(10), handle)
+            .await
+            .expect("idle HTTP/2 connection closed by the gateway")
+            .unwrap();
+        let lived = closed - opened;
+        assert!(lived < Duration::from_secs(6), "idle connection lived {lived:?}");
+    }
+    trickle.abort_all();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_gets_only_its_share_of_the_connection_slots() {
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "max_connections = 16\nmax_connections_per_client = 4\n".into();
+    let app = spawn_app(opts).await;
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        held.push(connect_from("127.0.0.1", app.addr).await.unwrap());
+    }
+    // The first four are served; the gateway closes the others at once.
+    let mut open = 0;
+    for s in &mut held {
+        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 && buf.starts_with(b"HTTP/1.1 200") => open += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(open, 4);
+    let res = client_from("127.0.0.3")
+        .get(app.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_http1_connection_outlives_the_header_timeout_and_not_its_own_limit() {
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "header_read_timeout = \"500ms\"\nkeep_alive_timeout = \"2s\"\n".into();
+    let app = spawn_app(opts).await;
+    let mut s = TcpStream::connect(app.addr).await.unwrap();
+    let get = b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    s.write_all(get).await.unwrap();
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // Idle for three header timeouts: still open, and served again.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    s.write_all(get).await.unwrap();
+    let n = s.read(&mut buf).await.unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "kept-alive connection was closed");
+    // Then idle past the keep-alive limit: closed by the gateway.
+    let idle_from = Instant::now();
+    let n = tokio::time::timeout(Duration::from_secs(6), s.read(&mut buf))
+        .await
+        .expect("closed within the keep-alive limit")
+        .unwrap_or(0);
+    assert_eq!(n, 0);
+    let lived = idle_from.elapsed();
+    assert!(
+        lived >= Duration::from_millis(1800) && lived < Duration::from_secs(4),
+        "closed after {lived:?}"
+    );
+    // Headers that stop arriving still get only the header timeout.
+    let mut slow = TcpStream::connect(app.addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost").await.unwrap();
+    let started = Instant::now();
+    let _ = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;
+    assert!(started.elapsed() < Duration::from_secs(2), "slow headers held {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_readyz_can_be_put_behind_the_admin_token() {
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "protect_metrics = true\n".into();
+    let app = spawn_app(opts).await;
+    for path in ["/metrics", "/readyz"] {
+        let anon = app.client.get(app.url(path)).send().await.unwrap();
+        assert_eq!(anon.status(), 401, "{path}");
+        let ok = app
+            .client
+            .get(app.url(path))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), 200, "{path}");
+    }
+    assert_eq!(
+        app.client.get(app.url("/healthz")).send().await.unwrap().status(),
+        200
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_wrong_admin_tokens_from_one_address_are_throttled() {
+    let app = spawn_app(Opts::new(Backend::Embedded)).await;
+    let guesser = client_from("127.0.0.4");
+    let max = hookgate::primitives::throttle::MAX_BAD_TOKENS;
+    for i in 0..max {
+        let res = guesser
+            .get(app.url("/stats"))
+            .bearer_auth(format!("guess-{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), 401, "#{i}");
+    }
+    // Even the right token waits now, from that address.
+    let res = guesser
+        .get(app.url("/stats"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 429);
+    assert!(res.headers().contains_key("retry-after"));
+    // Another address is not affected.
+    let res = client_from("127.0.0.5")
+        .get(app.url("/stats"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+}
