@@ -4,6 +4,7 @@
 //! connections have their own idle limit.
 
 use crate::helpers::*;
+use crate::helpers::process;
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -239,4 +240,136 @@ async fn repeated_wrong_admin_tokens_from_one_address_are_throttled() {
         .await
         .unwrap();
     assert_eq!(res.status(), 200);
+}
+
+/// Resident memory of process `pid` in bytes (`VmRSS` in `/proc/PID/status`).
+fn rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A request body fed by the test, chunk by chunk; it never ends while
+/// its sender is held.
+struct Fed(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Fed {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|c| c.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// Budget and share of the flood test; the constant is what the process
+/// holds besides the bodies (its own baseline, HTTP/2 buffers, allocator
+/// slack), documented in docs/operations.md ("Security model").
+const FLOOD_BUDGET: u64 = 40 * 1024 * 1024;
+const RSS_CONSTANT: u64 = 96 * 1024 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_body_http2_flood_declaring_10_gib_stays_within_the_body_budget() {
+    let mb = 1024 * 1024;
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.max_body_bytes = 8 * mb;
+    opts.server_extra = format!(
+        "max_buffered_body_bytes = {FLOOD_BUDGET}\nmax_buffered_body_bytes_per_client = {}\n\
+         request_timeout = \"20s\"\n",
+        8 * mb
+    );
+    let db = TestDb::create(Backend::Embedded).await;
+    let gw = process::Gateway::start(&opts, &db, &unique_prefix()).await;
+    let pid = gw.pid();
+    let before = rss(pid);
+
+    // 4 addresses x 10 connections x 32 streams, each declaring 8 MiB
+    // (10 GiB in all), sending 256 KiB and then nothing more.
+    let mut feeders = Vec::new();
+    let mut answers = tokio::task::JoinSet::new();
+    let mut declared: u64 = 0;
+    for a in 0..4 {
+        let from = format!("127.0.0.{}", 11 + a);
+        for _ in 0..10 {
+            let stream = connect_from(&from, gw.addr).await.unwrap();
+            let (sender, conn) =
+                hyper::client::conn::http2::handshake::<_, _, Fed>(TokioExecutor::new(), TokioIo::new(stream))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            for _ in 0..32 {
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let req = http::Request::post(format!("http://{}/webhooks/stripe", gw.addr))
+                    .header("content-length", (8 * mb).to_string())
+                    .body(Fed(rx))
+                    .unwrap();
+                declared += 8 * mb as u64;
+                let mut s = sender.clone();
+                answers.spawn(async move {
+                    s.ready().await.ok()?;
+                    let res = s.send_request(req).await.ok()?;
+                    Some(res.status().as_u16())
+                });
+                feeders.push(tokio::spawn(async move {
+                    for _ in 0..16 {
+                        if tx.send(Bytes::from(vec![b'x'; 16 * 1024])).await.is_err() {
+                            break;
+                        }
+                    }
+                    // Held: the body never ends.
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                    drop(tx);
+                }));
+            }
+        }
+    }
+    assert_eq!(declared, 10 * 1024 * mb as u64);
+    // Watch the gateway's memory while the flood arrives.
+    let mut peak = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until {
+        peak = peak.max(rss(pid));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A webhook from another address is still taken.
+    let body = stripe_body("evt_beside_a_body_flood");
+    let mut req = client_from("127.0.0.2")
+        .post(gw.url("/webhooks/stripe"))
+        .header("content-type", "application/json");
+    for (k, v) in signers::stripe(STRIPE_SECRET, now(), &body) {
+        req = req.header(k, v);
+    }
+    let status = req.body(body).send().await.unwrap().status();
+    let mut refused = 0;
+    while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(10), answers.join_next()).await {
+        if r.ok().flatten() == Some(503) {
+            refused += 1;
+        }
+    }
+    eprintln!(
+        "RSS before {} MiB, peak {} MiB; {refused} streams answered 503 so far",
+        before / mb as u64,
+        peak / mb as u64
+    );
+    assert!(
+        peak <= FLOOD_BUDGET + RSS_CONSTANT,
+        "peak RSS {} MiB over budget {} MiB + constant {} MiB",
+        peak / mb as u64,
+        FLOOD_BUDGET / mb as u64,
+        RSS_CONSTANT / mb as u64
+    );
+    assert_eq!(status, 200);
+    assert!(refused > 0, "over the budget, streams are answered 503");
+    answers.abort_all();
+    for f in feeders {
+        f.abort();
+    }
 }

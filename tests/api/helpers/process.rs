@@ -66,6 +66,11 @@ impl Gateway {
         format!("http://{}{}", self.addr, path)
     }
 
+    /// The process id (to read its memory from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The body of `GET path` with the admin token (`/metrics`, `/stats`).
     pub async fn admin_text(&self, path: &str) -> String {
         super::admin_get(&reqwest::Client::new(), &self.url(path)).await
