@@ -214,7 +214,12 @@ impl App {
         tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
-        servers.spawn(serve::serve(listener, public, limits.clone(), shutdown.clone()));
+        servers.spawn(serve::serve(
+            listener,
+            public,
+            limits.clone(),
+            shutdown.clone(),
+        ));
         if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
             let addr = admin.local_addr()?;
             tracing::info!(%addr, "admin endpoints listening");

@@ -5,11 +5,11 @@
 //! `ingest`, `proxy` and `admin`.
 
 use crate::config::Config;
-use crate::primitives::budget::ByteBudget;
-use crate::primitives::throttle::Throttle;
 use crate::dedup::Dedup;
 use crate::dedup::arrivals::Arrivals;
 use crate::deliver::Wake;
+use crate::primitives::budget::ByteBudget;
+use crate::primitives::throttle::Throttle;
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
 use crate::store::Store;

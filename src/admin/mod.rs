@@ -11,14 +11,14 @@ pub mod stats;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use axum::Json;
 use crate::verify::client_ip;
+use axum::Json;
 use axum::extract::{ConnectInfo, Request, State};
-use std::net::SocketAddr;
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
 
 /// Route layer for everything behind the token: refuses before the handler
 /// runs, so an anonymous request's body is never read. An address that
@@ -29,8 +29,8 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(a)| a.ip());
-    let client = client_ip::client_ip(peer, req.headers(), &state.config.server.trusted_proxies)
-        .or(peer);
+    let client =
+        client_ip::client_ip(peer, req.headers(), &state.config.server.trusted_proxies).or(peer);
     if let Some(wait) = state.admin_throttle.blocked(client) {
         return ApiError::Throttled(wait).into_response();
     }

@@ -141,6 +141,13 @@ impl Lease {
         }
     }
 
+    /// Gives back `n` of the bytes this lease holds.
+    pub fn shrink(&mut self, n: usize) {
+        let n = n.min(self.bytes);
+        self.budget.give_back(self.client, n);
+        self.bytes -= n;
+    }
+
     /// Bytes this lease holds.
     pub fn bytes(&self) -> usize {
         self.bytes

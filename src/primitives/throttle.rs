@@ -33,7 +33,10 @@ impl Throttle {
     /// `Some(seconds to wait)` when `client` is throttled now.
     pub fn blocked(&self, client: Option<IpAddr>) -> Option<u64> {
         let now = Instant::now();
-        let seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let key = Self::key(&seen, client);
         let (start, n) = *seen.get(&key)?;
         let ends = start + WINDOW;
@@ -43,7 +46,10 @@ impl Throttle {
     /// Counts a wrong token from `client`.
     pub fn failed(&self, client: Option<IpAddr>) {
         let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut key = Self::key(&seen, client);
         if !seen.contains_key(&key) && seen.len() >= MAX_TRACKED {
             seen.retain(|_, (start, _)| *start + WINDOW > now);
@@ -58,7 +64,10 @@ impl Throttle {
         entry.1 = entry.1.saturating_add(1);
     }
 
-    fn key(seen: &HashMap<Option<IpAddr>, (Instant, u32)>, client: Option<IpAddr>) -> Option<IpAddr> {
+    fn key(
+        seen: &HashMap<Option<IpAddr>, (Instant, u32)>,
+        client: Option<IpAddr>,
+    ) -> Option<IpAddr> {
         let group = client.map(client_group);
         if seen.contains_key(&group) || seen.len() < MAX_TRACKED {
             group

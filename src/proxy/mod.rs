@@ -15,15 +15,15 @@ pub mod key;
 
 use crate::config::apis::Api;
 use crate::error::ProxyError;
+use crate::primitives::budget::Lease;
 use crate::primitives::time::Millis;
 use crate::primitives::token;
 use crate::serve;
 use crate::state::AppState;
 use crate::stats::apis::ApiOutcome;
 use crate::store::idempotency::StoredResponse;
-use axum::body::Body;
-use crate::primitives::budget::Lease;
 use crate::verify::client_ip;
+use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
@@ -110,8 +110,7 @@ async fn proxy(
     }
     let id = match key::client_key(&api, &headers) {
         Ok(None) => {
-            return pass_through(state, &api, method, &path_and_query, &headers, body, lease)
-                .await;
+            return pass_through(state, &api, method, &path_and_query, &headers, body, lease).await;
         }
         Ok(Some(k)) => key::namespaced(&api, &headers, k),
         Err(e) => Err(e),

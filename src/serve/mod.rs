@@ -88,10 +88,9 @@ pub async fn read_body(
         return Err(BodyError::TooLarge);
     }
     let mut body = body;
-    // A body that arrives in one piece (the usual webhook) is kept as it
-    // came, without a copy.
-    let mut first: Option<Bytes> = None;
-    let mut rest = BytesMut::new();
+    // The pieces as they came (no copy, no buffer that grows by doubling
+    // beyond what is counted); joined once at the end.
+    let mut parts: Vec<Bytes> = Vec::new();
     let mut total = 0usize;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| BodyError::Unreadable)?;
@@ -108,17 +107,25 @@ pub async fn read_body(
         if !lease.grow(data.len()) {
             return Err(BodyError::Busy);
         }
-        match first.take() {
-            None if rest.is_empty() => first = Some(data),
-            None => rest.extend_from_slice(&data),
-            Some(f) => {
-                rest.reserve(f.len() + data.len());
-                rest.extend_from_slice(&f);
-                rest.extend_from_slice(&data);
+        parts.push(data);
+    }
+    match parts.len() {
+        0 => Ok(Bytes::new()),
+        // The usual webhook: one piece, kept as it came.
+        1 => Ok(parts.pop().unwrap_or_default()),
+        _ => {
+            // The joined copy exists beside the pieces for a moment.
+            if !lease.grow(total) {
+                return Err(BodyError::Busy);
             }
+            let mut joined = BytesMut::with_capacity(total);
+            for p in parts.drain(..) {
+                joined.extend_from_slice(&p);
+            }
+            lease.shrink(total);
+            Ok(joined.freeze())
         }
     }
-    Ok(first.unwrap_or_else(|| rest.freeze()))
 }
 
 /// Transport limits of one listener.
@@ -201,7 +208,9 @@ pub async fn serve(listener: TcpListener, router: Router, limits: Limits, stop: 
                 }
             });
             let conn = builder.serve_connection_with_upgrades(io, service);
-            let close = |c: std::pin::Pin<&mut _>| hyper_util::server::conn::auto::UpgradeableConnection::graceful_shutdown(c);
+            let close = |c: std::pin::Pin<&mut _>| {
+                hyper_util::server::conn::auto::UpgradeableConnection::graceful_shutdown(c)
+            };
             if let Err(e) = watch::drive(conn, close, &activity, timing, stop).await {
                 tracing::debug!(error = %e, %peer, "connection ended with an error");
             }
@@ -252,16 +261,23 @@ mod tests {
     }
 
     fn chunked(parts: &[&'static [u8]]) -> Body {
-        Body::new(Chunks(parts.iter().map(|p| Bytes::from_static(p)).collect()))
+        Body::new(Chunks(
+            parts.iter().map(|p| Bytes::from_static(p)).collect(),
+        ))
     }
 
     #[tokio::test]
     async fn a_body_is_read_whole_and_held_in_the_budget_until_the_lease_drops() {
         let budget = ByteBudget::new(1024, 1024);
         let mut lease = budget.lease(None);
-        let got = read_body(chunked(&[b"ab", b"cd", b"e"]), &HeaderMap::new(), 10, &mut lease)
-            .await
-            .unwrap();
+        let got = read_body(
+            chunked(&[b"ab", b"cd", b"e"]),
+            &HeaderMap::new(),
+            10,
+            &mut lease,
+        )
+        .await
+        .unwrap();
         assert_eq!(&got[..], b"abcde");
         assert_eq!(budget.used(), 5);
         drop(lease);
@@ -275,7 +291,13 @@ mod tests {
         let busy = read_body(chunked(&[b"ab", b"cde"]), &HeaderMap::new(), 10, &mut lease).await;
         assert_eq!(busy, Err(BodyError::Busy));
         let mut lease = budget.lease(None);
-        let big = read_body(chunked(&[b"abcdefghijk"]), &HeaderMap::new(), 10, &mut lease).await;
+        let big = read_body(
+            chunked(&[b"abcdefghijk"]),
+            &HeaderMap::new(),
+            10,
+            &mut lease,
+        )
+        .await;
         assert_eq!(big, Err(BodyError::TooLarge));
         let mut declared = HeaderMap::new();
         declared.insert(header::CONTENT_LENGTH, "11".parse().unwrap());

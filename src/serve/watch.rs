@@ -283,11 +283,17 @@ mod tests {
         tokio::time::advance(Duration::from_secs(1)).await;
         drop(req);
         // HTTP/1 between requests: the keep-alive limit.
-        assert_eq!(a.deadline(T), Some(start + Duration::from_secs(2) + T.keep_alive));
+        assert_eq!(
+            a.deadline(T),
+            Some(start + Duration::from_secs(2) + T.keep_alive)
+        );
         tokio::time::advance(Duration::from_secs(5)).await;
         a.read_some();
         // The next request's headers started: the header deadline from there.
-        assert_eq!(a.deadline(T), Some(start + Duration::from_secs(7) + T.header_read));
+        assert_eq!(
+            a.deadline(T),
+            Some(start + Duration::from_secs(7) + T.header_read)
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -298,6 +304,9 @@ mod tests {
         tokio::time::advance(Duration::from_secs(3)).await;
         drop(req);
         a.read_some(); // pings and window updates do not matter
-        assert_eq!(a.deadline(T), Some(start + Duration::from_secs(3) + T.header_read));
+        assert_eq!(
+            a.deadline(T),
+            Some(start + Duration::from_secs(3) + T.header_read)
+        );
     }
 }

@@ -134,7 +134,9 @@ mod tests {
             b.settle(t, false, 1000);
         }
         assert!(b.take(1000, forger).is_none(), "the forger is held off");
-        let t = b.take(1000, ip("192.0.2.7")).expect("another client still fetches");
+        let t = b
+            .take(1000, ip("192.0.2.7"))
+            .expect("another client still fetches");
         b.settle(t, true, 1000);
         // Failures from many clients stop at the source's failure budget,
         // and successes still count only against their own.

