@@ -48,6 +48,39 @@ impl<K, V> moka::Expiry<K, Entry<V>> for KeepFor {
     }
 }
 
+/// A key a fetch found, as the provider served it, for the ledger
+/// (`store::provider_keys`): a restart puts it back with
+/// [`RemoteKeys::warm`].
+#[derive(Debug, Clone)]
+pub struct LearnedKey {
+    pub name: String,
+    pub material: Vec<u8>,
+    /// Unix seconds (exclusive).
+    pub until: i64,
+}
+
+/// Where a source's newly found keys go (a task of `app` writes them).
+pub type Learned = tokio::sync::mpsc::Sender<LearnedKey>;
+
+/// A scheme's keys fetched by name, as the application wires them: put
+/// back the ones the ledger kept, and report new ones.
+#[async_trait::async_trait]
+pub trait RemoteKeys: Send + Sync {
+    /// Puts a remembered key back (parsed and checked again); `false` when
+    /// it is no longer usable at `now`.
+    async fn warm(&self, key: &LearnedKey, now: i64) -> bool;
+    /// Every key found by a fetch from now on is also sent to `to` (at most
+    /// once per fetch; dropped if `to` is full).
+    fn report_to(&self, to: Learned);
+}
+
+/// Sends a found key to the sink set with [`RemoteKeys::report_to`], if any.
+pub fn report(sink: &std::sync::OnceLock<Learned>, key: LearnedKey) {
+    if let Some(tx) = sink.get() {
+        let _ = tx.try_send(key);
+    }
+}
+
 /// One source's fetched keys.
 pub struct KeyCache<K, V> {
     entries: Cache<K, Entry<V>>,
@@ -68,6 +101,17 @@ where
                 .build(),
             budget: FetchBudget::default(),
         }
+    }
+
+    /// Remembers `value` for `name` until `until` (unix seconds), as if a
+    /// fetch at `now` had found it.
+    pub async fn insert(&self, name: K, value: V, until: i64, now: i64) {
+        let keep_for = Duration::from_secs(until.saturating_sub(now).max(0) as u64);
+        let fetched = Fetched {
+            found: Ok(value),
+            until,
+        };
+        self.entries.insert(name, Entry { fetched, keep_for }).await;
     }
 
     /// The remembered conclusion for `name` if it still stands at `now`,
@@ -183,7 +227,11 @@ mod tests {
         answer: Result<Fetched<u32>, VerifyError>,
     ) -> Result<u32, VerifyError> {
         let calls = calls.clone();
-        c.get_or_fetch(name.to_owned(), now, None, async move {
+        // Each call from its own address: the per-client failure budget is
+        // tested in `fetch_budget`.
+        let n = calls.load(Ordering::SeqCst) as u8;
+        let client = Some(std::net::IpAddr::from([10, 0, 0, n]));
+        c.get_or_fetch(name.to_owned(), now, client, async move {
             calls.fetch_add(1, Ordering::SeqCst);
             answer
         })

@@ -291,6 +291,17 @@ pub enum SchemeSettings {
     Braintree(braintree::Settings),
 }
 
+impl SchemeSettings {
+    /// The keys this scheme fetches by name, if it fetches any.
+    pub fn remote_keys(&self) -> Option<&dyn crate::verify::key_cache::RemoteKeys> {
+        match self {
+            Self::Paypal(s) => Some(s.as_ref()),
+            Self::Plaid(s) => Some(s.as_ref()),
+            Self::Braintree(_) => None,
+        }
+    }
+}
+
 /// Everything a scheme may look at.
 pub struct Ctx<'a, 'f> {
     pub source: &'a Source,

@@ -17,7 +17,7 @@ use crate::primitives::secret::Secret;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
-use crate::verify::key_cache::{self, Fetched, KeyCache};
+use crate::verify::key_cache::{self, Fetched, KeyCache, Learned, LearnedKey};
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
 use rsa::PublicKey as RsaPublicKey;
@@ -156,6 +156,8 @@ pub struct Settings {
     /// not-after, or why it failed for [`FAILED_FOR`] seconds.
     keys: KeyCache<String, Arc<RsaPublicKey>>,
     client: reqwest::Client,
+    /// Where certificates found by a fetch are reported (the ledger).
+    learned: std::sync::OnceLock<Learned>,
 }
 
 impl fmt::Debug for Settings {
@@ -195,6 +197,7 @@ impl Settings {
             cert_hosts,
             keys: KeyCache::new(MAX_CACHED),
             client,
+            learned: std::sync::OnceLock::new(),
         })
     }
 
@@ -231,12 +234,24 @@ impl Settings {
         url: reqwest::Url,
         now: i64,
     ) -> Result<Fetched<Arc<RsaPublicKey>>, VerifyError> {
+        let name = url.as_str().to_owned();
         Ok(match self.certificate_key(url, now).await {
-            Ok((key, not_after)) => Fetched {
-                found: Ok(key),
+            Ok((key, not_after, pem)) => {
                 // Valid through its not-after second.
-                until: not_after.saturating_add(1),
-            },
+                let until = not_after.saturating_add(1);
+                key_cache::report(
+                    &self.learned,
+                    LearnedKey {
+                        name,
+                        material: pem,
+                        until,
+                    },
+                );
+                Fetched {
+                    found: Ok(key),
+                    until,
+                }
+            }
             Err(e) => Fetched {
                 found: Err(e),
                 until: now + FAILED_FOR,
@@ -248,14 +263,10 @@ impl Settings {
         &self,
         url: reqwest::Url,
         now: i64,
-    ) -> Result<(Arc<RsaPublicKey>, i64), VerifyError> {
+    ) -> Result<(Arc<RsaPublicKey>, i64, Vec<u8>), VerifyError> {
         let pem = self.fetch(url).await?;
-        let (key, not_before, not_after) = parse_cert(&pem)
-            .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
-        if now < not_before || now > not_after {
-            return Err(VerifyError::MalformedSignature("certificate is expired"));
-        }
-        Ok((Arc::new(key), not_after))
+        let (key, not_after) = usable_cert(&pem, now)?;
+        Ok((key, not_after, pem))
     }
 
     /// Only `https://<cert host>/v1/notifications/certs/…` (plain http only
@@ -292,6 +303,38 @@ impl Settings {
             return Err(VerifyError::CertificateUnavailable);
         }
         key_cache::read_capped(res, MAX_CERT_BYTES).await
+    }
+}
+
+/// The key and not-after of a PayPal certificate valid at `now`.
+fn usable_cert(pem: &[u8], now: i64) -> Result<(Arc<RsaPublicKey>, i64), VerifyError> {
+    let (key, not_before, not_after) = parse_cert(pem)
+        .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
+    if now < not_before || now > not_after {
+        return Err(VerifyError::MalformedSignature("certificate is expired"));
+    }
+    Ok((Arc::new(key), not_after))
+}
+
+#[async_trait::async_trait]
+impl key_cache::RemoteKeys for Settings {
+    /// A certificate the ledger kept, checked as a fetched one is.
+    async fn warm(&self, key: &LearnedKey, now: i64) -> bool {
+        if self.pinned.is_some() {
+            return false;
+        }
+        match usable_cert(&key.material, now) {
+            Ok((k, not_after)) => {
+                let until = not_after.saturating_add(1).min(key.until);
+                self.keys.insert(key.name.clone(), k, until, now).await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn report_to(&self, to: Learned) {
+        let _ = self.learned.set(to);
     }
 }
 

@@ -278,3 +278,54 @@ async fn a_thousand_forged_certificate_names_do_not_keep_a_genuine_new_certifica
     assert_eq!(res.headers()["hookgate-dedup"], "new");
     assert_eq!(hits.load(Ordering::SeqCst), forged_fetches + 1);
 }
+
+/// Issue #32: the last good certificate is kept in the ledger, so a
+/// restarted gateway verifies with it without fetching (here the
+/// certificate host is down by then).
+async fn a_fetched_certificate_survives_a_restart(backend: Backend) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (counter, serving) = (hits.clone(), up.clone());
+    let certs = axum::Router::new().route(
+        "/v1/notifications/certs/{id}",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let ok = serving.load(Ordering::SeqCst);
+            async move {
+                if ok {
+                    (axum::http::StatusCode::OK, PAYPAL_CERT)
+                } else {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "")
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, certs).await });
+    let mut opts = Opts::new(backend);
+    opts.extra = format!(
+        "[sources.pp]\nprovider = \"paypal\"\n[sources.pp.paypal]\n\
+         webhook_id = \"WH-LOOP\"\ncert_hosts = [\"{host}\"]\n"
+    );
+    let url = format!("http://{host}/v1/notifications/certs/CERT-KEPT");
+    let first = spawn_app(opts.clone()).await;
+    let body = br#"{"id":"WH-KEPT-1"}"#;
+    let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+    assert_eq!(send(&first, "pp", &hdr, body).await.0, 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // The key is written by a background task; give it a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let prefix = first.prefix.clone();
+    let db = first.stop().await;
+
+    up.store(false, Ordering::SeqCst);
+    let again = spawn_on(opts, db, prefix).await;
+    let body = br#"{"id":"WH-KEPT-2"}"#;
+    let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+    let (s, text, d) = send(&again, "pp", &hdr, body).await;
+    assert_eq!((s, d.as_str()), (200, "new"), "{text}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "not fetched again");
+}
+
+crate::both_backends!(a_fetched_certificate_survives_a_restart);
