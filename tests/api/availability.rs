@@ -396,3 +396,41 @@ async fn a_slow_body_http2_flood_declaring_10_gib_stays_within_the_body_budget()
         f.abort();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_api_body_is_cut_off_at_the_request_timeout() {
+    let upstream = TestTarget::start().await;
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = "request_timeout = \"1s\"\n".into();
+    opts.extra = format!("[apis.pay]\nupstream = \"{}\"\n", upstream.url);
+    let app = spawn_app(opts).await;
+    let mut s = TcpStream::connect(app.addr).await.unwrap();
+    s.write_all(b"POST /api/pay/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while started.elapsed() < Duration::from_secs(5) {
+        // One byte every 100 ms: never idle, never done.
+        let _ = s.write_all(b"a").await;
+        if let Ok(Ok(n)) = tokio::time::timeout(Duration::from_millis(100), s.read(&mut buf)).await
+        {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(upstream.count(), 0);
+}
