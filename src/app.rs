@@ -212,7 +212,12 @@ impl App {
             trusted_proxies: server.trusted_proxies.clone(),
         };
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
+        let admin = admin.filter(|_| server.admin_listen.is_some());
+        let admin_addr = match &admin {
+            Some(a) => a.local_addr()?,
+            None => addr,
+        };
+        startup_line(&self.state.config, addr, admin_addr);
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
         servers.spawn(serve::serve(
@@ -221,9 +226,8 @@ impl App {
             limits.clone(),
             shutdown.clone(),
         ));
-        if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
-            let addr = admin.local_addr()?;
-            tracing::info!(%addr, "admin endpoints listening");
+        if let Some(admin) = admin {
+            tracing::info!(addr = %admin_addr, "admin endpoints listening");
             let routes = http::admin_router(self.state.clone());
             servers.spawn(serve::serve(admin, routes, limits, shutdown.clone()));
         }
@@ -302,6 +306,31 @@ async fn warm_provider_keys(
             }
         });
     }
+}
+
+/// The one line that says what this process serves: where it listens, the
+/// ledger it opened (a SQLite path as resolved; a URL without
+/// credentials), the cache, the sources and targets, and the console.
+fn startup_line(config: &Config, addr: std::net::SocketAddr, admin: std::net::SocketAddr) {
+    let names = |m: Vec<&String>| {
+        if m.is_empty() {
+            "none".to_owned()
+        } else {
+            m.into_iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    tracing::info!(
+        %addr,
+        ledger = %config.storage.database.display(),
+        cache = %config.storage.cache_display(),
+        sources = %names(config.sources.keys().collect()),
+        targets = %names(config.targets.keys().collect()),
+        console = %format!("http://{admin}/console/"),
+        "hookgate listening"
+    );
 }
 
 /// Connects the ledger and, unless told not to, migrates it.

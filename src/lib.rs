@@ -19,6 +19,8 @@
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets, and the
 //!   hand-off lanes that bring them new rows without a claim.
+//! - [`target`]: what a target is and how each kind (HTTP, Redis stream,
+//!   NATS, RabbitMQ) is configured and sends: one file per kind.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
 //! - [`primitives`]: values every layer shares (durations, secrets, times,
@@ -48,5 +50,6 @@ pub mod shutdown;
 pub mod state;
 pub mod stats;
 pub mod store;
+pub mod target;
 pub mod telemetry;
 pub mod verify;

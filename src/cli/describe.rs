@@ -1,9 +1,8 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::redact_url;
-use crate::config::redis_url::RedisTopology;
 use crate::primitives::duration::show;
+use crate::primitives::url;
 use std::fmt::Write as _;
 
 /// The `check-config` summary: everything resolved, no secret.
@@ -23,15 +22,7 @@ pub fn describe(c: &Config) -> String {
         c.server.log_format
     );
     let _ = writeln!(o, "ledger: {}", c.storage.database.display());
-    let cache = match &c.storage.redis_url {
-        Some(u) => format!(
-            "redis {} {} (key prefix `{}`)",
-            RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
-            redact_url(u.expose()),
-            c.storage.key_prefix
-        ),
-        None => format!("in-process (capacity {})", c.storage.cache_capacity),
-    };
+    let cache = c.storage.cache_display();
     let _ = writeln!(o, "cache: {cache}");
     let _ = writeln!(o, "providers: {}", c.providers.names().join(", "));
     let _ = writeln!(o, "sources:");
@@ -84,25 +75,12 @@ pub fn describe(c: &Config) -> String {
             o,
             "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}{}",
             t.name,
-            redact_url(&t.url),
-            match &t.kind {
-                crate::config::TargetKind::Http => String::new(),
-                crate::config::TargetKind::RedisStream(r) => format!(
-                    " kind=redis-stream stream={} maxlen={} duplicate_window={}",
-                    r.stream,
-                    r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
-                    show(r.duplicate_window)
-                ),
-                crate::config::TargetKind::Nats(n) => format!(" kind=nats subject={}", n.subject),
-                crate::config::TargetKind::RabbitMq(r) => format!(
-                    " kind=rabbitmq exchange={:?} routing_key={}",
-                    r.exchange, r.routing_key
-                ),
-            },
+            url::redact(&t.url),
+            t.kind.describe(),
             show(t.timeout),
             t.max_attempts,
             t.concurrency,
-            if t.signing_key.is_some() { "yes" } else { "no" },
+            if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
                 .map(|o| format!(" order_by={}", crate::verify::route::show_lookup(o)))
@@ -164,7 +142,7 @@ fn describe_apis(o: &mut String, c: &Config) {
             "  {:<16} /api/{}/… → {} methods=[{}] key_header={} required={} scope={} ttl={} lock_ttl={} timeout={}",
             a.name,
             a.name,
-            redact_url(&a.upstream),
+            url::redact(&a.upstream),
             methods.join(", "),
             a.key_header,
             a.required,

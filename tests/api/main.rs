@@ -5,6 +5,7 @@ mod helpers;
 
 mod admin_events;
 mod availability;
+mod backup;
 mod body_dedup;
 mod cli;
 mod cli_events;
@@ -15,6 +16,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod operations;
 mod ordering;
 mod pg_crash;
 mod providers;
@@ -27,6 +29,7 @@ mod reconcile_resend;
 mod reverse_proxy;
 mod routing;
 mod topologies;
+mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.

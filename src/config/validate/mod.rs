@@ -7,12 +7,9 @@
 
 use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
-use super::{
-    Config, ConfigError, Database, Dedup, Delivery, NatsSpec, RabbitMqSpec, RedisStreamSpec,
-    Server, Storage, Target, TargetKind,
-};
-use crate::primitives::crypto::SigningKey;
+use super::{Config, ConfigError, Database, Dedup, Delivery, Needs, Server, Storage};
 use crate::primitives::secret::Secret;
+use crate::target::{Check, Target};
 use crate::verify::registry::Registry;
 use crate::verify::route::Rule;
 use crate::verify::source::Resolve;
@@ -27,9 +24,15 @@ use sources::{nets, sources, withhold};
 
 /// Checks every section of `raw`; `base` anchors `file:` secrets and
 /// `providers_dir`.
-pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config, ConfigError> {
+pub(super) fn config(
+    raw: RawConfig,
+    origin: &str,
+    base: &Path,
+    needs: Needs,
+) -> Result<Config, ConfigError> {
     let mut v = Validator {
         base,
+        needs,
         problems: Vec::new(),
         warnings: Vec::new(),
     };
@@ -61,6 +64,7 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             );
         }
     }
+    operator_warnings(&server, &sources, &mut v);
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -81,6 +85,27 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             origin: origin.to_owned(),
             problems: v.problems,
         })
+    }
+}
+
+/// Settings that load but are probably not what the operator meant.
+fn operator_warnings(
+    server: &Server,
+    sources: &BTreeMap<String, Arc<crate::verify::source::Source>>,
+    v: &mut Validator<'_>,
+) {
+    for s in sources.values().filter(|s| s.targets.is_empty()) {
+        v.warning(format!(
+            "`sources.{}.targets` is empty: its events are verified, deduplicated and stored, but forwarded nowhere",
+            s.name
+        ));
+    }
+    // A command on the ledger alone may have left an unresolved token unset.
+    if server.admin_token.is_none() && v.needs == Needs::Everything {
+        v.warning(
+            "`server.admin_token` is not set: /stats, /admin/* and the console's API refuse every request"
+                .into(),
+        );
     }
 }
 
@@ -111,6 +136,7 @@ fn reconcile(
                 let got = Secret::resolve(reference, v.base);
                 match got {
                     Ok(s) => Some(s),
+                    Err(_) if v.needs == Needs::Ledger => None,
                     Err(e) => {
                         secrets.push((k.to_owned(), e.to_string()));
                         None
@@ -233,11 +259,13 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
 }
 
 fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
+    let base = v.base;
+    let default = || Database::parse(Secret::new("sqlite://hookgate.db"), base).ok();
     let database = match raw.database_url.as_deref() {
-        None => Some(Database::Sqlite("sqlite://hookgate.db".into())),
+        None => default(),
         Some(r) => match Secret::resolve_optional(r, v.base) {
-            Ok(None) => Some(Database::Sqlite("sqlite://hookgate.db".into())),
-            Ok(Some(url)) => Database::parse(url)
+            Ok(None) => default(),
+            Ok(Some(url)) => Database::parse(url, v.base)
                 .map_err(|e| v.problem("storage.database_url", e))
                 .ok(),
             Err(e) => {
@@ -257,6 +285,8 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
                 }
             },
             Ok(None) => None,
+            // Commands on the ledger alone never open the cache.
+            Err(_) if v.needs == Needs::Ledger => None,
             Err(e) => {
                 v.problem("storage.redis_url", e.to_string());
                 None
@@ -345,7 +375,15 @@ fn targets(
         if !valid_name(&name) {
             v.problem(&key, "target names use letters, digits, `-` and `_`".into());
         }
-        let kind = target_kind(&t, &key, delivery, v);
+        let kind = t.kinds.validate(
+            t.kind,
+            &t.url,
+            &mut Check {
+                key: &key,
+                lease: delivery.lease,
+                resolve: v,
+            },
+        );
         let rate = t.rate.as_deref().and_then(|r| {
             parse_rate(r)
                 .map_err(|e| v.problem(&format!("{key}.rate"), e))
@@ -381,10 +419,6 @@ fn targets(
                 .map_err(|e| v.problem(&format!("{key}.order_by"), e))
                 .ok()
         });
-        let signing_key = t.signing_secret.as_deref().and_then(|r| {
-            let s = v.secret(&format!("{key}.signing_secret"), r)?;
-            Some(SigningKey::standard_webhooks(&s))
-        });
         targets.insert(
             name.clone(),
             Target {
@@ -392,7 +426,6 @@ fn targets(
                 url: t.url,
                 timeout: t.timeout.0,
                 max_attempts: t.max_attempts,
-                signing_key,
                 concurrency: t.concurrency.max(1),
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,
@@ -405,171 +438,6 @@ fn targets(
         );
     }
     targets
-}
-
-/// How long a redis-stream target remembers a sent event by default.
-const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
-
-/// The target's kind and the keys only that kind takes; a key of another
-/// kind is a problem, not silently ignored.
-fn target_kind(
-    t: &raw::RawTarget,
-    key: &str,
-    delivery: &Delivery,
-    v: &mut Validator<'_>,
-) -> TargetKind {
-    use raw::TargetKind as K;
-    // Each kind-specific key, whether it is set, and the kind it belongs to.
-    let owned = [
-        ("signing_secret", t.signing_secret.is_some(), K::Http),
-        ("stream", t.stream.is_some(), K::RedisStream),
-        ("maxlen", t.maxlen.is_some(), K::RedisStream),
-        (
-            "duplicate_window",
-            t.duplicate_window.is_some(),
-            K::RedisStream,
-        ),
-        ("subject", t.subject.is_some(), K::Nats),
-        ("exchange", t.exchange.is_some(), K::Rabbitmq),
-        ("routing_key", t.routing_key.is_some(), K::Rabbitmq),
-    ];
-    for (name, set, owner) in owned {
-        if set && owner != t.kind {
-            v.problem(
-                &format!("{key}.{name}"),
-                format!("only a {} target takes `{name}`", kind_name(owner)),
-            );
-        }
-    }
-    let schemes: &[&str] = match t.kind {
-        K::Http => &["http://", "https://"],
-        K::RedisStream => &["redis://", "rediss://"],
-        K::Nats => &["nats://", "tls://"],
-        // lapin is built without TLS (it would bring a PKCS#12 stack).
-        K::Rabbitmq => &["amqp://"],
-    };
-    if !schemes.iter().any(|s| t.url.starts_with(s)) {
-        let msg = match t.kind {
-            K::Http => "must be an http:// or https:// URL".to_owned(),
-            K::Rabbitmq if t.url.starts_with("amqps://") => {
-                "amqps:// (TLS to RabbitMQ) is not supported yet: use amqp://".to_owned()
-            }
-            K::Rabbitmq => "a rabbitmq target needs an amqp:// URL".to_owned(),
-            kind => format!(
-                "a {} target needs a {} or {} URL",
-                kind_name(kind),
-                schemes[0],
-                schemes[1]
-            ),
-        };
-        v.problem(&format!("{key}.url"), msg);
-    }
-    match t.kind {
-        K::Http => TargetKind::Http,
-        K::RedisStream => {
-            let stream = t.stream.clone().unwrap_or_default();
-            if t.stream.is_none() {
-                v.problem(
-                    &format!("{key}.stream"),
-                    "a redis-stream target needs `stream` (e.g. \"hooks:{source}\")".into(),
-                );
-            } else if let Err(e) = check_template(&stream) {
-                v.problem(&format!("{key}.stream"), e);
-            }
-            if t.maxlen == Some(0) {
-                v.problem(&format!("{key}.maxlen"), "must be at least 1".into());
-            }
-            let duplicate_window = t.duplicate_window.map_or(DUPLICATE_WINDOW, |d| d.0);
-            if duplicate_window <= delivery.lease {
-                v.problem(
-                    &format!("{key}.duplicate_window"),
-                    format!(
-                        "must be longer than delivery.lease ({}): a resend after a crash \
-                         comes once the lease has run out",
-                        humantime::format_duration(delivery.lease)
-                    ),
-                );
-            }
-            TargetKind::RedisStream(RedisStreamSpec {
-                stream,
-                maxlen: t.maxlen,
-                duplicate_window,
-            })
-        }
-        K::Nats => {
-            let subject = t.subject.clone().unwrap_or_default();
-            if t.subject.is_none() {
-                v.problem(
-                    &format!("{key}.subject"),
-                    "a nats target needs `subject` (e.g. \"hooks.{source}.{type}\")".into(),
-                );
-            } else if let Err(e) = check_template(&subject).and_then(|()| check_subject(&subject)) {
-                v.problem(&format!("{key}.subject"), e);
-            }
-            TargetKind::Nats(NatsSpec { subject })
-        }
-        K::Rabbitmq => {
-            let exchange = t.exchange.clone().unwrap_or_default();
-            if t.exchange.is_none() {
-                v.problem(
-                    &format!("{key}.exchange"),
-                    "a rabbitmq target needs `exchange` (\"\" for the default exchange)".into(),
-                );
-            } else if exchange.len() > 255 {
-                v.problem(
-                    &format!("{key}.exchange"),
-                    "an exchange name is at most 255 bytes".into(),
-                );
-            }
-            let routing_key = t.routing_key.clone().unwrap_or_default();
-            match &t.routing_key {
-                None => v.problem(
-                    &format!("{key}.routing_key"),
-                    "a rabbitmq target needs `routing_key` (e.g. \"hooks.{source}.{type}\")".into(),
-                ),
-                // A fanout or headers exchange ignores the key.
-                Some(k) if k.is_empty() && !exchange.is_empty() => {}
-                Some(k) => {
-                    if let Err(e) = check_template(k) {
-                        v.problem(&format!("{key}.routing_key"), e);
-                    }
-                }
-            }
-            TargetKind::RabbitMq(RabbitMqSpec {
-                exchange,
-                routing_key,
-            })
-        }
-    }
-}
-
-/// The name a kind has in the config file.
-fn kind_name(kind: raw::TargetKind) -> &'static str {
-    match kind {
-        raw::TargetKind::Http => "http",
-        raw::TargetKind::RedisStream => "redis-stream",
-        raw::TargetKind::Nats => "nats",
-        raw::TargetKind::Rabbitmq => "rabbitmq",
-    }
-}
-
-/// A NATS subject template: dot-separated tokens, none empty, no
-/// whitespace, and no wildcard (`*`, `>`): one publishes to one subject.
-/// See https://docs.nats.io/nats-concepts/subjects.
-fn check_subject(template: &str) -> Result<(), String> {
-    if template.chars().any(char::is_whitespace) {
-        return Err(format!("`{template}`: a subject has no whitespace"));
-    }
-    if template
-        .split('.')
-        .any(|token| token.is_empty() || token == "*" || token == ">")
-    {
-        return Err(format!(
-            "`{template}`: a subject is dot-separated tokens, none empty and none a \
-             wildcard (`*`, `>`)"
-        ));
-    }
-    Ok(())
 }
 
 /// `"200/s"` or `"600/m"` as deliveries per second.
@@ -588,24 +456,8 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     Ok(f64::from(n) / per)
 }
 
-/// A broker name template: only `{source}` and `{type}` are placeholders
-/// (filled in by `deliver::sink::render`).
-fn check_template(template: &str) -> Result<(), String> {
-    let rest = template.replace("{source}", "").replace("{type}", "");
-    if rest.contains('{') || rest.contains('}') {
-        return Err(format!(
-            "`{template}`: the only placeholders are {{source}} and {{type}}"
-        ));
-    }
-    if template.trim().is_empty() {
-        return Err("must not be empty".into());
-    }
-    Ok(())
-}
-
-/// Per target, per source: the stored headers it must not receive
-/// (a source stores credentials or proxy headers when any of its targets
-/// forwards them; the others still must not see them).
+/// A name for a target, an API or the key prefix: letters, digits, `-`
+/// and `_`, at most 64 bytes.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -617,6 +469,8 @@ fn valid_name(name: &str) -> bool {
 /// Collects problems and warnings; resolves secrets relative to `base`.
 struct Validator<'a> {
     base: &'a Path,
+    /// [`Needs::Ledger`]: a secret that does not resolve is left unset.
+    needs: Needs,
     problems: Vec<(String, String)>,
     warnings: Vec<String>,
 }
@@ -633,9 +487,14 @@ impl Validator<'_> {
 
 impl Resolve for Validator<'_> {
     fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {
-        Secret::resolve(reference, self.base)
-            .map_err(|e| self.problem(key, e.to_string()))
-            .ok()
+        match Secret::resolve(reference, self.base) {
+            Ok(s) => Some(s),
+            Err(_) if self.needs == Needs::Ledger => None,
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
     }
 
     fn problem(&mut self, key: &str, msg: String) {

@@ -2,8 +2,8 @@
 //! settings, and which headers its events keep (see `withhold`).
 
 use super::{Validator, raw, valid_name};
-use crate::config::Target;
 use crate::primitives::crypto::SigningKey;
+use crate::target::Target;
 use crate::verify::client_ip::parse_net;
 use crate::verify::forwarded_headers::{Keep, withheld};
 use crate::verify::provider::{Provider, SourceOverrides};

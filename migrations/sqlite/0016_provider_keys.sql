@@ -1,4 +1,4 @@
--- Same model as migrations/postgres/0015_provider_keys.sql, in SQLite terms.
+-- Same model as migrations/postgres/0016_provider_keys.sql, in SQLite terms.
 CREATE TABLE hookgate_provider_keys (
     source      TEXT    NOT NULL,
     name        TEXT    NOT NULL,
