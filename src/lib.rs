@@ -19,8 +19,9 @@
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets, and the
 //!   hand-off lanes that bring them new rows without a claim.
-//! - [`target`]: what a target is and how each kind (HTTP, Redis stream,
-//!   NATS, RabbitMQ) is configured and sends: one file per kind.
+//! - [`target`]: what a target is: which events it wants (its route), and
+//!   how each kind (HTTP, Redis stream, NATS, RabbitMQ) is configured and
+//!   sends, one file per kind.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
 //! - [`primitives`]: values every layer shares (durations, secrets, times,

@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::primitives::duration::show;
 use crate::primitives::url;
+use crate::target::route::Routes;
 use std::fmt::Write as _;
 
 /// The `check-config` summary: everything resolved, no secret.
@@ -67,7 +68,7 @@ pub fn describe(c: &Config) -> String {
                 r.api_base,
             );
         }
-        describe_routes(&mut o, s);
+        describe_routes(&mut o, c, s);
     }
     let _ = writeln!(o, "targets:");
     for t in c.targets.values() {
@@ -83,7 +84,7 @@ pub fn describe(c: &Config) -> String {
             if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
-                .map(|o| format!(" order_by={}", crate::verify::route::show_lookup(o)))
+                .map(|o| format!(" order_by={}", o.show()))
                 .unwrap_or_default()
         );
     }
@@ -92,7 +93,7 @@ pub fn describe(c: &Config) -> String {
 }
 
 /// A source's routes: which events each of its targets receives.
-fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
+fn describe_routes(o: &mut String, c: &Config, s: &crate::verify::source::Source) {
     // What `events` globs match on (verify::facts::event_type).
     let typed = match (
         &s.provider.event_type,
@@ -101,7 +102,7 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
         (Some(rule), _) => rule
             .parts
             .iter()
-            .map(crate::verify::route::show_lookup)
+            .map(crate::verify::locator::Lookup::show)
             .collect::<Vec<_>>()
             .join(" + \".\" + "),
         (None, Some(from)) => from.to_owned(),
@@ -112,10 +113,11 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
     // (rerouting) without breaking the signature.
     let signed = crate::verify::signedness::of(&s.provider);
     let _ = writeln!(o, "    signed: {}", signed.describe());
-    if s.routes.is_empty() {
+    let routes = Routes::of(&s.targets, |t| c.targets.get(t).map(|t| &**t));
+    if routes.0.is_empty() {
         let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");
     }
-    for r in &s.routes {
+    for r in &routes.0 {
         let rule = r.rule.describe();
         let rule = if rule.is_empty() {
             "every event".to_owned()

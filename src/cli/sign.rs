@@ -52,9 +52,12 @@ pub struct SignArgs {
     /// Directory of extra provider definitions.
     #[arg(long)]
     providers_dir: Option<PathBuf>,
-    /// PayPal: an RSA private key (PEM file) matching the certificate
-    /// pinned in the source; Plaid: a P-256 private key whose public JWK
-    /// the source pins. The providers' own keys are theirs: tests only.
+    /// PayPal and SNS: an RSA private key (PEM file) matching the
+    /// certificate the source pins or is served; Plaid: a P-256 private
+    /// key whose public JWK the source pins; Ed25519 (Discord, Telnyx),
+    /// ECDSA (SendGrid) and RSA (Wise) providers: a private key whose
+    /// public half is the source's secret (printed). The providers' own
+    /// keys are theirs: tests only.
     #[arg(long)]
     private_key: Option<PathBuf>,
     /// Plaid only: the `kid` the token names (pin the printed JWK under it).
@@ -63,7 +66,8 @@ pub struct SignArgs {
     /// PayPal only: the webhook id the source is configured with.
     #[arg(long, default_value = "WEBHOOK_ID")]
     webhook_id: String,
-    /// PayPal only: the certificate URL to send.
+    /// PayPal and SNS: the certificate URL to send (SNS: when the body
+    /// names no `SigningCertURL`).
     #[arg(
         long,
         default_value = "https://api.paypal.com/v1/notifications/certs/CERT-hookgate-test"
@@ -94,7 +98,7 @@ pub fn run(args: SignArgs, config: &Option<PathBuf>) -> anyhow::Result<()> {
         out,
     } = args;
     let target = match &source {
-        Some(name) => from_source(name, config, secret.as_deref())?,
+        Some(name) => from_source(name, config, secret.as_deref(), private_key.is_some())?,
         None => {
             let name = provider.unwrap_or_default();
             let mut registry = Registry::builtin();
@@ -107,7 +111,7 @@ pub fn run(args: SignArgs, config: &Option<PathBuf>) -> anyhow::Result<()> {
                     registry.names().join(", ")
                 )
             })?;
-            let key = signing_key(&p, secret.as_deref(), &name)?;
+            let key = signing_key(&p, secret.as_deref(), private_key.is_some(), &name)?;
             Signer {
                 to: format!("http://127.0.0.1:8080/webhooks/{name}"),
                 public_url: None,
@@ -147,12 +151,19 @@ pub fn run(args: SignArgs, config: &Option<PathBuf>) -> anyhow::Result<()> {
             private_key_pem: pem,
             kid: &key_id,
         }),
+        private_key: pem.as_deref(),
+        cert_url: Some(&cert_url),
     };
     let mut signed = sign(p, key, &req).map_err(|e| anyhow::anyhow!(e))?;
     type_header(p, event_type.as_deref(), &mut signed.headers);
     if let (Some(plaid), Scheme::Plaid) = (&req.plaid, p.signature.scheme) {
         let jwk = plaid_public_jwk(plaid).map_err(|e| anyhow::anyhow!(e))?;
         eprintln!("pin this key in [sources.<name>.plaid] keys: {jwk}");
+    }
+    if let Some(pem) = pem.as_deref()
+        && let Some(public) = public_key_secret(p, pem).map_err(|e| anyhow::anyhow!(e))?
+    {
+        eprintln!("configure this public key as the source's secret: {public}");
     }
     let mut to = to;
     if let Some(q) = &signed.query {
@@ -189,6 +200,7 @@ fn from_source(
     name: &str,
     config: &Option<PathBuf>,
     secret: Option<&str>,
+    private_key: bool,
 ) -> anyhow::Result<Signer> {
     let config = super::load(config)?;
     let Some(s) = config.sources.get(name) else {
@@ -204,7 +216,9 @@ fn from_source(
         );
     };
     let key = match (secret, s.keys.first()) {
-        (Some(_), _) | (None, None) => signing_key(&s.provider, secret, &s.provider.name)?,
+        (Some(_), _) | (None, None) => {
+            signing_key(&s.provider, secret, private_key, &s.provider.name)?
+        }
         (None, Some(k)) => k.clone(),
     };
     // A wildcard listen address is not where a client connects.
@@ -248,8 +262,22 @@ fn type_header(p: &Provider, event_type: Option<&str>, headers: &mut Vec<(String
 }
 
 /// The key `--secret` gives, decoded as the provider's sources decode theirs.
-fn signing_key(p: &Provider, secret: Option<&str>, name: &str) -> anyhow::Result<SigningKey> {
-    match (secret, p.needs_secret()) {
+/// A public-key provider's secret is its public key, which signing does
+/// not use: `--private-key` stands in for it.
+fn signing_key(
+    p: &Provider,
+    secret: Option<&str>,
+    private_key: bool,
+    name: &str,
+) -> anyhow::Result<SigningKey> {
+    let public_key_scheme = matches!(
+        p.signature.scheme,
+        Scheme::Ed25519 | Scheme::Ecdsa | Scheme::Pkcs1
+    );
+    if public_key_scheme && !private_key {
+        bail!("provider `{name}` signs with its own private key: pass --private-key (a test key)");
+    }
+    match (secret, p.needs_secret() && !public_key_scheme) {
         (Some(secret), _) => {
             let secret = Secret::resolve(secret, std::path::Path::new("."))
                 .map_err(|e| anyhow::anyhow!("--secret: {e}"))?;
@@ -259,6 +287,42 @@ fn signing_key(p: &Provider, secret: Option<&str>, name: &str) -> anyhow::Result
         (None, false) => Ok(SigningKey::from_bytes(Vec::new())),
         (None, true) => bail!("--secret is required for provider `{name}`"),
     }
+}
+
+/// The public half of a test's `--private-key`, written as the provider's
+/// sources take their secret, for the public-key schemes.
+fn public_key_secret(p: &Provider, pem: &str) -> Result<Option<String>, String> {
+    use crate::primitives::crypto::{Encoding, SecretEncoding};
+    use crate::verify::schemes::{ecdsa, ed25519, pkcs1};
+    use p256::pkcs8::EncodePublicKey as _;
+    let b64 = |der: &[u8]| Encoding::Base64.encode(der);
+    Ok(Some(match p.signature.scheme {
+        Scheme::Ed25519 => {
+            let public = ed25519::private_key(pem)?.verifying_key().to_bytes();
+            match p.signature.secret_encoding {
+                SecretEncoding::Base64 => b64(&public),
+                _ => hex::encode(public),
+            }
+        }
+        Scheme::Ecdsa => {
+            let key = ecdsa::private_key(pem)?;
+            let der = key
+                .verifying_key()
+                .to_public_key_der()
+                .map_err(|e| e.to_string())?;
+            b64(der.as_bytes())
+        }
+        Scheme::Pkcs1 => {
+            use rsa::pkcs8::EncodePublicKey as _;
+            let key = pkcs1::private_key(pem)?;
+            let der = key
+                .to_public_key()
+                .to_public_key_der()
+                .map_err(|e| e.to_string())?;
+            b64(der.as_bytes())
+        }
+        _ => return Ok(None),
+    }))
 }
 
 /// Prints the headers, then a curl line that sends `body` with them to `to`.

@@ -8,7 +8,7 @@
 
 use crate::primitives::duration::Dur;
 use crate::target::{KindName, RawKinds};
-use crate::verify::schemes::{braintree, paypal, plaid};
+use crate::verify::schemes::{braintree, paypal, plaid, sns};
 use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides};
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -278,6 +278,8 @@ pub struct RawSource {
     pub plaid: Option<plaid::Raw>,
     /// Braintree: the public key, for answering the `bt_challenge` GET.
     pub braintree: Option<braintree::Raw>,
+    /// Amazon SNS: the accepted topics and subscription confirmation.
+    pub sns: Option<sns::Raw>,
     /// Reconciliation against the provider's API (stripe, github, paypal);
     /// the table is documented in `config/reconcile.rs`. Off when absent.
     pub reconcile: Option<super::reconcile::RawReconcile>,

@@ -69,7 +69,10 @@ fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
         "events = [\"invoice.*\"]\nfilter = { \"json:/data/object/livemode\" = false, \"header:X-N\" = 3 }",
     );
     let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
-    let routes = &c.sources["stripe"].routes;
+    let routes = &crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    })
+    .0;
     assert_eq!(routes.len(), 1);
     assert_eq!(routes[0].target, "billing");
     assert_eq!(routes[0].rule.events, Some(vec!["invoice.*".to_owned()]));
@@ -110,7 +113,10 @@ fn order_by_takes_any_routing_locator_and_a_bad_one_is_named() {
             "/data/object/id".into()
         )]
     );
-    assert_eq!(c.sources["stripe"].routes[0].order_by, Some(order_by));
+    let routes = crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    });
+    assert_eq!(routes.0[0].order_by, Some(order_by));
     assert!(
         crate::cli::describe::describe(&c).contains("order_by=json:/data/object/id"),
         "check-config prints it"
@@ -546,6 +552,64 @@ fn a_source_may_say_where_its_event_type_is() {
     ));
     assert_eq!(p[0].0, "sources.stripe.event_type");
     assert!(p[0].1.contains("unknown locator kind `body`"), "{p:?}");
+}
+
+#[test]
+fn sns_and_public_key_sources_are_validated_at_load() {
+    let p = problems(
+        r#"
+[sources.none]
+provider = "amazon-sns"
+
+[sources.empty]
+provider = "amazon-sns"
+[sources.empty.sns]
+topic_arns = []
+
+[sources.wide]
+provider = "amazon-sns"
+[sources.wide.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+cert_hosts = ["evil.example:443"]
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+
+[sources.discord]
+provider = "discord"
+secrets = ["not-a-hex-key"]
+
+[sources.sendgrid]
+provider = "sendgrid"
+secrets = ["bm90IGEga2V5"]
+"#,
+    );
+    let find = |key: &str| {
+        p.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_else(|| panic!("{key} not in {p:?}"))
+    };
+    assert!(find("sources.none.sns").contains("topic_arns"));
+    assert!(find("sources.empty.sns").contains("topic_arns is empty"));
+    assert!(find("sources.wide.sns").contains("tests only"));
+    assert!(find("sources.gh.sns").contains("not Amazon SNS"));
+    find("sources.discord.secrets[0]");
+    find("sources.sendgrid.secrets[0]");
+    let ok = Config::from_toml_str(
+        r#"
+[sources.sns]
+provider = "amazon-sns"
+[sources.sns.sns]
+topic_arns = ["arn:aws:sns:us-east-1:123456789012:orders"]
+cert_hosts = ["127.0.0.1:8443"]
+"#,
+        Path::new("."),
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.problems));
 }
 
 #[test]

@@ -356,7 +356,7 @@ impl Dedup {
             headers: facts.headers,
             received_at: now_ms,
             expires_at,
-            // Routed by its facts (verify/route.rs): only the
+            // Routed by its facts (target/route.rs): only the
             // targets that want this event get a delivery row.
             targets: facts.routed.targets,
             order_keys: facts.routed.order_keys,

@@ -146,7 +146,7 @@ async fn handle(
             event_type,
         }) => {
             state.counters.typed(source_name, event_type.as_deref());
-            // Routing (verify/route.rs) chose no target: stored, counted `unrouted`.
+            // Routing (target/route.rs) chose no target: stored, counted `unrouted`.
             if unrouted {
                 state.counters.unrouted(source_name);
                 if let Some(m) = metrics {

@@ -1,6 +1,7 @@
 //! Targets: where events are delivered. A target is its common settings
-//! ([`Target`]: URL, timeout, attempts, concurrency, routing) and a kind:
-//! HTTP, or a broker (a Redis stream, NATS JetStream, RabbitMQ).
+//! ([`Target`]: URL, timeout, attempts, concurrency), its route (which
+//! events it wants: [`route`]) and a kind: HTTP, or a broker (a Redis
+//! stream, NATS JetStream, RabbitMQ).
 //!
 //! Rule: one file per kind, holding its keys in `[targets.<name>]`, their
 //! validation, its sink (connection and one send per attempt) and its
@@ -11,13 +12,14 @@
 
 pub mod connection;
 pub mod kind;
+pub mod route;
 
 pub use kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent};
 
 use crate::primitives::headers::StoredHeaders;
 use crate::verify::locator::Lookup;
-use crate::verify::route::Rule;
 use bytes::Bytes;
+use route::Rule;
 use serde::de::{self, MapAccess};
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! Per-source budgets for outbound fetches that an unauthenticated request
-//! can trigger (PayPal's certificate URL, Plaid's `kid`). Over budget, the
+//! can trigger (PayPal's certificate URL, Plaid's `kid`, SNS's
+//! `SigningCertURL`). Over budget, the
 //! request is answered "temporarily unavailable" (503 + Retry-After): a
 //! genuine provider retries, a forger gains nothing.
 //!

@@ -1,5 +1,5 @@
-//! The keys a scheme fetches by what a request names (PayPal's certificate
-//! URL, Plaid's `kid`): remembered until they expire, with what a failed
+//! The keys a scheme fetches by what a request names (PayPal's and SNS's
+//! certificate URLs, Plaid's `kid`): remembered until they expire, with what a failed
 //! fetch concluded remembered for a while too.
 //!
 //! Rule: a name costs at most one fetch at a time (concurrent requests for

@@ -25,7 +25,7 @@ pub mod locator;
 pub mod provider;
 pub mod registry;
 pub mod reply;
-pub mod route;
+pub mod router;
 pub mod schemes;
 pub mod sign;
 pub mod signedness;
@@ -83,9 +83,9 @@ pub struct Facts {
     pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
-    /// The source's targets whose routes match (see [`route`]; none:
+    /// The source's targets whose routes match (see [`router`]; none:
     /// stored, counted `unrouted`, delivered nowhere), with their ordering keys.
-    pub routed: route::Selected,
+    pub routed: router::Routed,
 }
 
 /// A verified request's parts that [`Facts`] are read from.
@@ -111,7 +111,7 @@ impl RequestParts {
     fn facts(self, source: &Source, body: &[u8]) -> Facts {
         let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
-        let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        let routed = source.routes.select(event_type.as_deref(), &fields);
         drop(fields);
         Facts {
             headers: forwarded_headers::forwardable(self.headers, &source.withheld),
@@ -127,7 +127,7 @@ impl Default for Facts {
         Self {
             headers: StoredHeaders::default(),
             event_type: None,
-            routed: route::Selected::default(),
+            routed: router::Routed::default(),
         }
     }
 }
@@ -170,11 +170,9 @@ impl Verified {
     ) -> Self {
         // Routed like a received event: on its type and body fields.
         let no_headers = HeaderMap::new();
-        let routed = route::select(
-            &source.routes,
-            event_type.as_deref(),
-            &Fields::new(&no_headers, &body),
-        );
+        let routed = source
+            .routes
+            .select(event_type.as_deref(), &Fields::new(&no_headers, &body));
         Self {
             source: source.clone(),
             event_id,

@@ -11,7 +11,6 @@
 
 use super::locator::Lookup;
 use super::provider::Provider;
-use super::route::show_lookup;
 use super::schemes::{Cover, Part};
 
 /// How one fact (the event id, the event type) is covered.
@@ -124,7 +123,7 @@ impl Weakest {
                 alternatives: vec![alt.clone()],
                 ..Lookup::default()
             };
-            self.add(cover, show_lookup(&one));
+            self.add(cover, one.show());
         }
     }
 

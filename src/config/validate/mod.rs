@@ -9,9 +9,9 @@ use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
 use super::{Config, ConfigError, Database, Dedup, Delivery, Needs, Server, Storage};
 use crate::primitives::secret::Secret;
+use crate::target::route::{Rule, parse_order_by};
 use crate::target::{Check, Target};
 use crate::verify::registry::Registry;
-use crate::verify::route::Rule;
 use crate::verify::source::Resolve;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -415,7 +415,7 @@ fn targets(
             Rule::default()
         });
         let order_by = t.order_by.as_deref().and_then(|o| {
-            crate::verify::route::parse_order_by(o)
+            parse_order_by(o)
                 .map_err(|e| v.problem(&format!("{key}.order_by"), e))
                 .ok()
         });

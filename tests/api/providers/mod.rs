@@ -9,6 +9,8 @@ mod braintree;
 mod catalogue;
 pub(crate) mod paypal;
 mod plaid;
+mod schemes;
+mod sns;
 
 use crate::helpers::*;
 use base64::Engine;
