@@ -111,6 +111,7 @@ impl App {
             config.dedup.purge_interval,
             stop.clone(),
         ));
+        warm_provider_keys(&config, &store.provider_keys, &mut background, &stop).await;
         let health = deliver::health::Health::default();
         let fleet = if config.delivery.enabled {
             let w = wake.clone();
@@ -198,8 +199,11 @@ impl App {
         let grace = server.shutdown_grace;
         let limits = serve::Limits {
             max_connections: server.max_connections,
+            max_connections_per_client: server.max_connections_per_client,
             header_read_timeout: server.header_read_timeout,
+            keep_alive_timeout: server.keep_alive_timeout,
             idle_timeout: server.idle_timeout,
+            trusted_proxies: server.trusted_proxies.clone(),
         };
         let addr = listener.local_addr()?;
         let scheme = if self.certs.is_some() {
@@ -219,7 +223,7 @@ impl App {
         servers.spawn(serve::serve(
             listener,
             public,
-            limits,
+            limits.clone(),
             certs.clone(),
             shutdown.clone(),
         ));
@@ -258,6 +262,68 @@ impl App {
         while self.background.join_next().await.is_some() {}
         tracing::info!("hookgate stopped");
         Ok(())
+    }
+}
+
+/// Puts back the keys each PayPal / Plaid source fetched before (so a
+/// restart does not start cold, spending its fetch budget), and writes the
+/// ones found from now on. A ledger that cannot be read or written costs
+/// only the warm start: the key is fetched again.
+async fn warm_provider_keys(
+    config: &Config,
+    keys: &Arc<dyn store::ProviderKeys>,
+    background: &mut JoinSet<()>,
+    stop: &CancellationToken,
+) {
+    let now = Millis::now().as_secs();
+    for (name, source) in &config.sources {
+        let Some(remote) = source.settings.as_ref().and_then(|s| s.remote_keys()) else {
+            continue;
+        };
+        match keys.load_keys(name, now).await {
+            Ok(found) => {
+                let mut warmed = 0;
+                for k in found {
+                    let learned = crate::verify::key_cache::LearnedKey {
+                        name: k.name,
+                        material: k.material,
+                        until: k.valid_until,
+                    };
+                    if remote.warm(&learned, now).await {
+                        warmed += 1;
+                    }
+                }
+                if warmed > 0 {
+                    tracing::info!(
+                        source = name,
+                        keys = warmed,
+                        "provider keys restored from the ledger"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(source = name, error = %e, "could not read stored provider keys")
+            }
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        remote.report_to(tx);
+        let (keys, source, stop) = (keys.clone(), name.clone(), stop.clone());
+        background.spawn(async move {
+            loop {
+                let k = tokio::select! {
+                    k = rx.recv() => match k { Some(k) => k, None => return },
+                    _ = stop.cancelled() => return,
+                };
+                let key = store::provider_keys::ProviderKey {
+                    name: k.name,
+                    material: k.material,
+                    valid_until: k.until,
+                };
+                if let Err(e) = keys.save_key(&source, &key, Millis::now().as_secs()).await {
+                    tracing::warn!(source, error = %e, "could not store a provider key; it is fetched again after a restart");
+                }
+            }
+        });
     }
 }
 

@@ -75,11 +75,20 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
             state.clone(),
             admin::require_token,
         ));
+    // `server.protect_metrics` puts these two behind the token as well.
+    let mut probes = Router::new()
+        .route("/readyz", get(admin::health::readyz))
+        .route("/metrics", get(admin::metrics::render));
+    if state.config().server.protect_metrics {
+        probes = probes.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_token,
+        ));
+    }
     // The console's assets are public (it shows only a login without a
     // token); everything it reads goes through the protected API above.
     Router::new()
-        .route("/readyz", get(admin::health::readyz))
-        .route("/metrics", get(admin::metrics::render))
+        .merge(probes)
         .merge(admin::console::routes())
         .merge(protected)
 }

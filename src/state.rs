@@ -11,6 +11,8 @@ use crate::dedup::Dedup;
 use crate::dedup::arrivals::Arrivals;
 use crate::deliver::Wake;
 use crate::deliver::health::Health;
+use crate::primitives::budget::ByteBudget;
+use crate::primitives::throttle::Throttle;
 use crate::primitives::time::Millis;
 use crate::stats::Counters;
 use crate::stats::requests::RequestMetrics;
@@ -47,6 +49,14 @@ pub struct Handles {
     pub reloads: ReloadStatus,
     /// Asks `app`'s reload task to reload (`POST /admin/reload`).
     pub reload: Reload,
+    /// Request bodies held before verification (or forwarding), all
+    /// requests together (`server.max_buffered_body_bytes`).
+    pub body_budget: ByteBudget,
+    /// Upstream answers the proxy buffers to store them
+    /// (`server.max_buffered_answer_bytes`).
+    pub answer_budget: ByteBudget,
+    /// Wrong admin tokens per client address.
+    pub admin_throttle: Arc<Throttle>,
 }
 
 /// One loaded config with the handles built from it.
@@ -79,7 +89,20 @@ impl Handles {
         upstream: reqwest::Client,
         reload: Reload,
     ) -> Self {
+        // Restart-only settings (`reload`): built once from the first config.
+        let server = &live.config.server;
+        let body_budget = ByteBudget::new(
+            server.max_buffered_body_bytes,
+            server.max_buffered_body_bytes_per_client,
+        );
+        let answer_budget = ByteBudget::new(
+            server.max_buffered_answer_bytes,
+            server.max_buffered_answer_bytes,
+        );
         Self {
+            body_budget,
+            answer_budget,
+            admin_throttle: Default::default(),
             live: ArcSwap::from_pointee(live),
             store,
             dedup,

@@ -11,19 +11,35 @@ pub mod stats;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::verify::client_ip;
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
 
 /// Route layer for everything behind the token: refuses before the handler
-/// runs, so an anonymous request's body is never read.
+/// runs, so an anonymous request's body is never read. An address that
+/// sent too many wrong tokens is refused without a comparison
+/// (`primitives::throttle`).
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
+    let client =
+        client_ip::client_ip(peer, req.headers(), &state.config().server.trusted_proxies).or(peer);
+    if let Some(wait) = state.admin_throttle.blocked(client) {
+        return ApiError::Throttled(wait).into_response();
+    }
     match authorize(&state, req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            state.admin_throttle.failed(client);
+            e.into_response()
+        }
     }
 }
 

@@ -83,10 +83,21 @@ pub struct Server {
     pub admin_listen: Option<SocketAddr>,
     /// Most open connections per listener.
     pub max_connections: usize,
-    /// Deadline for a request's headers (HTTP/1: also the idle keep-alive limit).
+    /// Most open connections per client address, per listener.
+    pub max_connections_per_client: usize,
+    /// Deadline for a request's headers; HTTP/2 without an open stream.
     pub header_read_timeout: Duration,
+    /// HTTP/1: idle limit of a kept-alive connection.
+    pub keep_alive_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and timeout.
     pub idle_timeout: Duration,
+    /// Request bodies held at once, in all and per client address.
+    pub max_buffered_body_bytes: usize,
+    pub max_buffered_body_bytes_per_client: usize,
+    /// Proxy answers buffered at once to be stored.
+    pub max_buffered_answer_bytes: usize,
+    /// `/metrics` and `/readyz` need the admin token.
+    pub protect_metrics: bool,
     /// Native HTTPS on the listeners: certificate chain and key files (PEM),
     /// re-read on reload. `None`: plain HTTP.
     pub tls: Option<Tls>,

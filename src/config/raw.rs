@@ -71,9 +71,17 @@ pub struct RawServer {
     /// Most open client connections (each listener); further clients wait
     /// in the kernel's accept queue. Default 1024.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers; on HTTP/1 it also
-    /// bounds how long a kept-alive connection may sit idle. Default 10s.
+    /// Most open connections from one client address (an IPv4 address, an
+    /// IPv6 /64), each listener; a further one is closed at once. Peers in
+    /// `trusted_proxies` are exempt. Default: an eighth of `max_connections`.
+    pub max_connections_per_client: Option<usize>,
+    /// Time a client has to send a request's headers, from the first byte
+    /// (or from the connection's start); an HTTP/2 connection with no open
+    /// stream is closed after it too. Default 10s.
     pub header_read_timeout: Dur,
+    /// HTTP/1: how long a kept-alive connection may wait, with nothing
+    /// arriving, for its next request. Default 75s.
+    pub keep_alive_timeout: Dur,
     /// HTTP/2: a connection that does not answer a keep-alive ping within
     /// this time (pings are sent after this much idle time) is closed. Default 60s.
     pub idle_timeout: Dur,
@@ -83,6 +91,19 @@ pub struct RawServer {
     pub tls_cert: Option<PathBuf>,
     /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `tls_cert`.
     pub tls_key: Option<PathBuf>,
+    /// Request bodies held in memory at once, all requests together (read
+    /// before verification, or before the proxy forwards them); beyond it
+    /// a request is answered 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_body_bytes: u64,
+    /// The part of `max_buffered_body_bytes` one client address may hold.
+    /// Default a quarter of it; at least the largest `max_body_bytes`.
+    pub max_buffered_body_bytes_per_client: Option<u64>,
+    /// Upstream answers the Idempotency-Key proxy holds in memory at once
+    /// to store them (answers it does not store are streamed); beyond it
+    /// 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_answer_bytes: u64,
+    /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
+    pub protect_metrics: bool,
 }
 
 impl Default for RawServer {
@@ -99,10 +120,16 @@ impl Default for RawServer {
             trusted_proxies: Vec::new(),
             admin_listen: None,
             max_connections: 1024,
+            max_connections_per_client: None,
             header_read_timeout: Dur(Duration::from_secs(10)),
+            keep_alive_timeout: Dur(Duration::from_secs(75)),
             idle_timeout: Dur(Duration::from_secs(60)),
             tls_cert: None,
             tls_key: None,
+            max_buffered_body_bytes: 64 * 1024 * 1024,
+            max_buffered_body_bytes_per_client: None,
+            max_buffered_answer_bytes: 64 * 1024 * 1024,
+            protect_metrics: false,
         }
     }
 }

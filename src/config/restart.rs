@@ -33,6 +33,30 @@ impl Config {
         );
         keep("server.idle_timeout", new.idle_timeout == old.idle_timeout);
         keep(
+            "server.max_connections_per_client",
+            new.max_connections_per_client == old.max_connections_per_client,
+        );
+        keep(
+            "server.keep_alive_timeout",
+            new.keep_alive_timeout == old.keep_alive_timeout,
+        );
+        keep(
+            "server.max_buffered_body_bytes / max_buffered_body_bytes_per_client / max_buffered_answer_bytes",
+            (
+                new.max_buffered_body_bytes,
+                new.max_buffered_body_bytes_per_client,
+                new.max_buffered_answer_bytes,
+            ) == (
+                old.max_buffered_body_bytes,
+                old.max_buffered_body_bytes_per_client,
+                old.max_buffered_answer_bytes,
+            ),
+        );
+        keep(
+            "server.protect_metrics",
+            new.protect_metrics == old.protect_metrics,
+        );
+        keep(
             "server.request_timeout",
             new.request_timeout == old.request_timeout,
         );

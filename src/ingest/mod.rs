@@ -109,7 +109,10 @@ async fn handle(
     let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
     let config = request.config;
-    let bytes = serve::read_body(body, headers, config.server.max_body_bytes).await?;
+    // The body's share of the body budget, held until this request is
+    // answered.
+    let mut lease = state.body_budget.lease(request.client);
+    let bytes = serve::read_body(body, headers, config.server.max_body_bytes, &mut lease).await?;
 
     let now = Millis::now();
     let verify_started = Instant::now();

@@ -23,6 +23,7 @@ pub mod idempotency;
 pub mod outbox;
 mod portable;
 pub mod postgres;
+pub mod provider_keys;
 pub mod reconcile;
 mod rows;
 pub mod sqlite;
@@ -34,6 +35,7 @@ pub use idempotency::IdempotencyStore;
 pub use outbox::{
     AttemptRecord, DueDelivery, LeaseRequest, NextState, OnCommit, Outbox, RateGrant,
 };
+pub use provider_keys::ProviderKeys;
 pub use reconcile::ReconcileStore;
 pub use tallies::{DeliveryCount, Tallies};
 
@@ -131,6 +133,7 @@ pub struct Store {
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
+    pub provider_keys: Arc<dyn ProviderKeys>,
 }
 
 impl Store {
@@ -140,7 +143,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore,
+        Portable<DB>: Console + ReconcileStore + IdempotencyStore + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -150,7 +153,8 @@ impl Store {
             tallies: backend,
             console: portable.clone(),
             reconcile: portable.clone(),
-            idempotency: portable,
+            idempotency: portable.clone(),
+            provider_keys: portable,
         }
     }
 }

@@ -56,6 +56,14 @@ pub(super) fn config(
         .map(|(name, t)| (name, Arc::new(t)))
         .collect();
     let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
+    for (name, api) in &apis {
+        if api.max_body_bytes > server.max_buffered_body_bytes_per_client {
+            v.problem(
+                &format!("apis.{name}.max_body_bytes"),
+                "must not exceed server.max_buffered_body_bytes_per_client".into(),
+            );
+        }
+    }
     operator_warnings(&server, &sources, &mut v);
 
     if v.problems.is_empty() {
@@ -190,9 +198,21 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
             format!("`{}` is not a log filter: {e}", raw.log_level),
         );
     }
+    let max_connections_per_client = match raw.max_connections_per_client {
+        Some(0) => {
+            v.problem(
+                "server.max_connections_per_client",
+                "must be at least 1".into(),
+            );
+            1
+        }
+        Some(n) => n.min(raw.max_connections.max(1)),
+        None => (raw.max_connections / 8).max(1),
+    };
     for (key, d) in [
         ("server.request_timeout", raw.request_timeout.0),
         ("server.header_read_timeout", raw.header_read_timeout.0),
+        ("server.keep_alive_timeout", raw.keep_alive_timeout.0),
         ("server.idle_timeout", raw.idle_timeout.0),
     ] {
         v.positive(key, d);
@@ -217,12 +237,45 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
             None
         }
     };
+    if raw.max_buffered_body_bytes == 0 {
+        v.problem(
+            "server.max_buffered_body_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    if raw.max_buffered_answer_bytes == 0 {
+        v.problem(
+            "server.max_buffered_answer_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    let per_client_body = raw
+        .max_buffered_body_bytes_per_client
+        .unwrap_or((raw.max_buffered_body_bytes / 4).max(raw.max_body_bytes))
+        .min(raw.max_buffered_body_bytes);
+    // A body of the largest accepted size must fit in one client's share,
+    // or no such body could ever be read.
+    if per_client_body < raw.max_body_bytes {
+        v.problem(
+            "server.max_buffered_body_bytes_per_client",
+            format!(
+                "must be at least server.max_body_bytes ({}), and so must server.max_buffered_body_bytes",
+                raw.max_body_bytes
+            ),
+        );
+    }
     Server {
         tls,
         admin_listen,
         max_connections: raw.max_connections,
+        max_connections_per_client,
         header_read_timeout: raw.header_read_timeout.0,
+        keep_alive_timeout: raw.keep_alive_timeout.0,
         idle_timeout: raw.idle_timeout.0,
+        max_buffered_body_bytes: raw.max_buffered_body_bytes as usize,
+        max_buffered_body_bytes_per_client: per_client_body as usize,
+        max_buffered_answer_bytes: raw.max_buffered_answer_bytes as usize,
+        protect_metrics: raw.protect_metrics,
         trusted_proxies,
         listen,
         max_body_bytes: raw.max_body_bytes as usize,

@@ -116,6 +116,11 @@ impl Gateway {
         self.child.try_wait().unwrap().is_none()
     }
 
+    /// The process id (to read its memory from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The body of `GET path` with the admin token (`/metrics`, `/stats`).
     pub async fn admin_text(&self, path: &str) -> String {
         super::admin_get(&reqwest::Client::new(), &self.url(path)).await
