@@ -29,7 +29,8 @@
 //!   imports nothing.
 //! - [`error`]: every handler error as an HTTP answer, and what it counts as.
 //! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
-//!   body read), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//!   body read), [`tls`] (native HTTPS), [`reload`] (SIGHUP and
+//!   `POST /admin/reload`), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;
@@ -46,6 +47,7 @@ pub mod ingest;
 pub mod primitives;
 pub mod proxy;
 pub mod reconcile;
+pub mod reload;
 pub mod serve;
 pub mod shutdown;
 pub mod state;
@@ -53,4 +55,5 @@ pub mod stats;
 pub mod store;
 pub mod target;
 pub mod telemetry;
+pub mod tls;
 pub mod verify;

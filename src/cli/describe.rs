@@ -74,18 +74,19 @@ pub fn describe(c: &Config) -> String {
     for t in c.targets.values() {
         let _ = writeln!(
             o,
-            "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}{}",
+            "  {:<16} {}{} timeout={} concurrency={} signed={}{}\n  {:<16} {}",
             t.name,
             url::show(&t.url),
             t.kind.describe(),
             show(t.timeout),
-            t.max_attempts,
             t.concurrency,
             if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
                 .map(|o| format!(" order_by={}", o.show()))
-                .unwrap_or_default()
+                .unwrap_or_default(),
+            "",
+            crate::deliver::retry::describe(&t.retry),
         );
     }
     describe_apis(&mut o, c);

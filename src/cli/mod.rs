@@ -113,6 +113,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: &Option<PathBuf>, no_migrate: bool) -> anyhow::Result<()> {
+    // First of all: once a SIGHUP handler is installed (for the whole
+    // process, by tokio), the signal no longer ends it; `App` reloads on it.
+    drop(crate::reload::Hangup::register());
     let mut config = load(config)?;
     telemetry::init_logs(config.server.log_format, &config.server.log_level);
     for w in &config.warnings {

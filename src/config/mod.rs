@@ -8,6 +8,7 @@ pub mod apis;
 pub mod raw;
 pub mod reconcile;
 pub mod redis_url;
+mod restart;
 mod validate;
 
 use crate::primitives::secret::Secret;
@@ -46,6 +47,12 @@ pub enum Needs {
 pub struct Config {
     /// Where the config came from (for messages).
     pub origin: String,
+    /// The file it was read from, re-read by a reload; `None`: defaults or
+    /// an inline config.
+    pub path: Option<PathBuf>,
+    /// First 12 hex digits of the SHA-256 of the config file's text: which
+    /// config is loaded (`/readyz`, `/stats`, the reload log line).
+    pub digest: String,
     pub server: Server,
     pub storage: Storage,
     pub dedup: Dedup,
@@ -76,10 +83,32 @@ pub struct Server {
     pub admin_listen: Option<SocketAddr>,
     /// Most open connections per listener.
     pub max_connections: usize,
-    /// Deadline for a request's headers (HTTP/1: also the idle keep-alive limit).
+    /// Most open connections per client address, per listener.
+    pub max_connections_per_client: usize,
+    /// Deadline for a request's headers; HTTP/2 without an open stream.
     pub header_read_timeout: Duration,
+    /// HTTP/1: idle limit of a kept-alive connection.
+    pub keep_alive_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and timeout.
     pub idle_timeout: Duration,
+    /// Request bodies held at once, in all and per client address.
+    pub max_buffered_body_bytes: usize,
+    pub max_buffered_body_bytes_per_client: usize,
+    /// Proxy answers buffered at once to be stored.
+    pub max_buffered_answer_bytes: usize,
+    /// `/metrics` and `/readyz` need the admin token.
+    pub protect_metrics: bool,
+    /// Native HTTPS on the listeners: certificate chain and key files (PEM),
+    /// re-read on reload. `None`: plain HTTP.
+    pub tls: Option<Tls>,
+}
+
+/// `server.tls_cert` and `server.tls_key`, resolved against the config
+/// file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -197,6 +226,10 @@ pub struct Delivery {
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub lease: Duration,
+    /// Default retry window of every target.
+    pub retry_for: Duration,
+    /// Default permanent-failure statuses of every target.
+    pub permanent_statuses: Vec<u16>,
 }
 
 /// A config that could not be loaded: the file and every offending key.
@@ -276,6 +309,8 @@ impl Config {
             .unwrap_or_default();
         let mut config = validate::config(raw, &origin, &base, needs)?;
         config.warnings.extend(unused_env_vars(&text));
+        config.path = file;
+        config.digest = digest(&text);
         Ok(config)
     }
 
@@ -286,7 +321,9 @@ impl Config {
         let raw: RawConfig = Figment::from(Toml::string(text))
             .extract()
             .map_err(|e| figment_error(&origin, e))?;
-        validate::config(raw, &origin, base_dir, Needs::Everything)
+        let mut config = validate::config(raw, &origin, base_dir, Needs::Everything)?;
+        config.digest = digest(text);
+        Ok(config)
     }
 
     /// The cache TTL for a source: never longer than its dedup window, so the
@@ -294,6 +331,14 @@ impl Config {
     pub fn cache_ttl(&self, source: &Source) -> Duration {
         self.dedup.cache_ttl.min(source.dedup_window)
     }
+}
+
+/// The short digest of a config file's text: enough to tell two loaded
+/// configs apart in a log or a probe, not a security measure.
+pub fn digest(text: &str) -> String {
+    use sha2::Digest;
+    let full = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    full[..12].to_owned()
 }
 
 /// `HOOKGATE_*` variables that are neither `SECTION__KEY` overrides,
@@ -370,5 +415,7 @@ fn kind_of(actual: &figment::error::Actual) -> &'static str {
 
 #[cfg(test)]
 mod hardening_tests;
+#[cfg(test)]
+mod reload_tests;
 #[cfg(test)]
 mod tests;

@@ -71,12 +71,39 @@ pub struct RawServer {
     /// Most open client connections (each listener); further clients wait
     /// in the kernel's accept queue. Default 1024.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers; on HTTP/1 it also
-    /// bounds how long a kept-alive connection may sit idle. Default 10s.
+    /// Most open connections from one client address (an IPv4 address, an
+    /// IPv6 /64), each listener; a further one is closed at once. Peers in
+    /// `trusted_proxies` are exempt. Default: an eighth of `max_connections`.
+    pub max_connections_per_client: Option<usize>,
+    /// Time a client has to send a request's headers, from the first byte
+    /// (or from the connection's start); an HTTP/2 connection with no open
+    /// stream is closed after it too. Default 10s.
     pub header_read_timeout: Dur,
+    /// HTTP/1: how long a kept-alive connection may wait, with nothing
+    /// arriving, for its next request. Default 75s.
+    pub keep_alive_timeout: Dur,
     /// HTTP/2: a connection that does not answer a keep-alive ping within
     /// this time (pings are sent after this much idle time) is closed. Default 60s.
     pub idle_timeout: Dur,
+    /// Serve HTTPS: the certificate chain (PEM, leaf first), relative to the
+    /// config file. Both listeners use it. Re-read on reload, so a renewed
+    /// certificate needs no restart. Default unset (plain HTTP).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Request bodies held in memory at once, all requests together (read
+    /// before verification, or before the proxy forwards them); beyond it
+    /// a request is answered 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_body_bytes: u64,
+    /// The part of `max_buffered_body_bytes` one client address may hold.
+    /// Default a quarter of it; at least the largest `max_body_bytes`.
+    pub max_buffered_body_bytes_per_client: Option<u64>,
+    /// Upstream answers the Idempotency-Key proxy holds in memory at once
+    /// to store them (answers it does not store are streamed); beyond it
+    /// 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_answer_bytes: u64,
+    /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
+    pub protect_metrics: bool,
 }
 
 impl Default for RawServer {
@@ -93,8 +120,16 @@ impl Default for RawServer {
             trusted_proxies: Vec::new(),
             admin_listen: None,
             max_connections: 1024,
+            max_connections_per_client: None,
             header_read_timeout: Dur(Duration::from_secs(10)),
+            keep_alive_timeout: Dur(Duration::from_secs(75)),
             idle_timeout: Dur(Duration::from_secs(60)),
+            tls_cert: None,
+            tls_key: None,
+            max_buffered_body_bytes: 64 * 1024 * 1024,
+            max_buffered_body_bytes_per_client: None,
+            max_buffered_answer_bytes: 64 * 1024 * 1024,
+            protect_metrics: false,
         }
     }
 }
@@ -192,6 +227,15 @@ pub struct RawDelivery {
     pub backoff_max: Dur,
     /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
     pub lease: Dur,
+    /// How long a delivery is retried, from when its event was received: a
+    /// failed attempt whose next retry would fall later is the last (the
+    /// final retry is made at the window's end), then the delivery is dead.
+    /// A target may set its own. Default 3d (Stripe retries for three days).
+    pub retry_for: Dur,
+    /// HTTP statuses with which a target says "never send this again": the
+    /// delivery is dead at once, without retries. A target may set its own
+    /// list. Default `[410]` (Gone).
+    pub permanent_statuses: Vec<u16>,
 }
 
 impl Default for RawDelivery {
@@ -203,6 +247,8 @@ impl Default for RawDelivery {
             backoff_base: Dur(Duration::from_secs(1)),
             backoff_max: Dur(Duration::from_secs(3600)),
             lease: Dur(Duration::from_secs(120)),
+            retry_for: Dur(DEFAULT_RETRY_FOR),
+            permanent_statuses: vec![410],
         }
     }
 }
@@ -284,8 +330,14 @@ pub struct RawTarget {
     /// Deadline of one delivery attempt (for a broker: connecting when
     /// needed, publishing and the broker's acknowledgement). Default 10s.
     pub timeout: Dur,
-    /// Attempts before a delivery is dead. Default 12.
-    pub max_attempts: u32,
+    /// This target's retry window (see `delivery.retry_for`). Default: that.
+    pub retry_for: Option<Dur>,
+    /// This target's permanent-failure statuses (see
+    /// `delivery.permanent_statuses`). Default: that list.
+    pub permanent_statuses: Option<Vec<u16>>,
+    /// Optional cap on attempts, below the window: a delivery is dead after
+    /// this many even inside `retry_for`. Default unset (the window decides).
+    pub max_attempts: Option<u32>,
     /// Most requests (or publishes) in flight to this target at once; a slot
     /// is free again as soon as the target answered. Default 32.
     pub concurrency: usize,
@@ -328,6 +380,8 @@ const TARGET_KEYS: &[&str] = &[
     "kind",
     "url",
     "timeout",
+    "retry_for",
+    "permanent_statuses",
     "max_attempts",
     "concurrency",
     "forward_credentials",
@@ -362,7 +416,9 @@ impl<'de> Visitor<'de> for TargetTable {
             url: String::new(),
             kinds: RawKinds::default(),
             timeout: Dur(Duration::from_secs(10)),
-            max_attempts: 12,
+            retry_for: None,
+            permanent_statuses: None,
+            max_attempts: None,
             // Enough slots for one target to keep up with ingest on
             // loopback: a slot is held only until the target answers.
             concurrency: 32,
@@ -378,6 +434,8 @@ impl<'de> Visitor<'de> for TargetTable {
                 "kind" => t.kind = map.next_value()?,
                 "url" => url = Some(map.next_value()?),
                 "timeout" => t.timeout = map.next_value()?,
+                "retry_for" => t.retry_for = map.next_value()?,
+                "permanent_statuses" => t.permanent_statuses = map.next_value()?,
                 "max_attempts" => t.max_attempts = map.next_value()?,
                 "concurrency" => t.concurrency = map.next_value()?,
                 "forward_credentials" => t.forward_credentials = map.next_value()?,
@@ -440,3 +498,6 @@ impl FilterValue {
         }
     }
 }
+
+/// `delivery.retry_for`'s default: three days.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(3 * 86_400);

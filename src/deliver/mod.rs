@@ -10,19 +10,20 @@
 //! Rule: what is sent, and how, is the target kind's (`target/`); this
 //! module decides when and how often, and records what became of it.
 
+pub mod fleet;
+pub mod health;
 pub mod lanes;
 mod rate;
 mod record;
+pub mod retry;
 
 use crate::config::{self, Config};
-use crate::primitives::backoff;
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox, StoreError};
 use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
 use record::Recorder;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -32,33 +33,27 @@ use tokio_util::sync::CancellationToken;
 
 /// Wakes target loops; cheap to clone.
 #[derive(Clone, Default)]
-pub struct Wake(Arc<HashMap<String, Arc<Notify>>>);
+pub struct Wake(Option<Lanes>);
 
 impl Wake {
     /// The loops' wake-ups live on their hand-off lanes: the event writer
-    /// wakes a lane when it commits a row the lane did not take.
+    /// wakes a lane when it commits a row the lane did not take. Looked up
+    /// per wake, so a target a reload added is woken too.
     pub fn new(lanes: &Lanes) -> Self {
-        Self(Arc::new(
-            lanes
-                .wakes()
-                .map(|(t, n)| (t.to_owned(), n.clone()))
-                .collect(),
-        ))
+        Self(Some(lanes.clone()))
     }
 
     /// Wakes the loops of `targets`. A wake with nobody waiting is kept
     /// (Notify stores one permit), so none is lost between poll and sleep.
     pub fn notify<S: AsRef<str>>(&self, targets: &[S]) {
-        for t in targets {
-            if let Some(n) = self.0.get(t.as_ref()) {
-                n.notify_one();
-            }
+        if let Some(l) = &self.0 {
+            l.notify(targets);
         }
     }
 
     pub fn notify_all(&self) {
-        for n in self.0.values() {
-            n.notify_one();
+        if let Some(l) = &self.0 {
+            l.notify_all();
         }
     }
 }
@@ -74,6 +69,8 @@ struct Ctx {
     /// This process's lease token: identifies our leases for release.
     token: String,
     grace: Duration,
+    /// Per-target health (`/stats`, the failing/recovered log lines).
+    health: health::Health,
 }
 
 impl Ctx {
@@ -174,8 +171,9 @@ pub fn start(
     outbox: Arc<dyn Outbox>,
     counters: Arc<Counters>,
     lanes: Lanes,
+    health: health::Health,
     stop: CancellationToken,
-) -> JoinSet<()> {
+) -> fleet::Fleet {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
@@ -192,21 +190,13 @@ pub fn start(
         global: Arc::new(Semaphore::new(config.delivery.max_in_flight)),
         token,
         grace: config.server.shutdown_grace,
+        health,
     });
-    let mut set = JoinSet::new();
+    let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
-        let t = Arc::new(TargetCtx::new(
-            target.clone(),
-            lanes.wake(&target.name),
-            &ctx.client,
-        ));
-        let lane = Lane {
-            rx: lanes.receiver(&target.name),
-            lanes: lanes.clone(),
-        };
-        set.spawn(target_loop(ctx.clone(), t, lane, stop.clone()));
+        fleet.spawn(target.clone());
     }
-    set
+    fleet
 }
 
 /// A target's hand-off lane: rows committed by this process, already leased.
@@ -474,7 +464,9 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     // one waits for its group commit.
     drop(sending);
 
-    let rec = outcome(ctx, &t.target, number, sent, started_at, latency_ms);
+    let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
+    ctx.health
+        .record(&t.target.name, rec.error.as_deref(), Millis::now());
     let recovered = t.count(rec.next, latency_ms);
     if !record(ctx, row.id, &rec, shown).await {
         return None;
@@ -483,10 +475,12 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
         .delivery(&row.source, &t.target.name, counted(rec.next));
     after_recorded(ctx, t, &rec, recovered).await;
     if rec.next == NextState::Dead {
+        let reason = retry::dead_reason(&t.target.retry, row.received_at, Millis::now(), &failure);
         tracing::warn!(
             attempt = shown,
             error = rec.error.as_deref().unwrap_or(""),
-            "delivery dead after max_attempts"
+            reason,
+            "delivery dead"
         );
     } else {
         let outcome = label(rec.next);
@@ -512,17 +506,18 @@ async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis)
     t.sink.send(&t.target.endpoint(), &message).await
 }
 
-/// The attempt as recorded: where the row goes next (delivered; dead when
-/// no retry can succeed or `max_attempts` is used up; else a retry after
-/// backoff or the target's `Retry-After`).
+/// The attempt as recorded: where the row goes next (delivered; else as
+/// `retry` decides: dead when no retry can succeed, on a permanent status
+/// or after the target's retry window; else a retry after backoff or the
+/// target's `Retry-After`), with the failure it judged.
 fn outcome(
-    ctx: &Ctx,
     target: &Target,
+    row: &DueDelivery,
     number: i32,
     sent: Sent,
     started_at: Millis,
     latency_ms: i64,
-) -> AttemptRecord {
+) -> (AttemptRecord, retry::Failure) {
     let (status, error, retry_after, permanent) = match sent {
         Sent::Delivered { status } => (status, None, None, false),
         Sent::Retry {
@@ -532,27 +527,31 @@ fn outcome(
         } => (status, Some(error), retry_after, false),
         Sent::Permanent { status, error } => (status, Some(error), None, true),
     };
+    let failure = retry::Failure {
+        number: number as u32,
+        status,
+        retry_after,
+        permanent,
+    };
     let next = if error.is_none() {
         NextState::Delivered
-    } else if permanent || number as u32 >= target.max_attempts {
-        NextState::Dead
     } else {
-        let d = backoff::delay(
-            number as u32,
-            ctx.settings.backoff_base,
-            ctx.settings.backoff_max,
-            retry_after,
+        retry::after_failure(
+            &target.retry,
+            row.received_at,
+            Millis::now(),
+            &failure,
             rand::random::<f64>(),
-        );
-        NextState::RetryAt(Millis::now() + d)
+        )
     };
-    AttemptRecord {
+    let rec = AttemptRecord {
         started_at,
         latency_ms,
         status,
         error,
         next,
-    }
+    };
+    (rec, failure)
 }
 
 /// Records the attempt, retrying a failed write briefly; `false` when it

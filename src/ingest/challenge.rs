@@ -14,7 +14,8 @@ pub async fn answer(
     Path(source): Path<String>,
     uri: Uri,
 ) -> Response {
-    let Some(src) = state.config.sources.get(&source) else {
+    let config = state.config();
+    let Some(src) = config.sources.get(&source) else {
         return ApiError::UnknownSource.into_response();
     };
     let (outcome, res) = match verify::answer_get(src, uri.query()) {

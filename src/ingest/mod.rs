@@ -33,19 +33,23 @@ pub async fn receive(
     request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
-    let deadline = state.config.server.request_timeout;
+    // This request's config, kept to its end whatever a reload swaps in.
+    let live = state.live();
+    let config = &live.config;
+    let deadline = config.server.request_timeout;
     let mut event_id = None;
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
     let client = client_ip::client_ip(
         peer.map(|ConnectInfo(a)| a.ip()),
         &parts.headers,
-        &state.config.server.trusted_proxies,
+        &config.server.trusted_proxies,
     );
     // Looked up once: the handler and the accounting below share them.
-    let configured = state.config.sources.get(&source);
-    let metrics = state.request_metrics.source(&source);
+    let configured = config.sources.get(&source);
+    let metrics = live.request_metrics.source(&source);
     let request = Request {
+        config,
         source: &source,
         configured,
         metrics,
@@ -84,6 +88,7 @@ pub async fn receive(
 
 /// What the handler knows about a request before reading its body.
 struct Request<'a> {
+    config: &'a crate::config::Config,
     source: &'a str,
     /// The source's settings and metrics; `None`: no such source.
     configured: Option<&'a std::sync::Arc<verify::source::Source>>,
@@ -103,7 +108,11 @@ async fn handle(
     let headers = &request.headers;
     let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
-    let bytes = serve::read_body(body, headers, state.config.server.max_body_bytes).await?;
+    let config = request.config;
+    // The body's share of the body budget, held until this request is
+    // answered.
+    let mut lease = state.body_budget.lease(request.client);
+    let bytes = serve::read_body(body, headers, config.server.max_body_bytes, &mut lease).await?;
 
     let now = Millis::now();
     let verify_started = Instant::now();
@@ -128,7 +137,7 @@ async fn handle(
     *event_id = Some(verified.event_id().as_str().to_owned());
     let reply = verified.take_reply();
 
-    let cache_ttl = state.config.cache_ttl(source);
+    let cache_ttl = config.cache_ttl(source);
     let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
         // The writer handed the new event's deliveries to their loops, or
         // woke them (dedup::writer).

@@ -6,10 +6,12 @@
 //! Rule: imports nothing from the crate, so every module may import it.
 
 pub mod backoff;
+pub mod budget;
 pub mod crypto;
 pub mod duration;
 pub mod headers;
 pub mod secret;
+pub mod throttle;
 pub mod time;
 pub mod token;
 pub mod url;

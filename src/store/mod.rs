@@ -29,6 +29,7 @@ pub mod idempotency;
 pub mod outbox;
 mod portable;
 pub mod postgres;
+pub mod provider_keys;
 pub mod reconcile;
 mod rows;
 pub mod sqlite;
@@ -40,6 +41,7 @@ pub use idempotency::IdempotencyStore;
 pub use outbox::{
     AttemptRecord, DueDelivery, LeaseRequest, NextState, OnCommit, Outbox, RateGrant,
 };
+pub use provider_keys::ProviderKeys;
 pub use reconcile::ReconcileStore;
 pub use tallies::{DeliveryCount, Tallies};
 
@@ -137,6 +139,7 @@ pub struct Store {
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
+    pub provider_keys: Arc<dyn ProviderKeys>,
 }
 
 impl Store {
@@ -146,7 +149,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore,
+        Portable<DB>: Console + ReconcileStore + IdempotencyStore + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -156,7 +159,8 @@ impl Store {
             tallies: backend,
             console: portable.clone(),
             reconcile: portable.clone(),
-            idempotency: portable,
+            idempotency: portable.clone(),
+            provider_keys: portable,
         }
     }
 }

@@ -76,6 +76,10 @@ impl KindDef for HttpKind {
         spec.signing_key.is_some()
     }
 
+    fn secrets(spec: &Spec) -> Vec<&[u8]> {
+        spec.signing_key.iter().map(SigningKey::bytes).collect()
+    }
+
     fn sink(spec: &Spec, http: &reqwest::Client) -> Http {
         Http {
             client: http.clone(),

@@ -43,6 +43,13 @@ pub trait KindDef {
         false
     }
 
+    /// The bytes of the spec's secrets (a signing key), which its `Debug`
+    /// prints redacted: a reload compares them to tell a changed target.
+    fn secrets(spec: &Self::Spec) -> Vec<&[u8]> {
+        let _ = spec;
+        Vec::new()
+    }
+
     /// The sink; a broker connects lazily, on the first attempt.
     fn sink(spec: &Self::Spec, http: &reqwest::Client) -> Self::Sink;
 

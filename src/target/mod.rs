@@ -30,7 +30,8 @@ pub struct Target {
     pub name: String,
     pub url: String,
     pub timeout: Duration,
-    pub max_attempts: u32,
+    /// Retry window, permanent statuses, optional attempt cap, backoff.
+    pub retry: RetryPolicy,
     pub concurrency: usize,
     pub forward_credentials: bool,
     pub forward_proxy_headers: bool,
@@ -47,7 +48,28 @@ pub struct Target {
     pub order_by: Option<Lookup>,
 }
 
+/// When a target's failed delivery is retried and when it is dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retried until this long after the event was received.
+    pub retry_for: Duration,
+    /// HTTP statuses that make a delivery dead at once.
+    pub permanent_statuses: Vec<u16>,
+    /// Optional cap on attempts inside the window.
+    pub max_attempts: Option<u32>,
+    /// The retry delay's ceiling doubles from `backoff_base` to `backoff_max`.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
 impl Target {
+    /// Whether `self` and `other` (the same target in two loaded configs)
+    /// have every setting in common. A kind's secrets (a signing key) print
+    /// redacted, so their bytes are compared ([`Kind::secrets`]).
+    pub fn same_as(&self, other: &Target) -> bool {
+        format!("{self:?}") == format!("{other:?}") && self.kind.secrets() == other.kind.secrets()
+    }
+
     /// Whether stored header `name` of an event from `source` stays here.
     pub fn withholds(&self, source: &str, name: &str) -> bool {
         self.withheld
@@ -209,6 +231,13 @@ macro_rules! kinds {
                 }
             }
 
+            /// The bytes of the kind's secrets ([`KindDef::secrets`]).
+            pub fn secrets(&self) -> Vec<&[u8]> {
+                match self {
+                    $(Self::$variant(spec) => <$module::$def as KindDef>::secrets(spec),)*
+                }
+            }
+
             /// The sink; brokers connect on first use.
             pub fn sink(&self, http: &reqwest::Client) -> Sink {
                 match self {
@@ -274,7 +303,13 @@ mod tests {
             name: "t".into(),
             url: "http://127.0.0.1:9/".into(),
             timeout: Duration::from_secs(1),
-            max_attempts: 1,
+            retry: super::RetryPolicy {
+                retry_for: Duration::from_secs(60),
+                permanent_statuses: vec![410],
+                max_attempts: Some(1),
+                backoff_base: Duration::from_secs(1),
+                backoff_max: Duration::from_secs(1),
+            },
             concurrency: 1,
             forward_credentials: false,
             forward_proxy_headers: false,

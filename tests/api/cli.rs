@@ -70,6 +70,11 @@ scope = "header:X-User-ID"
         "{out}"
     );
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
+    // Each target's retry window, the default one here.
+    assert!(
+        out.contains("retry_for=3days (retries: 12 doubling from 1s to 1h, then every <= 1h; at least 83 retries; dead at once on HTTP 410)"),
+        "{out}"
+    );
     for secret in [
         "super-secret-admin",
         "pg-password",

@@ -719,7 +719,7 @@ async fn expired_keys_are_purged_and_then_run_again(backend: Backend) {
         "replayed within ttl"
     );
     let key = hookgate::proxy::key::namespaced(
-        &app.state.config.apis["short"],
+        &app.state.config().apis["short"],
         &reqwest::header::HeaderMap::new(),
         "k-exp".into(),
     )

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod admin_events;
+mod availability;
 mod backup;
 mod body_dedup;
 mod cli;
@@ -25,6 +26,8 @@ mod queues_rabbitmq;
 mod rate;
 mod reconcile;
 mod reconcile_resend;
+mod reload;
+mod retry_window;
 mod reverse_proxy;
 mod routing;
 mod topologies;

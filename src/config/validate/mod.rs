@@ -70,11 +70,21 @@ pub(super) fn config(
                 .into(),
         );
     }
+    for (name, api) in &apis {
+        if api.max_body_bytes > server.max_buffered_body_bytes_per_client {
+            v.problem(
+                &format!("apis.{name}.max_body_bytes"),
+                "must not exceed server.max_buffered_body_bytes_per_client".into(),
+            );
+        }
+    }
     operator_warnings(&server, &sources, &mut v);
 
     if v.problems.is_empty() {
         Ok(Config {
             origin: origin.to_owned(),
+            path: None,
+            digest: String::new(),
             server,
             storage,
             dedup,
@@ -209,18 +219,90 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
     if raw.max_connections == 0 {
         v.problem("server.max_connections", "must be at least 1".into());
     }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
+        v.problem(
+            "server.log_level",
+            format!("`{}` is not a log filter: {e}", raw.log_level),
+        );
+    }
+    let max_connections_per_client = match raw.max_connections_per_client {
+        Some(0) => {
+            v.problem(
+                "server.max_connections_per_client",
+                "must be at least 1".into(),
+            );
+            1
+        }
+        Some(n) => n.min(raw.max_connections.max(1)),
+        None => (raw.max_connections / 8).max(1),
+    };
     for (key, d) in [
         ("server.request_timeout", raw.request_timeout.0),
         ("server.header_read_timeout", raw.header_read_timeout.0),
+        ("server.keep_alive_timeout", raw.keep_alive_timeout.0),
         ("server.idle_timeout", raw.idle_timeout.0),
     ] {
         v.positive(key, d);
     }
+    let tls = match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (v.base.join(cert), v.base.join(key));
+            for (k, f) in [("server.tls_cert", &cert), ("server.tls_key", &key)] {
+                if !f.is_file() {
+                    v.problem(k, format!("file `{}` not found", f.display()));
+                }
+            }
+            Some(super::Tls { cert, key })
+        }
+        (Some(_), None) => {
+            v.problem("server.tls_key", "required with server.tls_cert".into());
+            None
+        }
+        (None, Some(_)) => {
+            v.problem("server.tls_cert", "required with server.tls_key".into());
+            None
+        }
+    };
+    if raw.max_buffered_body_bytes == 0 {
+        v.problem(
+            "server.max_buffered_body_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    if raw.max_buffered_answer_bytes == 0 {
+        v.problem(
+            "server.max_buffered_answer_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    let per_client_body = raw
+        .max_buffered_body_bytes_per_client
+        .unwrap_or((raw.max_buffered_body_bytes / 4).max(raw.max_body_bytes))
+        .min(raw.max_buffered_body_bytes);
+    // A body of the largest accepted size must fit in one client's share,
+    // or no such body could ever be read.
+    if per_client_body < raw.max_body_bytes {
+        v.problem(
+            "server.max_buffered_body_bytes_per_client",
+            format!(
+                "must be at least server.max_body_bytes ({}), and so must server.max_buffered_body_bytes",
+                raw.max_body_bytes
+            ),
+        );
+    }
     Server {
+        tls,
         admin_listen,
         max_connections: raw.max_connections,
+        max_connections_per_client,
         header_read_timeout: raw.header_read_timeout.0,
+        keep_alive_timeout: raw.keep_alive_timeout.0,
         idle_timeout: raw.idle_timeout.0,
+        max_buffered_body_bytes: raw.max_buffered_body_bytes as usize,
+        max_buffered_body_bytes_per_client: per_client_body as usize,
+        max_buffered_answer_bytes: raw.max_buffered_answer_bytes as usize,
+        protect_metrics: raw.protect_metrics,
         trusted_proxies,
         listen,
         max_body_bytes: raw.max_body_bytes as usize,
@@ -314,6 +396,7 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         ("delivery.backoff_base", raw.backoff_base.0),
         ("delivery.backoff_max", raw.backoff_max.0),
         ("delivery.lease", raw.lease.0),
+        ("delivery.retry_for", raw.retry_for.0),
     ] {
         v.positive(key, d);
     }
@@ -330,6 +413,8 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         backoff_base: raw.backoff_base.0,
         backoff_max: raw.backoff_max.0,
         lease: raw.lease.0,
+        retry_for: raw.retry_for.0,
+        permanent_statuses: raw.permanent_statuses,
     }
 }
 
@@ -363,8 +448,23 @@ fn targets(
                 .map_err(|e| v.problem(&format!("{key}.rate"), e))
                 .ok()
         });
-        if t.max_attempts == 0 {
+        if t.max_attempts == Some(0) {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
+        }
+        let retry_for = t.retry_for.map_or(delivery.retry_for, |d| d.0);
+        v.positive(&format!("{key}.retry_for"), retry_for);
+        let permanent_statuses = t
+            .permanent_statuses
+            .clone()
+            .unwrap_or_else(|| delivery.permanent_statuses.clone());
+        if let Some(s) = permanent_statuses
+            .iter()
+            .find(|s| !(300..=599).contains(*s))
+        {
+            v.problem(
+                &format!("{key}.permanent_statuses"),
+                format!("{s} is not a failure status (300-599)"),
+            );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
         if t.timeout.0 + LEASE_MARGIN > delivery.lease {
@@ -399,7 +499,13 @@ fn targets(
                 name,
                 url: t.url,
                 timeout: t.timeout.0,
-                max_attempts: t.max_attempts,
+                retry: crate::target::RetryPolicy {
+                    retry_for,
+                    permanent_statuses,
+                    max_attempts: t.max_attempts,
+                    backoff_base: delivery.backoff_base,
+                    backoff_max: delivery.backoff_max,
+                },
                 concurrency: t.concurrency.max(1),
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,

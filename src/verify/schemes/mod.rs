@@ -331,6 +331,19 @@ pub enum SchemeSettings {
     Sns(Box<sns::Settings>),
 }
 
+impl SchemeSettings {
+    /// The keys this scheme fetches by name, if it fetches any.
+    pub fn remote_keys(&self) -> Option<&dyn crate::verify::key_cache::RemoteKeys> {
+        match self {
+            Self::Paypal(s) => Some(s.as_ref()),
+            Self::Plaid(s) => Some(s.as_ref()),
+            // SNS certificates are cached and budgeted like PayPal's, but
+            // not yet kept in the ledger.
+            Self::Braintree(_) | Self::Sns(_) => None,
+        }
+    }
+}
+
 /// Everything a scheme may look at.
 pub struct Ctx<'a, 'f> {
     pub source: &'a Source,

@@ -117,7 +117,7 @@ impl SchemeDef for Sns {
         };
         let msg = Message::parse(&incoming.body)?;
         settings.check_topic(&msg)?;
-        let key = settings.key_for(&msg, now).await?;
+        let key = settings.key_for(&msg, incoming.client_ip, now).await?;
         if msg.kind == SUBSCRIPTION_CONFIRMATION && settings.confirm {
             msg.verify(&key)?;
             settings.confirm(&msg).await?;
@@ -309,7 +309,12 @@ impl Settings {
     }
 
     /// The key of the certificate the message names: cached or fetched.
-    async fn key_for(&self, msg: &Message, now: i64) -> Result<Arc<rsa::PublicKey>, VerifyError> {
+    async fn key_for(
+        &self,
+        msg: &Message,
+        client: Option<std::net::IpAddr>,
+        now: i64,
+    ) -> Result<Arc<rsa::PublicKey>, VerifyError> {
         let what = "certificate URL is not an SNS certificate";
         let mut url = self.check_url(msg.require("SigningCertURL")?, what)?;
         if !url.path().ends_with(".pem") {
@@ -319,7 +324,7 @@ impl Settings {
         url.set_fragment(None);
         let canonical = url.as_str().to_owned();
         self.keys
-            .get_or_fetch(canonical, now, async {
+            .get_or_fetch(canonical, now, client, async {
                 Ok(match self.certificate_key(url, now).await {
                     Ok((key, not_after)) => Fetched {
                         found: Ok(key),
