@@ -6,7 +6,7 @@ use super::*;
 const BASE: &str = r#"
 [server]
 listen = "127.0.0.1:8080"
-admin_token = "tok"
+admin_token = "tok-0123456789abcdef"
 log_level = "info"
 
 [storage]
