@@ -142,6 +142,7 @@ impl App {
             wake,
             arrivals,
             metrics,
+            learned: Default::default(),
             upstream: reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()

@@ -35,6 +35,8 @@ pub struct Handles {
     pub request_metrics: RequestMetrics,
     /// Client for `[apis.*]` upstreams (no redirects followed).
     pub upstream: reqwest::Client,
+    /// Keys handshakes handed over, per source (`verify::learned`).
+    pub learned: Arc<crate::verify::learned::Learned>,
 }
 
 impl Deref for AppState {

@@ -92,6 +92,7 @@ pub async fn snapshot(
                 "rejected_by_reason": rejected,
                 "unique": get(name, "unique"),
                 "unrouted": get(name, "unrouted"),
+                "handshakes": get(name, "handshakes"),
                 "unique_by_type": by_type.remove(name).unwrap_or_default(),
                 "duplicates": dc + dl + db,
                 "duplicates_by_layer": { "cache": dc, "ledger": dl, "body": db },

@@ -19,6 +19,7 @@
 pub mod body_hashes;
 pub mod console;
 pub mod event_log;
+pub mod handshake_secrets;
 pub mod idempotency;
 pub mod outbox;
 mod portable;
@@ -30,6 +31,7 @@ pub mod tallies;
 
 pub use console::Console;
 pub use event_log::{EventFacts, EventLog, HandoffLease, LeasedRow, NewEvent, Recorded, Written};
+pub use handshake_secrets::HandshakeSecrets;
 pub use idempotency::IdempotencyStore;
 pub use outbox::{
     AttemptRecord, DueDelivery, LeaseRequest, NextState, OnCommit, Outbox, RateGrant,
@@ -131,6 +133,7 @@ pub struct Store {
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
+    pub handshake_secrets: Arc<dyn HandshakeSecrets>,
 }
 
 impl Store {
@@ -140,7 +143,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore,
+        Portable<DB>: Console + ReconcileStore + IdempotencyStore + HandshakeSecrets,
     {
         let portable = Arc::new(portable);
         Self {
@@ -150,7 +153,8 @@ impl Store {
             tallies: backend,
             console: portable.clone(),
             reconcile: portable.clone(),
-            idempotency: portable,
+            idempotency: portable.clone(),
+            handshake_secrets: portable,
         }
     }
 }

@@ -258,22 +258,31 @@ fn answer(p: &Provider, raw: &ProviderFile) -> String {
     if let Some(s) = r.reject_status {
         out.push(format!("{s} on a bad signature"));
     }
-    for c in &raw.control {
-        let when = match &c.equals {
-            Some(v) => format!("{} = `{v}`", place(&c.when)),
-            None => format!("{} present", place(&c.when)),
+    for (c, checked) in raw.control.iter().zip(&p.controls) {
+        let when = match (&c.equals, c.absent) {
+            (_, true) => format!("{} absent", place(&c.when)),
+            (Some(v), _) => format!("{} = `{v}`", place(&c.when)),
+            (None, _) => format!("{} present", place(&c.when)),
         };
         let reply = if c.reply.is_empty() {
             format!("{}", c.status)
         } else {
             format!("`{}`", c.reply)
         };
-        let order = if c.signed {
-            "after the signature"
-        } else {
-            "when unsigned"
+        let get = checked.method == super::spec::ControlMethod::Get;
+        let order = match (checked.signed, &c.token) {
+            (_, Some(t)) => format!("{} must equal `verify_token`", place(t)),
+            (true, None) if get => "its headers checked like an event's".to_owned(),
+            (true, None) => "after the signature".to_owned(),
+            (false, None) if get => "unauthenticated".to_owned(),
+            (false, None) => "when unsigned".to_owned(),
         };
-        out.push(format!("{when} → {reply} ({order}), not stored"));
+        let method = if get { "GET " } else { "" };
+        let learn = match &c.learn {
+            Some(l) => format!(", {} stored as a secret of the source", place(l)),
+            None => String::new(),
+        };
+        out.push(format!("{method}{when} → {reply} ({order}){learn}, not stored"));
     }
     if let Some(h) = p.signature.scheme.handshake() {
         out.push(h.to_owned());

@@ -6,7 +6,8 @@ use crate::config::Target;
 use crate::primitives::crypto::SigningKey;
 use crate::verify::client_ip::parse_net;
 use crate::verify::forwarded_headers::{Keep, withheld};
-use crate::verify::provider::{Provider, SourceOverrides};
+use crate::verify::provider::{Provider, SourceOverrides, Split};
+use crate::verify::spec::SplitSetting;
 use crate::verify::registry::Registry;
 use crate::verify::route::Route;
 use crate::verify::source::{Resolve, Source, settings_from};
@@ -70,7 +71,7 @@ fn source(
     if let Some(why) = &provider.incomplete {
         v.problem(&format!("{key}.signature"), why.clone());
     }
-    if s.secrets.is_empty() && provider.needs_secret() {
+    if s.secrets.is_empty() && provider.needs_secret() && !provider.learns() {
         v.problem(
             &format!("{key}.secrets"),
             "at least one secret is required".into(),
@@ -117,7 +118,52 @@ fn source(
     .into_iter()
     .flatten()
     .next();
+    let verify_token = match &s.verify_token {
+        Some(r) => v.secret(&format!("{key}.verify_token"), r),
+        None => {
+            if provider.wants_verify_token() {
+                v.problem(
+                    &format!("{key}.verify_token"),
+                    format!(
+                        "provider `{}` verifies the URL with a token you choose: set verify_token",
+                        provider.name
+                    ),
+                );
+            }
+            None
+        }
+    };
+    let split = match (&s.split, &provider.split) {
+        (None, Some(p)) if p.default => Some(p.clone()),
+        (Some(SplitSetting::On(true)), Some(p)) => Some(p.clone()),
+        (Some(SplitSetting::On(true)), None) => {
+            v.problem(
+                &format!("{key}.split"),
+                format!(
+                    "provider `{}` names no batch items: give the array, split = \"json:/…\"",
+                    provider.name
+                ),
+            );
+            None
+        }
+        (Some(SplitSetting::At(at)), p) => match Split::at(at, p.as_ref()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                v.problem(&format!("{key}.split"), e);
+                None
+            }
+        },
+        _ => None,
+    };
+    if split.is_some() && s.dedup_by_body {
+        v.problem(
+            &format!("{key}.split"),
+            "split and dedup_by_body do not combine: each item is deduplicated by its own id".into(),
+        );
+    }
     Some(Source {
+        verify_token,
+        split,
         withheld: withheld(&provider, keep),
         allow_ips,
         settings,

@@ -46,6 +46,8 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         public_url: None,
         allow_ips: vec![],
         settings: None,
+        verify_token: None,
+        split: None,
         withheld: vec![],
     };
     s.withheld = crate::verify::forwarded_headers::withheld(&s.provider, Default::default());
@@ -63,6 +65,7 @@ fn verify(
     match run(src, headers, body, None, now)? {
         Checked::Event(v) => Ok(v),
         Checked::Answer(r) => panic!("unexpected control answer {r:?}"),
+        Checked::Split { .. } => panic!("unexpected split"),
     }
 }
 
