@@ -81,7 +81,7 @@ fn row(p: &Provider, raw: &ProviderFile, preset: Option<&str>) -> String {
         format!("{title} `{}`", p.name),
         sig,
         algorithm(p, raw),
-        event_id(raw),
+        event_id(p, raw),
         event_type(p, raw),
         tolerance(p, raw),
         answer(p, raw),
@@ -205,8 +205,25 @@ fn algorithm(p: &Provider, raw: &ProviderFile) -> String {
     format!("{alg} → {enc}, `{content}`{key}")
 }
 
-fn event_id(raw: &ProviderFile) -> String {
-    let e = &raw.event_id;
+fn event_id(p: &Provider, raw: &ProviderFile) -> String {
+    let whole = id_rule(&raw.event_id);
+    let Some(split) = &p.split else {
+        return whole;
+    };
+    let items = format!("body `{}`", split.items.trim_start_matches('/').replace('/', "."));
+    let item_id = match raw.split.as_ref().and_then(|s| s.event_id.as_ref()) {
+        Some(e) => format!("{} within it", id_rule(e)),
+        None => "the item's hash".into(),
+    };
+    let when = if split.default {
+        "split (default): each item of"
+    } else {
+        "with `split = true`: each item of"
+    };
+    format!("{when} {items}, id {item_id}; unsplit: {whole}")
+}
+
+fn id_rule(e: &super::spec::EventIdSpec) -> String {
     let mut parts = Vec::new();
     if let Some(from) = &e.from {
         parts.push(place(from));
@@ -282,7 +299,7 @@ fn answer(p: &Provider, raw: &ProviderFile) -> String {
             Some(l) => format!(", {} stored as a secret of the source", place(l)),
             None => String::new(),
         };
-        out.push(format!("{method}{when} → {reply} ({order}){learn}, not stored"));
+        out.push(format!("{method}{when} → {reply} ({order}){learn}; no event stored"));
     }
     if let Some(h) = p.signature.scheme.handshake() {
         out.push(h.to_owned());

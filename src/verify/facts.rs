@@ -164,9 +164,13 @@ mod tests {
         // Airtable's notification is a typeless ping; Mandrill's events are a
         // JSON array inside one form field; a Telegram update and a Sinch
         // callback name their kind by which member they carry, not by a
-        // value; the generic providers leave the type to the source
+        // value; a Dropbox notification only lists accounts that changed;
+        // an X delivery names its kind by which `*_events` member it
+        // carries; the generic providers leave the type to the source
         // (`event_type`).
         let untyped = [
+            "dropbox",
+            "twitter",
             "robokassa",
             "airtable",
             "mandrill",

@@ -6,6 +6,7 @@ mod catalogue_devtools;
 mod catalogue_messaging;
 mod catalogue_payments;
 mod catalogue_saas;
+mod handshakes;
 mod hardening;
 mod payments;
 mod paypal;

@@ -33,7 +33,7 @@ fn bad_provider_files_are_rejected_with_a_reason() {
     assert!(e.contains("every_header"), "{e}");
     let token = BASE.replace(
         "header = \"x-sig\"",
-        "scheme = \"token\"\nfrom = \"json:/s\"",
+        "scheme = \"basic\"\nfrom = \"json:/s\"",
     );
     let e = Provider::from_toml(&token).unwrap_err();
     assert!(e.contains("signature.from"), "{e}");
