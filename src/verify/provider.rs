@@ -446,8 +446,9 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     if d.needs_header && headers.is_empty() && from.is_none() {
         incomplete = Some(need("header"));
     }
-    if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() {
-        incomplete = Some("signature.header or signature.query is required for `token`".into());
+    if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() && from.is_none() {
+        incomplete =
+            Some("signature.header, signature.query or signature.from is required for `token`".into());
     }
     let algorithm = s.algorithm.or(d.algorithm);
     if algorithm.is_none() {

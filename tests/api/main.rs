@@ -24,6 +24,7 @@ mod rate;
 mod reconcile;
 mod reconcile_resend;
 mod reverse_proxy;
+mod split;
 mod routing;
 mod topologies;
 

@@ -6,6 +6,7 @@
 
 mod bad_input;
 mod braintree;
+mod handshakes;
 mod catalogue;
 pub(crate) mod paypal;
 mod plaid;
