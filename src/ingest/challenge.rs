@@ -5,9 +5,9 @@
 //! forwarded, and the answer is counted as a handshake, not an event.
 
 use crate::error::ApiError;
+use crate::primitives::time::Millis;
 use crate::state::AppState;
 use crate::verify::{self, GetAnswer};
-use crate::primitives::time::Millis;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};

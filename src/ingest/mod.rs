@@ -9,18 +9,18 @@ use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
 use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
-use crate::store::handshake_secrets::Learned;
-use std::sync::Arc;
 use crate::serve;
 use crate::state::AppState;
 use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
+use crate::store::handshake_secrets::Learned;
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Response header telling the caller what dedup decided. A header name

@@ -210,7 +210,10 @@ fn event_id(p: &Provider, raw: &ProviderFile) -> String {
     let Some(split) = &p.split else {
         return whole;
     };
-    let items = format!("body `{}`", split.items.trim_start_matches('/').replace('/', "."));
+    let items = format!(
+        "body `{}`",
+        split.items.trim_start_matches('/').replace('/', ".")
+    );
     let item_id = match raw.split.as_ref().and_then(|s| s.event_id.as_ref()) {
         Some(e) => format!("{} within it", id_rule(e)),
         None => "the item's hash".into(),
@@ -299,7 +302,9 @@ fn answer(p: &Provider, raw: &ProviderFile) -> String {
             Some(l) => format!(", {} stored as a secret of the source", place(l)),
             None => String::new(),
         };
-        out.push(format!("{method}{when} → {reply} ({order}){learn}; no event stored"));
+        out.push(format!(
+            "{method}{when} → {reply} ({order}){learn}; no event stored"
+        ));
     }
     if let Some(h) = p.signature.scheme.handshake() {
         out.push(h.to_owned());

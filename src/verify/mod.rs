@@ -3,8 +3,8 @@
 //! Rule: [`Verified`] can only be built here, and dedup accepts only a
 //! `Verified`, so a request with a bad signature can never consume an event
 //! id. Order inside: source IP allowlist → (unsigned pings) → signature →
-//! timestamp → (signed challenges) → event id → reply. Nothing here is
-//! logged: bodies, signatures and keys stay inside.
+//! timestamp → (signed challenges) → event id (per item for `split`) →
+//! reply. Nothing here is logged: bodies, signatures and keys stay inside.
 //!
 //! Layering: `verify` imports only `primitives`; `config` builds each
 //! [`source::Source`] with the checks the schemes provide here.
@@ -459,9 +459,18 @@ pub enum GetAnswer {
 
 /// Answers a GET for `source` from its headers and query string: the
 /// provider file's `GET` controls, else its scheme's own challenge.
-pub fn answer_get(source: &Source, headers: &HeaderMap, query: Option<&str>, now: i64) -> GetAnswer {
+pub fn answer_get(
+    source: &Source,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    now: i64,
+) -> GetAnswer {
     let provider = &source.provider;
-    if !provider.controls.iter().any(|c| c.method == ControlMethod::Get) {
+    if !provider
+        .controls
+        .iter()
+        .any(|c| c.method == ControlMethod::Get)
+    {
         return provider.signature.scheme.answer_get(source, query);
     }
     let query = query.unwrap_or_default();

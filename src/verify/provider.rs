@@ -304,7 +304,12 @@ impl Provider {
             // missing signature header; a provider without one (a token in
             // the body, Graph's `clientState`) has its controls answered
             // before verification, so they may only echo request values.
-            if !signed && !get && c.learn.is_none() && signature.headers.is_empty() && c.token.is_none() {
+            if !signed
+                && !get
+                && c.learn.is_none()
+                && signature.headers.is_empty()
+                && c.token.is_none()
+            {
                 let echo_only = !c.reply.contains("${mac:")
                     && c.headers.values().all(|v| !v.contains("${mac:"));
                 if !echo_only {
@@ -312,9 +317,12 @@ impl Provider {
                 }
             }
             if c.learn.is_some() && (signed || signature.scheme != Scheme::Hmac) {
-                return Err(at("`learn` is for unsigned handshakes of `hmac` providers".into()));
+                return Err(at(
+                    "`learn` is for unsigned handshakes of `hmac` providers".into()
+                ));
             }
-            let lookup = |t: Option<String>| t.as_deref().map(Lookup::parse).transpose().map_err(at);
+            let lookup =
+                |t: Option<String>| t.as_deref().map(Lookup::parse).transpose().map_err(at);
             let mut headers = Vec::new();
             for (name, value) in &c.headers {
                 let name = http::HeaderName::from_bytes(name.as_bytes())
@@ -447,8 +455,9 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         incomplete = Some(need("header"));
     }
     if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() && from.is_none() {
-        incomplete =
-            Some("signature.header, signature.query or signature.from is required for `token`".into());
+        incomplete = Some(
+            "signature.header, signature.query or signature.from is required for `token`".into(),
+        );
     }
     let algorithm = s.algorithm.or(d.algorithm);
     if algorithm.is_none() {

@@ -47,7 +47,9 @@ pub fn control(
         return Ok(None);
     };
     if let Some(at) = &c.token {
-        let given = fields.lookup(at, &[]).ok_or(VerifyError::WrongVerifyToken)?;
+        let given = fields
+            .lookup(at, &[])
+            .ok_or(VerifyError::WrongVerifyToken)?;
         let want = verify_token.ok_or(VerifyError::WrongVerifyToken)?;
         // Compared as digests: neither content nor length leaks by timing.
         let digest = |b: &[u8]| Algorithm::Sha256.digest(&[b]);
@@ -57,7 +59,9 @@ pub fn control(
     }
     let mut reply = render(&c.reply, fields, key);
     for (name, value) in &c.headers {
-        reply.headers.push((name.clone(), render_parts(value, fields, key, false)));
+        reply
+            .headers
+            .push((name.clone(), render_parts(value, fields, key, false)));
     }
     if let Some(at) = &c.learn {
         let value = fields

@@ -52,7 +52,10 @@ impl Source {
     /// a handshake handed over; `verify::learned`). Only `hmac` sources
     /// learn keys, and they have no scheme settings to copy.
     pub fn with_learned(&self, learned: Vec<SigningKey>) -> Self {
-        debug_assert!(self.settings.is_none(), "learning sources have no scheme settings");
+        debug_assert!(
+            self.settings.is_none(),
+            "learning sources have no scheme settings"
+        );
         let mut keys = self.keys.clone();
         keys.extend(learned);
         Self {

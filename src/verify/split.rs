@@ -54,9 +54,13 @@ mod tests {
 
     #[test]
     fn items_are_the_bytes_as_sent() {
-        let body = Bytes::from_static(br#"{"object":"page","entry":[ {"id":"1", "t" :2},{"id":"2"} ]}"#);
+        let body =
+            Bytes::from_static(br#"{"object":"page","entry":[ {"id":"1", "t" :2},{"id":"2"} ]}"#);
         let items = items(&body, "/entry").unwrap();
-        assert_eq!(items, vec![&br#"{"id":"1", "t" :2}"#[..], &br#"{"id":"2"}"#[..]]);
+        assert_eq!(
+            items,
+            vec![&br#"{"id":"1", "t" :2}"#[..], &br#"{"id":"2"}"#[..]]
+        );
         let nested = Bytes::from_static(br#"{"data":{"events":[{"uuid":"a"}]}}"#);
         assert_eq!(items_of(&nested, "/data/events"), 1);
         let empty = Bytes::from_static(br#"{"events":[]}"#);

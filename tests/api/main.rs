@@ -24,8 +24,8 @@ mod rate;
 mod reconcile;
 mod reconcile_resend;
 mod reverse_proxy;
-mod split;
 mod routing;
+mod split;
 mod topologies;
 
 /// Generates a `production` and an `embedded` test per listed

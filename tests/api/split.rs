@@ -38,7 +38,10 @@ fn signed(body: &[u8]) -> Vec<(String, String)> {
 
 /// The id an item is stored under: the hash of its bytes.
 fn item_id(n: u32) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(entry(n).as_bytes())))
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(entry(n).as_bytes()))
+    )
 }
 
 fn opts(b: Backend, target: &str, split: &str) -> Opts {
@@ -65,11 +68,17 @@ async fn a_regrouped_retry_delivers_each_item_once(b: Backend) {
 
     let first = batch(&[1, 2]);
     let r = app.post("wa", &signed(&first), &first).await;
-    assert_eq!((r.status().as_u16(), dedup_header(&r)), (200, "new".to_owned()));
+    assert_eq!(
+        (r.status().as_u16(), dedup_header(&r)),
+        (200, "new".to_owned())
+    );
     // Meta's retry regroups: item 2 again beside a new item 3, then item 1 alone.
     let regrouped = batch(&[2, 3]);
     let r = app.post("wa", &signed(&regrouped), &regrouped).await;
-    assert_eq!((r.status().as_u16(), dedup_header(&r)), (200, "new".to_owned()));
+    assert_eq!(
+        (r.status().as_u16(), dedup_header(&r)),
+        (200, "new".to_owned())
+    );
     let again = batch(&[1]);
     let r = app.post("wa", &signed(&again), &again).await;
     assert_eq!(

@@ -7,10 +7,10 @@ use crate::primitives::crypto::SigningKey;
 use crate::verify::client_ip::parse_net;
 use crate::verify::forwarded_headers::{Keep, withheld};
 use crate::verify::provider::{Provider, SourceOverrides, Split};
-use crate::verify::spec::SplitSetting;
 use crate::verify::registry::Registry;
 use crate::verify::route::Route;
 use crate::verify::source::{Resolve, Source, settings_from};
+use crate::verify::spec::SplitSetting;
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -158,7 +158,8 @@ fn source(
     if split.is_some() && s.dedup_by_body {
         v.problem(
             &format!("{key}.split"),
-            "split and dedup_by_body do not combine: each item is deduplicated by its own id".into(),
+            "split and dedup_by_body do not combine: each item is deduplicated by its own id"
+                .into(),
         );
     }
     Some(Source {

@@ -100,7 +100,9 @@ async fn post_q(
     headers: &Headers,
     body: &[u8],
 ) -> (u16, String, reqwest::header::HeaderMap) {
-    let mut req = app.client.post(app.url(&format!("/webhooks/{path_and_query}")));
+    let mut req = app
+        .client
+        .post(app.url(&format!("/webhooks/{path_and_query}")));
     for (k, v) in headers {
         req = req.header(k.as_str(), v.as_str());
     }
@@ -113,7 +115,10 @@ async fn post_q(
 async fn only_handshakes(app: &TestApp, source: &str, handshakes: u64) {
     let s = &app.stats().await["sources"][source];
     assert_eq!(s["unique"], 0, "{source}: {s}");
-    assert_eq!(s["received"], s["rejected"], "{source}: not counted as events, {s}");
+    assert_eq!(
+        s["received"], s["rejected"],
+        "{source}: not counted as events, {s}"
+    );
     assert_eq!(s["handshakes"], handshakes, "{source}: {s}");
 }
 
@@ -144,12 +149,21 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
         h(&[
             ("twitch-eventsub-message-id", msg_id),
             ("twitch-eventsub-message-timestamp", &ts_text),
-            ("twitch-eventsub-message-type", "webhook_callback_verification"),
-            ("twitch-eventsub-message-signature", &format!("sha256={sig}")),
+            (
+                "twitch-eventsub-message-type",
+                "webhook_callback_verification",
+            ),
+            (
+                "twitch-eventsub-message-signature",
+                &format!("sha256={sig}"),
+            ),
         ])
     };
     let (s, body, dedup) = send(&app, "twitch", &twitch(&sig), challenge).await;
-    assert_eq!((s, body.as_str(), dedup.as_str()), (200, "pogchamp-kappa-360noscope-vohiyo", ""));
+    assert_eq!(
+        (s, body.as_str(), dedup.as_str()),
+        (200, "pogchamp-kappa-360noscope-vohiyo", "")
+    );
     let (s, body, _) = send(&app, "twitch", &twitch(&"0".repeat(64)), challenge).await;
     assert_eq!(s, 401);
     assert!(!body.contains("pogchamp"));
@@ -160,14 +174,20 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
     // Okta: GET with the challenge header and the hook's Authorization.
     let okta = |auth: &str| {
         h(&[
-            ("x-okta-verification-challenge", "Me_rShK8JHsTnbyYrWXCEoMGbM_zsZ6k0hLPZ_Pg"),
+            (
+                "x-okta-verification-challenge",
+                "Me_rShK8JHsTnbyYrWXCEoMGbM_zsZ6k0hLPZ_Pg",
+            ),
             ("authorization", auth),
         ])
     };
     let (s, body, ct, _) = get(&app, "okta", &okta("okta-shared-secret")).await;
     assert_eq!(
         (s, body.as_str()),
-        (200, r#"{"verification":"Me_rShK8JHsTnbyYrWXCEoMGbM_zsZ6k0hLPZ_Pg"}"#)
+        (
+            200,
+            r#"{"verification":"Me_rShK8JHsTnbyYrWXCEoMGbM_zsZ6k0hLPZ_Pg"}"#
+        )
     );
     assert!(ct.starts_with("application/json"), "{ct}");
     let (s, body, _, _) = get(&app, "okta", &okta("wrong")).await;
@@ -176,7 +196,10 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
 
     // Dropbox: GET ?challenge= echoed as text/plain with nosniff.
     let (s, body, ct, nosniff) = get(&app, "dropbox?challenge=abc123", &vec![]).await;
-    assert_eq!((s, body.as_str(), nosniff.as_str()), (200, "abc123", "nosniff"));
+    assert_eq!(
+        (s, body.as_str(), nosniff.as_str()),
+        (200, "abc123", "nosniff")
+    );
     assert!(ct.starts_with("text/plain"), "{ct}");
     let (s, _, _, _) = get(&app, "dropbox", &vec![]).await;
     assert_eq!(s, 400, "no challenge");
@@ -184,10 +207,18 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
 
     // X: the CRC answer is the token's HMAC with the consumer secret
     // (X's sample secret and token).
-    let (s, body, _, _) = get(&app, "x?crc_token=9b4507b3-9040-4669-9ca3-6b94edb50553", &vec![]).await;
+    let (s, body, _, _) = get(
+        &app,
+        "x?crc_token=9b4507b3-9040-4669-9ca3-6b94edb50553",
+        &vec![],
+    )
+    .await;
     assert_eq!(
         (s, body.as_str()),
-        (200, r#"{"response_token":"sha256=Cytd4Sq+NvEcV3MMrXxWJGJx5A+y/lXzzU2Maartkx8="}"#)
+        (
+            200,
+            r#"{"response_token":"sha256=Cytd4Sq+NvEcV3MMrXxWJGJx5A+y/lXzzU2Maartkx8="}"#
+        )
     );
     only_handshakes(&app, "x", 1).await;
 
@@ -199,14 +230,25 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
         b"",
     )
     .await;
-    assert_eq!((s, body.as_str()), (200, "Validation: Testing client application"));
-    assert!(headers["content-type"].to_str().unwrap().starts_with("text/plain"));
+    assert_eq!(
+        (s, body.as_str()),
+        (200, "Validation: Testing client application")
+    );
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/plain")
+    );
     // A notification with a clientState that is not ours is refused.
     let forged = br#"{"value":[{"subscriptionId":"s","changeType":"created","resource":"r","clientState":"guess"}]}"#;
     let (s, _, _) = send(&app, "graph", &vec![], forged).await;
     assert_eq!(s, 401);
     let stats = &app.stats().await["sources"]["graph"];
-    assert_eq!((stats["unique"].as_i64(), stats["handshakes"].as_i64()), (Some(0), Some(1)));
+    assert_eq!(
+        (stats["unique"].as_i64(), stats["handshakes"].as_i64()),
+        (Some(0), Some(1))
+    );
 
     // Xero intent to receive: 200 and an empty body when signed, 401 when not.
     let itr = br#"{"events":[],"firstEventSequence": 0,"lastEventSequence": 0, "entropy": "S0m3r4Nd0mt3xt"}"#;
@@ -224,10 +266,21 @@ async fn every_handshake_is_answered_stores_nothing_and_refuses_a_wrong_token() 
     // and then verifies the events signed with it.
     let token = "secret_tMrlL1qK5vuQAh1b6cZGhFChZTSYJlce98V0pYn7yBl";
     let verification = format!(r#"{{"verification_token":"{token}"}}"#);
-    let (s, _, _) = post_q(&app, "notion?verify_token=guess", &vec![], verification.as_bytes()).await;
+    let (s, _, _) = post_q(
+        &app,
+        "notion?verify_token=guess",
+        &vec![],
+        verification.as_bytes(),
+    )
+    .await;
     assert_eq!(s, 403);
-    let (s, _, _) =
-        post_q(&app, "notion?verify_token=notion-url-token", &vec![], verification.as_bytes()).await;
+    let (s, _, _) = post_q(
+        &app,
+        "notion?verify_token=notion-url-token",
+        &vec![],
+        verification.as_bytes(),
+    )
+    .await;
     assert_eq!(s, 200);
     only_handshakes(&app, "notion", 1).await;
     let event = br#"{"id":"367cba44-b6f3-4c92-81e7-6a2e9659efd4","type":"page.created","entity":{"id":"153104cd","type":"page"}}"#;

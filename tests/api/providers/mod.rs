@@ -6,8 +6,8 @@
 
 mod bad_input;
 mod braintree;
-mod handshakes;
 mod catalogue;
+mod handshakes;
 pub(crate) mod paypal;
 mod plaid;
 
