@@ -358,8 +358,10 @@ pub(crate) fn check_with(
     }
     if let Some(split) = &source.split {
         let reply = reply::render(&provider.response, &fields, key);
+        let signed_at = facts::provider_timestamp(provider, &fields);
         drop(fields);
-        let events = split_events(source, split, &incoming.headers, &body, query, key_index)?;
+        let request = (&incoming.headers, query, key_index, signed_at);
+        let events = split_events(source, split, &body, request)?;
         return Ok(Checked::Split { events, reply });
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
@@ -392,14 +394,15 @@ fn first_key(source: &Source) -> reply::MacKey<'_> {
 /// Each item of a verified batch as an event of its own: its id from the
 /// split's rule within the item (or the item's hash), its body the item's
 /// bytes as sent.
+/// `request`: its headers, query string, the key that verified it and its
+/// signed timestamp, which every item shares.
 fn split_events(
     source: &Arc<Source>,
     split: &provider::Split,
-    headers: &HeaderMap,
     body: &Bytes,
-    query: &str,
-    key_index: Option<usize>,
+    request: (&HeaderMap, &str, Option<usize>, Option<i64>),
 ) -> Result<Vec<Verified>, VerifyError> {
+    let (headers, query, key_index, provider_timestamp) = request;
     let items = split::items(body, &split.items)?;
     let mut events = Vec::with_capacity(items.len());
     for item in items {
@@ -415,7 +418,7 @@ fn split_events(
             body: item,
             reply: Reply::default(),
             key_index,
-            provider_timestamp: None,
+            provider_timestamp,
             recovered: false,
             facts: FactsSource::FromRequest(Box::new(RequestParts {
                 headers: headers.clone(),
