@@ -76,6 +76,7 @@ pub fn describe(c: &Config) -> String {
                 r.api_base,
             );
         }
+        describe_handshakes(&mut o, s);
         describe_routes(&mut o, s);
     }
     let _ = writeln!(o, "targets:");
@@ -173,5 +174,43 @@ fn describe_apis(o: &mut String, c: &Config) {
             show(a.lock_ttl),
             show(a.timeout),
         );
+    }
+}
+
+/// What a source answers before any event, and whether it splits batches.
+/// Says whether `verify_token` is set, never what it is.
+fn describe_handshakes(o: &mut String, s: &crate::verify::source::Source) {
+    use crate::verify::spec::ControlMethod;
+    let p = &s.provider;
+    let mut parts = Vec::new();
+    for c in &p.controls {
+        if c.method == ControlMethod::Get {
+            parts.push("GET challenge");
+        } else if c.learn.is_some() {
+            parts.push("handshake (secret stored)");
+        } else {
+            parts.push("POST challenge or ping");
+        }
+    }
+    if p.signature.scheme.handshake().is_some() {
+        parts.push("GET challenge");
+    }
+    parts.dedup();
+    if p.wants_verify_token() {
+        parts.push(if s.verify_token.is_some() {
+            "verify_token set"
+        } else {
+            "verify_token unset"
+        });
+    }
+    if let Some(split) = &s.split {
+        let _ = writeln!(
+            o,
+            "  {:<16} split: each item of json:{} is an event",
+            "", split.items
+        );
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(o, "  {:<16} answers: {}", "", parts.join(", "));
     }
 }
