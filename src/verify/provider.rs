@@ -225,12 +225,13 @@ impl Split {
     }
 }
 
-/// The JSON pointer of a `split` locator (`json:/entry`); no `*`.
+/// The JSON pointer of a `split` locator (`json:/entry`; `json:` alone:
+/// the body is the array); no `*`.
 fn split_pointer(at: &str) -> Result<String, String> {
     match at.trim().strip_prefix("json:") {
-        Some(p) if p.starts_with('/') && !p.contains('*') => Ok(p.to_owned()),
+        Some(p) if (p.is_empty() || p.starts_with('/')) && !p.contains('*') => Ok(p.to_owned()),
         _ => Err(format!(
-            "split `{at}` must be a JSON pointer to an array, `json:/…` without `*`"
+            "split `{at}` must be a JSON pointer to an array, `json:/…` (or `json:` for the body) without `*`"
         )),
     }
 }

@@ -63,6 +63,8 @@ mod tests {
         );
         let nested = Bytes::from_static(br#"{"data":{"events":[{"uuid":"a"}]}}"#);
         assert_eq!(items_of(&nested, "/data/events"), 1);
+        let root = Bytes::from_static(br#"[{"messageId":"m1"},{"messageId":"m2"}]"#);
+        assert_eq!(items_of(&root, ""), 2, "the body itself is the array");
         let empty = Bytes::from_static(br#"{"events":[]}"#);
         assert_eq!(items_of(&empty, "/events"), 0);
         assert!(super::items(&empty, "/nope").is_err());

@@ -630,3 +630,32 @@ fn handshake_providers_round_trip_through_the_signer() {
         },
     ]);
 }
+
+#[test]
+fn a_segment_batch_is_an_array_whose_items_are_named_by_message_id() {
+    let p = Registry::builtin().get("segment").unwrap();
+    assert!(
+        !p.split.as_ref().unwrap().default,
+        "batching is the mapping's choice"
+    );
+    let src = source_with("segment", &["segment-shared"], |s| {
+        s.split = p.split.clone()
+    });
+    let body = r#"[{"type":"track","event":"Order Completed","messageId":"m-1"},{"type":"identify","messageId":"m-2"}]"#;
+    let sig = hex::encode(Algorithm::HmacSha1.mac(b"segment-shared", &[body.as_bytes()]));
+    let mut items = split(&src, &[("x-signature", &sig)], body, 0);
+    let ids: Vec<&str> = items.iter().map(|v| v.event_id().as_str()).collect();
+    assert_eq!(ids, ["m-1", "m-2"]);
+    assert_eq!(
+        items[0].take_facts().event_type.as_deref(),
+        Some("track.Order Completed")
+    );
+    let e = run(
+        &src,
+        &headers(&[("x-signature", &"0".repeat(40))]),
+        body.into(),
+        None,
+        0,
+    );
+    assert_eq!(e.unwrap_err(), VerifyError::InvalidSignature);
+}
