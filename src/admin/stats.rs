@@ -86,7 +86,7 @@ pub async fn snapshot(
             name.to_owned(),
             json!({
                 "provider": src.provider.name,
-                "signed": crate::verify::signedness::of(&src.provider).to_json(),
+                "signed": crate::verify::signedness::of_source(src).to_json(),
                 "received": get(name, "received"),
                 "rejected": rejected_total,
                 "rejected_by_reason": rejected,

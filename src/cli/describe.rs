@@ -133,7 +133,7 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
     let _ = writeln!(o, "    event type: {typed}");
     // Whether a relay could change the id (dodging dedup) or the type
     // (rerouting) without breaking the signature.
-    let signed = crate::verify::signedness::of(&s.provider);
+    let signed = crate::verify::signedness::of_source(s);
     let _ = writeln!(o, "    signed: {}", signed.describe());
     if s.routes.is_empty() {
         let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");

@@ -536,4 +536,4 @@ pub fn effective_url(public_url: &str, query: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

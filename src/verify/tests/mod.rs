@@ -29,7 +29,11 @@ fn source(provider: &str, secrets: &[&str]) -> Arc<Source> {
     source_with(provider, secrets, |_| {})
 }
 
-fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source)) -> Arc<Source> {
+pub(crate) fn source_with(
+    provider: &str,
+    secrets: &[&str],
+    edit: impl FnOnce(&mut Source),
+) -> Arc<Source> {
     let p = Registry::builtin().get(provider).unwrap();
     let keys = secrets
         .iter()
