@@ -322,6 +322,13 @@ impl Provider {
                     "`learn` is for unsigned handshakes of `hmac` providers".into()
                 ));
             }
+            // Anyone can send an unsigned handshake: without a token only
+            // the operator knows, anyone could hand the source a key.
+            if c.learn.is_some() && c.token.is_none() {
+                return Err(at(
+                    "`learn` needs a `token` the source's verify_token must match".into(),
+                ));
+            }
             let lookup =
                 |t: Option<String>| t.as_deref().map(Lookup::parse).transpose().map_err(at);
             let mut headers = Vec::new();

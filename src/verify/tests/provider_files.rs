@@ -37,6 +37,14 @@ fn bad_provider_files_are_rejected_with_a_reason() {
     );
     let e = Provider::from_toml(&token).unwrap_err();
     assert!(e.contains("signature.from"), "{e}");
+    let open_learn = format!(
+        "{BASE}\n[[control]]\nwhen = \"header:x-hook-secret\"\nsigned = false\nlearn = \"header:x-hook-secret\"\n"
+    );
+    let e = Provider::from_toml(&open_learn).unwrap_err();
+    assert!(e.contains("`learn` needs a `token`"), "{e}");
+    let split = format!("{BASE}\n[split]\nitems = \"json:/a/*\"\n");
+    let e = Provider::from_toml(&split).unwrap_err();
+    assert!(e.contains("split"), "{e}");
 }
 
 #[test]
