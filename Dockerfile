@@ -41,10 +41,13 @@ USER 10001:10001
 WORKDIR /var/lib/hookgate
 # Config: mount a file over /etc/hookgate/hookgate.toml (or point
 # HOOKGATE_CONFIG elsewhere) and/or set HOOKGATE_SECTION__KEY variables,
-# DATABASE_URL and REDIS_URL. Without DATABASE_URL the ledger is the SQLite
-# file /var/lib/hookgate/hookgate.db (mount a volume there).
+# DATABASE_URL and REDIS_URL. Without a DATABASE_URL of your own the ledger
+# is the SQLite file /var/lib/hookgate/hookgate.db (mount a volume there):
+# absolute, because a relative SQLite path is relative to the config file's
+# directory, /etc/hookgate.
 ENV HOOKGATE_CONFIG=/etc/hookgate/hookgate.toml \
-    HOOKGATE_SERVER__LISTEN=0.0.0.0:8080
+    HOOKGATE_SERVER__LISTEN=0.0.0.0:8080 \
+    DATABASE_URL=sqlite:///var/lib/hookgate/hookgate.db
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/hookgate"]
 CMD ["serve"]

@@ -1,21 +1,23 @@
 //! Wiring: `App::build(config)` connects the backends and starts background
 //! work; `run_until_stopped(listener, stop)` serves until `stop` and then
 //! shuts down in order (HTTP drains, deliveries finish or release their
-//! leases, counters flush).
+//! leases, counters flush). While it serves, the reload task (`reload`)
+//! applies SIGHUP and `POST /admin/reload`.
 
 use crate::config::Config;
 use crate::dedup::arrivals::Arrivals;
 use crate::dedup::cache::ClaimCache;
 use crate::dedup::writer::GroupCommit;
 use crate::dedup::{Dedup, memory::MemoryCache, redis::RedisCache};
+use crate::deliver::fleet::Fleet;
 use crate::deliver::lanes::Lanes;
 use crate::deliver::{self, Wake};
 use crate::primitives::time::Millis;
-use crate::state::{AppState, Handles};
+use crate::reload::{Hangup, Reconcilers, Reloader};
+use crate::state::{AppState, Handles, Live, Reload, ReloadOutcome};
 use crate::stats::Counters;
-use crate::stats::requests::RequestMetrics;
 use crate::store::{self, EventLog, IdempotencyStore, Store, Tallies};
-use crate::{http, serve, telemetry};
+use crate::{http, serve, telemetry, tls};
 use anyhow::Context;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,7 +33,14 @@ pub struct App {
     /// Cancelled after the HTTP server drained: stops workers and loops.
     stop: CancellationToken,
     background: JoinSet<()>,
-    delivery: JoinSet<()>,
+    /// The target loops (shared with the reload task).
+    fleet: Arc<tokio::sync::Mutex<Fleet>>,
+    reconcilers: Arc<tokio::sync::Mutex<Reconcilers>>,
+    /// The certificate of the TLS listeners; `None`: plain HTTP.
+    certs: Option<tls::Certs>,
+    /// Reload requests from `POST /admin/reload`, until the reload task runs.
+    reloads: Option<tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<ReloadOutcome>>>,
+    hangup: Option<Hangup>,
 }
 
 impl App {
@@ -42,6 +51,12 @@ impl App {
         // (the delivery loops', the batchers', dedup's claim timer) records
         // nothing, ever.
         let metrics = telemetry::metrics_handle();
+        // Before anything slow: from here on a SIGHUP reloads, never kills.
+        let hangup = Hangup::register();
+        let certs = match &config.server.tls {
+            Some(t) => Some(tls::Certs::load(t).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
         let config = Arc::new(config);
         let store = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
@@ -96,23 +111,9 @@ impl App {
             config.dedup.purge_interval,
             stop.clone(),
         ));
-        for source in config.reconcile.keys() {
-            let r = crate::reconcile::Reconciler {
-                config: config.clone(),
-                dedup: dedup.clone(),
-                store: store.reconcile.clone(),
-                wake: wake.clone(),
-                client: crate::reconcile::Reconciler::http_client(),
-                retry: Default::default(),
-                stop: stop.clone(),
-            };
-            background.spawn(crate::reconcile::runner::run(
-                r,
-                source.clone(),
-                stop.clone(),
-            ));
-        }
-        let delivery = if config.delivery.enabled {
+        warm_provider_keys(&config, &store.provider_keys, &mut background, &stop).await;
+        let health = deliver::health::Health::default();
+        let fleet = if config.delivery.enabled {
             let w = wake.clone();
             let outbox = store.outbox.clone();
             let s = stop.clone();
@@ -126,33 +127,38 @@ impl App {
                 store.outbox.clone(),
                 counters.clone(),
                 lanes,
+                health.clone(),
                 stop.clone(),
             )
         } else {
-            JoinSet::new()
+            Fleet::disabled(lanes, stop.clone())
         };
 
-        let request_metrics = RequestMetrics::new(config.sources.keys().map(String::as_str));
-        let state = AppState::new(Handles {
-            request_metrics,
-            config,
+        let (reload, reloads) = Reload::channel();
+        let state = AppState::new(Handles::new(
+            Live::new(config.clone()),
             store,
             dedup,
             counters,
-            wake,
+            (wake, health),
             arrivals,
             metrics,
-            learned: Default::default(),
-            upstream: reqwest::Client::builder()
+            reqwest::Client::builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .context("building the upstream HTTP client")?,
-        });
+            reload,
+        ));
+        let reconcilers = Reconcilers::start(&state, &config, stop.clone());
         Ok(Self {
             state,
             stop,
             background,
-            delivery,
+            fleet: Arc::new(tokio::sync::Mutex::new(fleet)),
+            reconcilers: Arc::new(tokio::sync::Mutex::new(reconcilers)),
+            certs,
+            reloads: Some(reloads),
+            hangup: Some(hangup),
         })
     }
 
@@ -167,7 +173,7 @@ impl App {
         listener: TcpListener,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let admin = match self.state.config.server.admin_listen {
+        let admin = match self.state.config().server.admin_listen {
             Some(addr) => Some(
                 TcpListener::bind(addr)
                     .await
@@ -188,24 +194,59 @@ impl App {
         admin: Option<TcpListener>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
-        let server = &self.state.config.server;
+        let config = self.state.config();
+        let server = &config.server;
         let grace = server.shutdown_grace;
         let limits = serve::Limits {
             max_connections: server.max_connections,
+            max_connections_per_client: server.max_connections_per_client,
             header_read_timeout: server.header_read_timeout,
+            keep_alive_timeout: server.keep_alive_timeout,
             idle_timeout: server.idle_timeout,
+            trusted_proxies: server.trusted_proxies.clone(),
         };
         let addr = listener.local_addr()?;
-        tracing::info!(%addr, sources = self.state.config.sources.len(), "hookgate listening");
+        let scheme = if self.certs.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let admin = admin.filter(|_| server.admin_listen.is_some());
+        let admin_addr = match &admin {
+            Some(a) => a.local_addr()?,
+            None => addr,
+        };
+        startup_line(&config, scheme, addr, admin_addr);
         let mut servers = JoinSet::new();
         let public = http::router(self.state.clone());
-        servers.spawn(serve::serve(listener, public, limits, shutdown.clone()));
-        if let Some(admin) = admin.filter(|_| server.admin_listen.is_some()) {
-            let addr = admin.local_addr()?;
-            tracing::info!(%addr, "admin endpoints listening");
+        let certs = self.certs.clone();
+        servers.spawn(serve::serve(
+            listener,
+            public,
+            limits.clone(),
+            certs.clone(),
+            shutdown.clone(),
+        ));
+        if let Some(admin) = admin {
+            tracing::info!(addr = %admin_addr, scheme, "admin endpoints listening");
             let routes = http::admin_router(self.state.clone());
-            servers.spawn(serve::serve(admin, routes, limits, shutdown.clone()));
+            servers.spawn(serve::serve(admin, routes, limits, certs, shutdown.clone()));
         }
+        // Reloads are taken while serving; the task ends with `shutdown`.
+        let reloader = Reloader {
+            state: self.state.clone(),
+            fleet: self.fleet.clone(),
+            reconcilers: self.reconcilers.clone(),
+            certs: self.certs.clone(),
+        };
+        let requests = self.reloads.take().expect("run once");
+        let hangup = self.hangup.take().expect("run once");
+        let reloading = tokio::spawn(crate::reload::run(
+            reloader,
+            requests,
+            hangup,
+            shutdown.clone(),
+        ));
         tokio::select! {
             _ = async { while servers.join_next().await.is_some() {} } => {}
             _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
@@ -213,12 +254,108 @@ impl App {
                 servers.abort_all();
             }
         }
+        // A reload in progress finishes first (its loops stop with the rest).
+        let _ = reloading.await;
         self.stop.cancel();
-        while self.delivery.join_next().await.is_some() {}
+        self.fleet.lock().await.join().await;
+        self.reconcilers.lock().await.join().await;
         while self.background.join_next().await.is_some() {}
         tracing::info!("hookgate stopped");
         Ok(())
     }
+}
+
+/// Puts back the keys each PayPal / Plaid source fetched before (so a
+/// restart does not start cold, spending its fetch budget), and writes the
+/// ones found from now on. A ledger that cannot be read or written costs
+/// only the warm start: the key is fetched again.
+async fn warm_provider_keys(
+    config: &Config,
+    keys: &Arc<dyn store::ProviderKeys>,
+    background: &mut JoinSet<()>,
+    stop: &CancellationToken,
+) {
+    let now = Millis::now().as_secs();
+    for (name, source) in &config.sources {
+        let Some(remote) = source.settings.as_ref().and_then(|s| s.remote_keys()) else {
+            continue;
+        };
+        match keys.load_keys(name, now).await {
+            Ok(found) => {
+                let mut warmed = 0;
+                for k in found {
+                    let learned = crate::verify::key_cache::LearnedKey {
+                        name: k.name,
+                        material: k.material,
+                        until: k.valid_until,
+                    };
+                    if remote.warm(&learned, now).await {
+                        warmed += 1;
+                    }
+                }
+                if warmed > 0 {
+                    tracing::info!(
+                        source = name,
+                        keys = warmed,
+                        "provider keys restored from the ledger"
+                    );
+                }
+            }
+            Err(e) => {
+                tracing::warn!(source = name, error = %e, "could not read stored provider keys")
+            }
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        remote.report_to(tx);
+        let (keys, source, stop) = (keys.clone(), name.clone(), stop.clone());
+        background.spawn(async move {
+            loop {
+                let k = tokio::select! {
+                    k = rx.recv() => match k { Some(k) => k, None => return },
+                    _ = stop.cancelled() => return,
+                };
+                let key = store::provider_keys::ProviderKey {
+                    name: k.name,
+                    material: k.material,
+                    valid_until: k.until,
+                };
+                if let Err(e) = keys.save_key(&source, &key, Millis::now().as_secs()).await {
+                    tracing::warn!(source, error = %e, "could not store a provider key; it is fetched again after a restart");
+                }
+            }
+        });
+    }
+}
+
+/// The one line that says what this process serves: where it listens, the
+/// ledger it opened (a SQLite path as resolved; a URL without
+/// credentials), the cache, the sources and targets, and the console.
+fn startup_line(
+    config: &Config,
+    scheme: &str,
+    addr: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+) {
+    let names = |m: Vec<&String>| {
+        if m.is_empty() {
+            "none".to_owned()
+        } else {
+            m.into_iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(",")
+        }
+    };
+    tracing::info!(
+        %addr,
+        ledger = %config.storage.database.display(),
+        cache = %config.storage.cache_display(),
+        sources = %names(config.sources.keys().collect()),
+        targets = %names(config.targets.keys().collect()),
+        console = %format!("{scheme}://{admin}/console/"),
+        digest = %config.digest,
+        "hookgate listening"
+    );
 }
 
 /// Connects the ledger and, unless told not to, migrates it.

@@ -50,6 +50,13 @@ pub enum ApiError {
     Timeout,
     #[error("unauthorized")]
     Unauthorized,
+    /// Too many wrong admin tokens from this address; retry after the
+    /// seconds given (`primitives::throttle`).
+    #[error("too many wrong tokens; try again later")]
+    Throttled(u64),
+    /// The body budget is spent (in all, or this client's share).
+    #[error("busy; try again later")]
+    Busy,
     /// The endpoint answers another method (`Allow: POST`).
     #[error("use POST")]
     UsePost,
@@ -74,6 +81,7 @@ impl From<BodyError> for ApiError {
         match e {
             BodyError::TooLarge => Self::TooLarge,
             BodyError::Unreadable => Self::BadBody,
+            BodyError::Busy => Self::Busy,
         }
     }
 }
@@ -102,8 +110,9 @@ impl ApiError {
                 StatusCode::from_u16(error.status()).unwrap_or(StatusCode::BAD_REQUEST)
             }
             Self::InFlight => StatusCode::CONFLICT,
-            Self::Unavailable | Self::Timeout => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Timeout | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::UsePost => StatusCode::METHOD_NOT_ALLOWED,
         }
     }
@@ -124,11 +133,12 @@ impl ApiError {
             Self::TooLarge => Outcome::Rejected(RejectReason::BodyTooLarge),
             Self::UnknownSource => Outcome::UnknownSource,
             Self::InFlight => Outcome::InFlight,
-            Self::Unavailable => Outcome::Unavailable,
+            Self::Unavailable | Self::Busy => Outcome::Unavailable,
             Self::Timeout => Outcome::Timeout,
             Self::BadBody
             | Self::UnknownEvent
             | Self::Unauthorized
+            | Self::Throttled(_)
             | Self::UsePost
             | Self::NotConfigured(_)
             | Self::BadRequest(_) => Outcome::BadRequest,
@@ -146,6 +156,9 @@ impl IntoResponse for ApiError {
         match self {
             Self::Unauthorized => {
                 headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            Self::Throttled(secs) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
             }
             Self::UsePost => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST"));
@@ -206,6 +219,12 @@ pub enum ProxyError {
     /// The task that owned the call ended without an answer.
     #[error("proxy task failed")]
     TaskFailed,
+    /// The body or answer budget is spent (`server.max_buffered_*`).
+    #[error("busy; try again later")]
+    Busy,
+    /// The request body did not arrive within `server.request_timeout`.
+    #[error("the request body did not arrive in time")]
+    RequestTimeout,
 }
 
 impl From<BodyError> for ProxyError {
@@ -213,6 +232,7 @@ impl From<BodyError> for ProxyError {
         match e {
             BodyError::TooLarge => Self::TooLarge,
             BodyError::Unreadable => Self::BadBody,
+            BodyError::Busy => Self::Busy,
         }
     }
 }
@@ -225,7 +245,8 @@ impl ProxyError {
             Self::BadBody | Self::InvalidKey(_) => StatusCode::BAD_REQUEST,
             Self::KeyReused { status } => *status,
             Self::InFlight => StatusCode::CONFLICT,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
+            Self::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Self::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             Self::UpstreamUnreachable | Self::UpstreamTooLarge | Self::TaskFailed => {
                 StatusCode::BAD_GATEWAY
@@ -243,6 +264,8 @@ impl ProxyError {
             Self::KeyReused { .. } => "idempotency_key_reused",
             Self::InFlight => "request_in_progress",
             Self::Unavailable => "unavailable",
+            Self::Busy => "busy",
+            Self::RequestTimeout => "request_timeout",
             Self::UpstreamTimeout(_) => "upstream_timeout",
             Self::UpstreamUnreachable | Self::UpstreamTooLarge | Self::TaskFailed => {
                 "upstream_error"
@@ -255,7 +278,7 @@ impl ProxyError {
     fn retry_after(&self) -> Option<&'static str> {
         match self {
             Self::InFlight => Some(RETRY_IN_FLIGHT),
-            Self::Unavailable => Some(RETRY_UNAVAILABLE),
+            Self::Unavailable | Self::Busy => Some(RETRY_UNAVAILABLE),
             _ => None,
         }
     }
@@ -264,12 +287,14 @@ impl ProxyError {
     /// `hookgate_api_requests_total`.
     pub fn outcome(&self) -> ApiOutcome {
         match self {
-            Self::UnknownApi | Self::TooLarge | Self::BadBody | Self::InvalidKey(_) => {
-                ApiOutcome::BadRequest
-            }
+            Self::UnknownApi
+            | Self::TooLarge
+            | Self::BadBody
+            | Self::InvalidKey(_)
+            | Self::RequestTimeout => ApiOutcome::BadRequest,
             Self::KeyReused { .. } => ApiOutcome::Conflict,
             Self::InFlight => ApiOutcome::InflightRejected,
-            Self::Unavailable => ApiOutcome::Unavailable,
+            Self::Unavailable | Self::Busy => ApiOutcome::Unavailable,
             Self::UpstreamTimeout(_)
             | Self::UpstreamUnreachable
             | Self::UpstreamTooLarge
@@ -300,6 +325,8 @@ mod tests {
             ApiError::InFlight,
             ApiError::Unavailable,
             ApiError::Timeout,
+            ApiError::Busy,
+            ApiError::Throttled(7),
             ApiError::from(VerifyError::CertificateUnavailable),
         ];
         for e in all {

@@ -41,7 +41,7 @@ fn sources() -> &'static [Arc<Source>] {
                     dedup_window: Duration::from_secs(60),
                     dedup_by_body: false,
                     targets: vec![],
-                    routes: vec![],
+                    routes: Arc::new(crate::verify::router::NoRoutes),
                     public_url: Some("https://hooks.example.test/webhooks/fuzz".into()),
                     allow_ips: vec![],
                     settings: None,

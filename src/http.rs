@@ -37,7 +37,7 @@ pub fn router(state: AppState) -> Router {
         // default 2 MiB extractor limit must not cut in first.
         .layer(DefaultBodyLimit::disable());
     let mut small = Router::new().route("/healthz", get(admin::health::healthz));
-    if state.config.server.admin_listen.is_none() {
+    if state.config().server.admin_listen.is_none() {
         small = small.merge(admin_routes(&state));
     }
     webhooks
@@ -60,6 +60,7 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
     let protected = Router::new()
         .route("/stats", get(admin::stats_handler))
         .route("/admin/replay", post(admin::replay::handler))
+        .route("/admin/reload", post(admin::reload_handler))
         .route("/admin/events", get(admin::events::list))
         .route(
             "/admin/events/{source}/{event_id}",
@@ -74,11 +75,20 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
             state.clone(),
             admin::require_token,
         ));
+    // `server.protect_metrics` puts these two behind the token as well.
+    let mut probes = Router::new()
+        .route("/readyz", get(admin::health::readyz))
+        .route("/metrics", get(admin::metrics::render));
+    if state.config().server.protect_metrics {
+        probes = probes.route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_token,
+        ));
+    }
     // The console's assets are public (it shows only a login without a
     // token); everything it reads goes through the protected API above.
     Router::new()
-        .route("/readyz", get(admin::health::readyz))
-        .route("/metrics", get(admin::metrics::render))
+        .merge(probes)
         .merge(admin::console::routes())
         .merge(protected)
 }
@@ -88,6 +98,6 @@ fn small_limits(routes: Router<AppState>, state: &AppState) -> Router<AppState> 
         .layer(DefaultBodyLimit::max(SMALL_BODY_LIMIT))
         .layer(TimeoutLayer::with_status_code(
             StatusCode::REQUEST_TIMEOUT,
-            state.config.server.request_timeout,
+            state.config().server.request_timeout,
         ))
 }

@@ -19,6 +19,9 @@
 //! - [`proxy`]: `/api/{name}/…`, the Idempotency-Key proxy in front of internal APIs.
 //! - [`deliver`]: outbox workers that forward events to targets, and the
 //!   hand-off lanes that bring them new rows without a claim.
+//! - [`target`]: what a target is: which events it wants (its route), and
+//!   how each kind (HTTP, Redis stream, NATS, RabbitMQ) is configured and
+//!   sends, one file per kind.
 //! - [`admin`]: `/stats`, `/metrics`, `/healthz`, `/readyz`, replay.
 //! - [`stats`]: counters as typed outcomes, the vocabulary every layer counts in.
 //! - [`primitives`]: values every layer shares (durations, secrets, times,
@@ -26,7 +29,8 @@
 //!   imports nothing.
 //! - [`error`]: every handler error as an HTTP answer, and what it counts as.
 //! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
-//!   body read), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//!   body read), [`tls`] (native HTTPS), [`reload`] (SIGHUP and
+//!   `POST /admin/reload`), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
 
 pub mod admin;
 pub mod app;
@@ -43,10 +47,13 @@ pub mod ingest;
 pub mod primitives;
 pub mod proxy;
 pub mod reconcile;
+pub mod reload;
 pub mod serve;
 pub mod shutdown;
 pub mod state;
 pub mod stats;
 pub mod store;
+pub mod target;
 pub mod telemetry;
+pub mod tls;
 pub mod verify;

@@ -1,11 +1,10 @@
 use clap::Parser;
 
 /// mimalloc instead of the system allocator: the request path allocates and
-/// frees many small buffers across threads, where glibc's malloc measured
-/// 12-16 % of the gateway's CPU (docs/design.md, "Fifth pass"). Its 2.x
-/// series (the crate's `v2` feature): the 3.x default cost the gateway
-/// ~1.5 µs more per event, on the unique and the duplicate path alike
-/// (docs/design.md, "Ninth pass").
+/// frees many small buffers across threads, which glibc's malloc does with
+/// more contention and bookkeeping. Its 2.x series (the crate's `v2`
+/// feature), because the 3.x default was slower per event on both the
+/// unique and the duplicate path (docs/performance.md, the allocator lever).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

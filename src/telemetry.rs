@@ -10,22 +10,55 @@ use metrics_exporter_prometheus::{
 use std::io::IsTerminal;
 use std::sync::OnceLock;
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Registry, reload};
+
+/// The installed subscriber's filter, for [`set_log_level`]. Process-wide
+/// like the subscriber itself.
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
+/// The filter for `level` (`server.log_level`), unless `RUST_LOG` is set.
+fn filter(level: &str) -> Result<EnvFilter, String> {
+    match EnvFilter::try_from_default_env() {
+        Ok(f) => Ok(f),
+        Err(_) => EnvFilter::try_new(format!("{level},sqlx=warn")).map_err(|e| e.to_string()),
+    }
+}
 
 /// Installs the global log subscriber. `RUST_LOG` overrides `default_level`.
 pub fn init_logs(format: LogFormat, default_level: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("{default_level},sqlx=warn")));
+    let filter = filter(default_level).unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    let (filter, handle) = reload::Layer::new(filter);
     // Colour codes only for a person at a terminal: in a file, journald or
     // a log shipper they are noise around every field.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Human => builder.try_init(),
+    let installed = match format {
+        LogFormat::Json => tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt.json().flatten_event(true))
+            .try_init(),
+        LogFormat::Human => tracing_subscriber::registry()
+            .with(filter)
+            .with(fmt)
+            .try_init(),
     };
+    if installed.is_ok() {
+        let _ = FILTER.set(handle);
+    }
+}
+
+/// Applies a reloaded `server.log_level`. `RUST_LOG`, when set, still wins
+/// (it is re-read too). Without an installed subscriber (tests, embedding)
+/// there is nothing to change.
+pub fn set_log_level(level: &str) -> Result<(), String> {
+    let f = filter(level)?;
+    match FILTER.get() {
+        Some(h) => h.reload(f).map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
 }
 
 /// A duration as the `latency_ms` log field: milliseconds with microsecond

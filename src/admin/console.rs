@@ -25,6 +25,9 @@ form-action 'self'; frame-ancestors 'none'";
 
 pub fn routes() -> Router<AppState> {
     Router::new()
+        // A browser pointed at the host finds the console. Not permanent:
+        // the console moves when `admin_listen` is set.
+        .route("/", get(|| async { Redirect::to("/console/") }))
         .route(
             "/console",
             get(|| async { Redirect::permanent("/console/") }),

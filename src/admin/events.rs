@@ -182,7 +182,7 @@ pub async fn redeliver(
         }
     };
     if let Some(t) = &req.target
-        && !state.config.targets.contains_key(t)
+        && !state.config().targets.contains_key(t)
     {
         return ApiError::BadRequest(format!("unknown target `{t}`")).into_response();
     }

@@ -32,6 +32,10 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         "ledger": if ledger_up { "up" } else { "down" },
         "cache": if cache_up { "up" } else { "down" },
         "cache_kind": state.dedup.cache().kind(),
+        // Which config serves, and whether the last reload was refused:
+        // a refused reload does not make the process unready (the loaded
+        // config still serves), but a probe can see it.
+        "config": super::config_doc(&state, &state.config()),
     });
     (code, Json(body))
 }

@@ -11,19 +11,35 @@ pub mod stats;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::verify::client_ip;
 use axum::Json;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
+use std::net::SocketAddr;
 
 /// Route layer for everything behind the token: refuses before the handler
-/// runs, so an anonymous request's body is never read.
+/// runs, so an anonymous request's body is never read. An address that
+/// sent too many wrong tokens is refused without a comparison
+/// (`primitives::throttle`).
 pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(a)| a.ip());
+    let client =
+        client_ip::client_ip(peer, req.headers(), &state.config().server.trusted_proxies).or(peer);
+    if let Some(wait) = state.admin_throttle.blocked(client) {
+        return ApiError::Throttled(wait).into_response();
+    }
     match authorize(&state, req.headers()) {
         Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            state.admin_throttle.failed(client);
+            e.into_response()
+        }
     }
 }
 
@@ -32,8 +48,8 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
 /// its length shows in the timing. With no token configured, nobody is
 /// authorized.
 pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let expected = state
-        .config
+    let config = state.config();
+    let expected = config
         .server
         .admin_token
         .as_ref()
@@ -52,21 +68,67 @@ pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> 
     }
 }
 
+/// `POST /admin/reload`: re-reads the config file and the environment, as
+/// SIGHUP does, and answers with the outcome: 200 with the new digest and
+/// the settings left for a restart, or 422 with why the config was refused
+/// (the loaded one keeps serving).
+pub async fn reload_handler(State(state): State<AppState>) -> Response {
+    match state.reload.request().await {
+        Ok(done) => Json(serde_json::json!({
+            "status": "reloaded",
+            "digest": done.digest,
+            "needs_restart": done.needs_restart,
+        }))
+        .into_response(),
+        Err(e) => (
+            axum::http::StatusCode::UNPROCESSABLE_ENTITY,
+            Json(serde_json::json!({
+                "status": "refused",
+                "error": e,
+                "digest": state.config().digest,
+            })),
+        )
+            .into_response(),
+    }
+}
+
+/// The loaded config and the reloads so far (`/stats`, `/readyz`).
+pub fn config_doc(state: &AppState, config: &crate::config::Config) -> serde_json::Value {
+    let r = state.reloads.get();
+    serde_json::json!({
+        "digest": config.digest,
+        "reloads": r.applied,
+        "reload_failures": r.failed,
+        "last_reload_at": r.last_at.map(|t| events::format_time(crate::primitives::time::Millis(t))),
+        "last_reload_error": r.last_error,
+    })
+}
+
 /// `GET /stats`.
 pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&state, &headers) {
         return e.into_response();
     }
     let store = &state.store;
-    match stats::snapshot(
-        &state.config,
-        &state.counters,
-        &*store.tallies,
-        &*store.reconcile,
-    )
-    .await
-    {
-        Ok(doc) => Json(doc).into_response(),
+    let config = state.config();
+    match stats::snapshot(&config, &state.counters, &*store.tallies, &*store.reconcile).await {
+        Ok(mut doc) => {
+            doc["config"] = config_doc(&state, &config);
+            // This process's view: each replica judges the attempts it made.
+            let now = crate::primitives::time::Millis::now();
+            doc["targets"] = config
+                .targets
+                .keys()
+                .map(|t| {
+                    (
+                        t.clone(),
+                        serde_json::json!({"health": state.health.doc(t, now)}),
+                    )
+                })
+                .collect::<serde_json::Map<_, _>>()
+                .into();
+            Json(doc).into_response()
+        }
         Err(e) => {
             tracing::warn!(error = %e, "stats unavailable");
             ApiError::Unavailable.into_response()

@@ -117,7 +117,31 @@ pub async fn snapshot(
         }
     }
     let apis = crate::stats::apis::doc(config.apis.keys().map(String::as_str), &get);
-    Ok(json!({ "sources": sources, "apis": apis }))
+    Ok(json!({
+        "sources": sources,
+        "apis": apis,
+        "unconfigured_targets": unconfigured(config, &states),
+    }))
+}
+
+/// Targets no longer in the config (a reload removed them) that still have
+/// deliveries waiting: they stay pending, never dead-lettered, until the
+/// target is configured again. Per target: `{"pending": n, "retrying": n}`.
+fn unconfigured(config: &Config, states: &HashMap<(String, String, String), i64>) -> Value {
+    let mut out = Map::new();
+    for ((_, target, state), n) in states {
+        if config.targets.contains_key(target)
+            || *n == 0
+            || !matches!(state.as_str(), "pending" | "retrying")
+        {
+            continue;
+        }
+        let doc = out
+            .entry(target.clone())
+            .or_insert_with(|| json!({"pending": 0, "retrying": 0}));
+        doc[state.as_str()] = json!(doc[state.as_str()].as_i64().unwrap_or(0) + n);
+    }
+    Value::Object(out)
 }
 
 /// RFC 3339 with milliseconds, as the events API writes times.

@@ -4,9 +4,11 @@
 //! looks again: the next batch is the one or two jobs that happened to be
 //! queued, and pays a whole statement and commit for them.
 //!
-//! So a caller announces a job when it starts the work that leads to it
-//! ([`Batcher::approach`](super::Batcher::approach); ingest does so before
-//! its cache round trip), and the writer holds a formed batch while
+//! So a caller announces a job when it starts the work that leads to it:
+//! announcing is taking a [`PendingJob`] from
+//! [`Batcher::pending_job`](super::Batcher::pending_job), which counts the
+//! job as on its way until it is submitted or dropped (ingest announces
+//! before its cache round trip). The writer holds a formed batch while
 //! announced jobs are still on their way, at most `linger` (a 1 ms tokio
 //! timer: up to 2 ms) and only while the announced jobs, times the recent
 //! share of announcements that became jobs, add up to at least one (a retry
@@ -22,9 +24,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tokio::sync::Notify;
 
 /// Jobs on their way to a batcher: callers that announced one
-/// ([`Batcher::approach`](super::Batcher::approach)) and have not submitted it or given up yet.
+/// ([`Batcher::pending_job`](super::Batcher::pending_job)) and have not submitted it or given up yet.
 #[derive(Default)]
-pub(super) struct Approaching {
+pub(super) struct PendingJobs {
     count: AtomicUsize,
     /// Announcements ever made: with the jobs received, the share of
     /// announced jobs that are submitted at all.
@@ -35,9 +37,9 @@ pub(super) struct Approaching {
 
 /// One announced job; dropping it (at submit, or when the caller decides it
 /// has nothing to write) takes it off the count.
-pub struct Approach(Arc<Approaching>);
+pub struct PendingJob(Arc<PendingJobs>);
 
-impl Drop for Approach {
+impl Drop for PendingJob {
     fn drop(&mut self) {
         if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.none_left.notify_one();
@@ -45,8 +47,8 @@ impl Drop for Approach {
     }
 }
 
-impl Approach {
-    pub(super) fn new(a: &Arc<Approaching>) -> Self {
+impl PendingJob {
+    pub(super) fn new(a: &Arc<PendingJobs>) -> Self {
         a.count.fetch_add(1, Ordering::AcqRel);
         a.announced.fetch_add(1, Ordering::Relaxed);
         Self(a.clone())
@@ -77,7 +79,7 @@ impl Default for Expected {
 impl Expected {
     /// Closes a window if enough announcements finished; `in_hand` jobs are
     /// taken but not yet counted in `received`.
-    pub(super) fn update(&mut self, a: &Approaching, in_hand: usize) {
+    pub(super) fn update(&mut self, a: &PendingJobs, in_hand: usize) {
         // The two loads are not one snapshot: a window is off by a job or
         // two at most.
         let count = a.count.load(Ordering::Acquire) as u64;
@@ -92,7 +94,7 @@ impl Expected {
     }
 
     /// At least one more job is expected from the announced ones.
-    pub(super) fn more(&self, a: &Approaching) -> bool {
+    pub(super) fn more(&self, a: &PendingJobs) -> bool {
         a.count.load(Ordering::Acquire) as f64 * self.share >= 1.0
     }
 }

@@ -33,11 +33,11 @@ mod linger;
 #[cfg(test)]
 mod tests;
 
-pub use linger::Approach;
+pub use linger::PendingJob;
 
 use crate::store::StoreError;
 use async_trait::async_trait;
-use linger::{Approaching, Expected};
+use linger::{Expected, PendingJobs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -58,7 +58,7 @@ pub struct Batcher<J, R> {
     tx: mpsc::Sender<(J, Reply<R>)>,
     /// Longest wait of one `submit`, queue included; `None`: no bound here.
     deadline: Option<Duration>,
-    approaching: Arc<Approaching>,
+    pending_jobs: Arc<PendingJobs>,
 }
 
 impl<J, R> Clone for Batcher<J, R> {
@@ -66,7 +66,7 @@ impl<J, R> Clone for Batcher<J, R> {
         Self {
             tx: self.tx.clone(),
             deadline: self.deadline,
-            approaching: self.approaching.clone(),
+            pending_jobs: self.pending_jobs.clone(),
         }
     }
 }
@@ -85,7 +85,7 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// database's commit path allows (docs/operations.md, "Metrics").
     ///
     /// `linger` (zero: never) is how long the writer may hold a formed
-    /// batch for jobs announced with [`Batcher::approach`] and not submitted
+    /// batch for jobs announced with [`Batcher::pending_job`] and not submitted
     /// yet; see [`linger`].
     pub fn start<W: BatchWrite<J, R>>(
         sink: Arc<W>,
@@ -94,25 +94,25 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
         linger: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::channel(max_batch.max(1) * 4);
-        let approaching = Arc::new(Approaching::default());
+        let pending_jobs = Arc::new(PendingJobs::default());
         tokio::spawn(writer(
             sink,
             rx,
             max_batch.max(1),
             metrics,
-            approaching.clone(),
+            pending_jobs.clone(),
             linger,
         ));
         Self {
             tx,
             deadline: None,
-            approaching,
+            pending_jobs,
         }
     }
 
     /// Announces a job that will probably be submitted soon.
-    pub fn approach(&self) -> Approach {
-        Approach::new(&self.approaching)
+    pub fn pending_job(&self) -> PendingJob {
+        PendingJob::new(&self.pending_jobs)
     }
 
     /// Makes every `submit` give up after `deadline` (queue wait included)
@@ -126,14 +126,14 @@ impl<J: Send + 'static, R: Send + 'static> Batcher<J, R> {
     /// A job that outlives the deadline may still be committed later, after
     /// its caller was told it failed: for ingest, the provider's retry then
     /// finds the row and is a duplicate.
-    pub async fn submit(&self, job: J, announced: Option<Approach>) -> Result<R, StoreError> {
+    pub async fn submit(&self, job: J, pending: Option<PendingJob>) -> Result<R, StoreError> {
         let wait = async {
             let (reply, rx) = oneshot::channel();
             self.tx
                 .send((job, reply))
                 .await
                 .map_err(|_| StoreError::Closed)?;
-            drop(announced);
+            drop(pending);
             match rx.await {
                 Ok(Ok(r)) => Ok(r),
                 Ok(Err(e)) => Err(StoreError::BatchFailed(e)),
@@ -154,7 +154,7 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
     mut rx: Queue<J, R>,
     max_batch: usize,
     metrics: &'static str,
-    approaching: Arc<Approaching>,
+    pending_jobs: Arc<PendingJobs>,
     linger: Duration,
 ) {
     let batch_size = metrics::histogram!(format!("{metrics}_batch_size"));
@@ -168,9 +168,9 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
         }
         drain(&mut rx, &mut jobs, max_batch);
         if !linger.is_zero() {
-            expected.update(&approaching, jobs.len());
+            expected.update(&pending_jobs, jobs.len());
             let until = tokio::time::Instant::now() + linger;
-            while jobs.len() < max_batch && expected.more(&approaching) {
+            while jobs.len() < max_batch && expected.more(&pending_jobs) {
                 // Woken by each job (the batch may be full, or the jobs
                 // still expected fewer than one), by the last announced one
                 // leaving without a job, or by the end of the linger.
@@ -180,7 +180,7 @@ async fn writer<J, R, W: BatchWrite<J, R>>(
                         Some(j) => jobs.push(j),
                         None => break,
                     },
-                    () = approaching.none_left.notified() => {}
+                    () = pending_jobs.none_left.notified() => {}
                     () = tokio::time::sleep_until(until) => break,
                 }
                 drain(&mut rx, &mut jobs, max_batch);

@@ -108,7 +108,7 @@ async fn now_and_in_10ms(
     b: &Batcher<i32, i32>,
     first: i32,
     second: i32,
-    announced: Approach,
+    announced: PendingJob,
 ) -> ((i32, i32), Duration) {
     let started = tokio::time::Instant::now();
     let (r1, r2) = tokio::join!(b.submit(first, None), async {
@@ -121,7 +121,7 @@ async fn now_and_in_10ms(
 #[tokio::test(start_paused = true)]
 async fn a_formed_batch_waits_for_an_announced_job_and_goes_when_it_arrives() {
     let (sink, b) = lingering(16, Duration::from_secs(1));
-    let announced = b.approach();
+    let announced = b.pending_job();
     assert_eq!(
         now_and_in_10ms(&b, 1, 2, announced).await,
         ((2, 4), Duration::from_millis(10))
@@ -134,7 +134,7 @@ async fn a_formed_batch_waits_for_an_announced_job_and_goes_when_it_arrives() {
 async fn a_lone_announced_job_is_written_at_once() {
     let (sink, b) = lingering(16, Duration::from_secs(1));
     let started = tokio::time::Instant::now();
-    assert_eq!(b.submit(1, Some(b.approach())).await.unwrap(), 2);
+    assert_eq!(b.submit(1, Some(b.pending_job())).await.unwrap(), 2);
     assert_eq!(started.elapsed(), Duration::ZERO);
     assert_eq!(*sink.writes.lock().unwrap(), [vec![1]]);
 }
@@ -142,7 +142,7 @@ async fn a_lone_announced_job_is_written_at_once() {
 #[tokio::test(start_paused = true)]
 async fn an_announced_job_that_never_comes_holds_the_batch_for_linger_only() {
     let (sink, b) = lingering(16, Duration::from_millis(5));
-    let _never = b.approach();
+    let _never = b.pending_job();
     let started = tokio::time::Instant::now();
     assert_eq!(b.submit(1, None).await.unwrap(), 2);
     assert_eq!(started.elapsed(), Duration::from_millis(5));
@@ -153,7 +153,7 @@ async fn an_announced_job_that_never_comes_holds_the_batch_for_linger_only() {
     assert_eq!(b.submit(2, None).await.unwrap(), 4);
     assert_eq!(started.elapsed(), Duration::from_millis(5));
     for _ in 0..300 {
-        drop(b.approach());
+        drop(b.pending_job());
     }
     let started = tokio::time::Instant::now();
     assert_eq!(b.submit(3, None).await.unwrap(), 6);
@@ -168,8 +168,8 @@ async fn an_announced_job_that_never_comes_holds_the_batch_for_linger_only() {
 #[tokio::test(start_paused = true)]
 async fn a_batch_that_fills_up_goes_without_waiting_out_the_linger() {
     let (sink, b) = lingering(2, Duration::from_secs(1));
-    let _never = b.approach();
-    let announced = b.approach();
+    let _never = b.pending_job();
+    let announced = b.pending_job();
     assert_eq!(
         now_and_in_10ms(&b, 1, 2, announced).await,
         ((2, 4), Duration::from_millis(10))
@@ -183,14 +183,14 @@ async fn the_wait_ends_when_fewer_than_one_job_is_still_expected() {
     // History: 2 of every 5 announcements become jobs (share ~0.4;
     // job 0 would fail the sink, so jobs start at 1).
     for i in 0..300 {
-        let a = b.approach();
+        let a = b.pending_job();
         if i % 5 < 2 {
             b.submit(i + 1, Some(a)).await.unwrap();
         }
     }
     // Three on their way: 1.2 jobs expected, so the batch waits; once
     // one came, 0.8 are, and it goes.
-    let (a1, _a2, _a3) = (b.approach(), b.approach(), b.approach());
+    let (a1, _a2, _a3) = (b.pending_job(), b.pending_job(), b.pending_job());
     assert_eq!(
         now_and_in_10ms(&b, 1000, 1001, a1).await,
         ((2000, 2002), Duration::from_millis(10))

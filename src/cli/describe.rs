@@ -1,9 +1,9 @@
 //! `hookgate check-config`: what a config resolves to, never a secret.
 
 use crate::config::Config;
-use crate::config::redact_url;
-use crate::config::redis_url::RedisTopology;
 use crate::primitives::duration::show;
+use crate::primitives::url;
+use crate::target::route::Routes;
 use std::fmt::Write as _;
 
 /// The `check-config` summary: everything resolved, no secret.
@@ -23,15 +23,7 @@ pub fn describe(c: &Config) -> String {
         c.server.log_format
     );
     let _ = writeln!(o, "ledger: {}", c.storage.database.display());
-    let cache = match &c.storage.redis_url {
-        Some(u) => format!(
-            "redis {} {} (key prefix `{}`)",
-            RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
-            redact_url(u.expose()),
-            c.storage.key_prefix
-        ),
-        None => format!("in-process (capacity {})", c.storage.cache_capacity),
-    };
+    let cache = c.storage.cache_display();
     let _ = writeln!(o, "cache: {cache}");
     let _ = writeln!(o, "providers: {}", c.providers.names().join(", "));
     let _ = writeln!(o, "sources:");
@@ -77,37 +69,25 @@ pub fn describe(c: &Config) -> String {
             );
         }
         describe_handshakes(&mut o, s);
-        describe_routes(&mut o, s);
+        describe_routes(&mut o, c, s);
     }
     let _ = writeln!(o, "targets:");
     for t in c.targets.values() {
         let _ = writeln!(
             o,
-            "  {:<16} {}{} timeout={} max_attempts={} concurrency={} signed={}{}",
+            "  {:<16} {}{} timeout={} concurrency={} signed={}{}\n  {:<16} {}",
             t.name,
-            redact_url(&t.url),
-            match &t.kind {
-                crate::config::TargetKind::Http => String::new(),
-                crate::config::TargetKind::RedisStream(r) => format!(
-                    " kind=redis-stream stream={} maxlen={} duplicate_window={}",
-                    r.stream,
-                    r.maxlen.map_or("-".to_owned(), |n| n.to_string()),
-                    show(r.duplicate_window)
-                ),
-                crate::config::TargetKind::Nats(n) => format!(" kind=nats subject={}", n.subject),
-                crate::config::TargetKind::RabbitMq(r) => format!(
-                    " kind=rabbitmq exchange={:?} routing_key={}",
-                    r.exchange, r.routing_key
-                ),
-            },
+            url::redact(&t.url),
+            t.kind.describe(),
             show(t.timeout),
-            t.max_attempts,
             t.concurrency,
-            if t.signing_key.is_some() { "yes" } else { "no" },
+            if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()
-                .map(|o| format!(" order_by={}", crate::verify::route::show_lookup(o)))
-                .unwrap_or_default()
+                .map(|o| format!(" order_by={}", o.show()))
+                .unwrap_or_default(),
+            "",
+            crate::deliver::retry::describe(&t.retry),
         );
     }
     describe_apis(&mut o, c);
@@ -115,7 +95,7 @@ pub fn describe(c: &Config) -> String {
 }
 
 /// A source's routes: which events each of its targets receives.
-fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
+fn describe_routes(o: &mut String, c: &Config, s: &crate::verify::source::Source) {
     // What `events` globs match on (verify::facts::event_type).
     let typed = match (
         &s.provider.event_type,
@@ -124,7 +104,7 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
         (Some(rule), _) => rule
             .parts
             .iter()
-            .map(crate::verify::route::show_lookup)
+            .map(crate::verify::locator::Lookup::show)
             .collect::<Vec<_>>()
             .join(" + \".\" + "),
         (None, Some(from)) => from.to_owned(),
@@ -135,10 +115,11 @@ fn describe_routes(o: &mut String, s: &crate::verify::source::Source) {
     // (rerouting) without breaking the signature.
     let signed = crate::verify::signedness::of_source(s);
     let _ = writeln!(o, "    signed: {}", signed.describe());
-    if s.routes.is_empty() {
+    let routes = Routes::of(&s.targets, |t| c.targets.get(t).map(|t| &**t));
+    if routes.0.is_empty() {
         let _ = writeln!(o, "    routes: none (events are stored, counted unrouted)");
     }
-    for r in &s.routes {
+    for r in &routes.0 {
         let rule = r.rule.describe();
         let rule = if rule.is_empty() {
             "every event".to_owned()
@@ -165,7 +146,7 @@ fn describe_apis(o: &mut String, c: &Config) {
             "  {:<16} /api/{}/… → {} methods=[{}] key_header={} required={} scope={} ttl={} lock_ttl={} timeout={}",
             a.name,
             a.name,
-            redact_url(&a.upstream),
+            url::redact(&a.upstream),
             methods.join(", "),
             a.key_header,
             a.required,

@@ -113,7 +113,7 @@ pub enum EventsCommand {
 async fn console(
     config: &Option<PathBuf>,
 ) -> anyhow::Result<(crate::config::Config, Arc<dyn Console>)> {
-    let config = super::load(config)?;
+    let config = super::load_ledger(config)?;
     let store = store::connect(
         &config.storage.database,
         Some(1),

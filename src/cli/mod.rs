@@ -1,6 +1,7 @@
 //! Command line: serve, check-config, sign, providers, migrate, replay,
-//! events, reconcile.
+//! events, reconcile, backup, restore.
 
+mod backup;
 pub(crate) mod describe;
 mod events;
 mod reconcile;
@@ -9,7 +10,7 @@ mod sign;
 pub use describe::describe;
 
 use crate::app::App;
-use crate::config::Config;
+use crate::config::{Config, Needs};
 use crate::store;
 use crate::{shutdown, telemetry};
 use anyhow::Context;
@@ -54,6 +55,18 @@ pub enum Command {
     },
     /// Apply the ledger migrations and exit.
     Migrate,
+    /// Copy the SQLite ledger to FILE while the gateway keeps serving (a
+    /// consistent snapshot). For PostgreSQL, use pg_dump.
+    Backup {
+        /// Where the copy goes; must not exist yet.
+        file: PathBuf,
+    },
+    /// Put a backup in place of the SQLite ledger (the gateway stopped).
+    /// The replaced ledger is kept beside it, renamed.
+    Restore {
+        /// A file `hookgate backup` wrote.
+        file: PathBuf,
+    },
     /// Make dead deliveries pending again (all dead ones unless filtered).
     Replay(events::ReplayArgs),
     /// Find, inspect and redeliver stored events.
@@ -77,10 +90,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Sign(args) => sign::run(args),
+        Command::Sign(args) => sign::run(args, &cli.config),
         Command::Providers { update } => providers(update.as_deref()),
         Command::Migrate => {
-            let config = load(&cli.config)?;
+            let config = load_ledger(&cli.config)?;
             let store = store::connect(
                 &config.storage.database,
                 Some(1),
@@ -91,6 +104,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("migrated {}", config.storage.database.display());
             Ok(())
         }
+        Command::Backup { file } => backup::run(&cli.config, &file).await,
+        Command::Restore { file } => backup::restore(&cli.config, &file).await,
         Command::Replay(args) => events::replay(&cli.config, args).await,
         Command::Events { command } => events::run(&cli.config, command).await,
         Command::Reconcile(args) => reconcile::run(&cli.config, args).await,
@@ -98,6 +113,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 async fn serve(config: &Option<PathBuf>, no_migrate: bool) -> anyhow::Result<()> {
+    // First of all: once a SIGHUP handler is installed (for the whole
+    // process, by tokio), the signal no longer ends it; `App` reloads on it.
+    drop(crate::reload::Hangup::register());
     let mut config = load(config)?;
     telemetry::init_logs(config.server.log_format, &config.server.log_level);
     for w in &config.warnings {
@@ -133,4 +151,11 @@ fn providers(update: Option<&std::path::Path>) -> anyhow::Result<()> {
 
 pub(crate) fn load(path: &Option<PathBuf>) -> anyhow::Result<Config> {
     Config::load(path.as_deref()).map_err(|e| anyhow::anyhow!("invalid config:\n{e}"))
+}
+
+/// The config of a command that uses only the ledger: webhook and target
+/// secrets need not be in the environment (see [`Needs::Ledger`]).
+pub(crate) fn load_ledger(path: &Option<PathBuf>) -> anyhow::Result<Config> {
+    Config::load_for(path.as_deref(), Needs::Ledger)
+        .map_err(|e| anyhow::anyhow!("invalid config:\n{e}"))
 }

@@ -8,10 +8,11 @@ pub mod apis;
 pub mod raw;
 pub mod reconcile;
 pub mod redis_url;
+mod restart;
 mod validate;
 
-use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
+use crate::target::Target;
 use crate::verify::registry::Registry;
 use crate::verify::source::Source;
 use figment::Figment;
@@ -28,11 +29,30 @@ use std::time::Duration;
 /// Default config file name, looked up in the working directory.
 pub const DEFAULT_FILE: &str = "hookgate.toml";
 
+/// What a command needs from the config. The gateway needs every secret;
+/// the commands that only read and write the ledger (`migrate`, `events`,
+/// `replay`, `backup`) need only its URL, so an operator can run them from a
+/// shell that has no webhook secret in its environment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Every secret must resolve (`serve`, `check-config`, `reconcile`).
+    Everything,
+    /// Only `storage.database_url` must resolve; a secret that does not
+    /// leaves its setting unset (no key, no signing secret), never printed.
+    Ledger,
+}
+
 /// The validated configuration every component is built from.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where the config came from (for messages).
     pub origin: String,
+    /// The file it was read from, re-read by a reload; `None`: defaults or
+    /// an inline config.
+    pub path: Option<PathBuf>,
+    /// First 12 hex digits of the SHA-256 of the config file's text: which
+    /// config is loaded (`/readyz`, `/stats`, the reload log line).
+    pub digest: String,
     pub server: Server,
     pub storage: Storage,
     pub dedup: Dedup,
@@ -63,10 +83,32 @@ pub struct Server {
     pub admin_listen: Option<SocketAddr>,
     /// Most open connections per listener.
     pub max_connections: usize,
-    /// Deadline for a request's headers (HTTP/1: also the idle keep-alive limit).
+    /// Most open connections per client address, per listener.
+    pub max_connections_per_client: usize,
+    /// Deadline for a request's headers; HTTP/2 without an open stream.
     pub header_read_timeout: Duration,
+    /// HTTP/1: idle limit of a kept-alive connection.
+    pub keep_alive_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and timeout.
     pub idle_timeout: Duration,
+    /// Request bodies held at once, in all and per client address.
+    pub max_buffered_body_bytes: usize,
+    pub max_buffered_body_bytes_per_client: usize,
+    /// Proxy answers buffered at once to be stored.
+    pub max_buffered_answer_bytes: usize,
+    /// `/metrics` and `/readyz` need the admin token.
+    pub protect_metrics: bool,
+    /// Native HTTPS on the listeners: certificate chain and key files (PEM),
+    /// re-read on reload. `None`: plain HTTP.
+    pub tls: Option<Tls>,
+}
+
+/// `server.tls_cert` and `server.tls_key`, resolved against the config
+/// file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 #[derive(Debug, Clone)]
@@ -82,6 +124,22 @@ pub struct Storage {
     pub statement_timeout: Duration,
 }
 
+impl Storage {
+    /// The claim cache, for output: Redis (topology, URL without
+    /// credentials, key prefix) or the in-process cache.
+    pub fn cache_display(&self) -> String {
+        match &self.redis_url {
+            Some(u) => format!(
+                "redis {} {} (key prefix `{}`)",
+                redis_url::RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
+                crate::primitives::url::redact(u.expose()),
+                self.key_prefix
+            ),
+            None => format!("in-process (capacity {})", self.cache_capacity),
+        }
+    }
+}
+
 /// The durable ledger, chosen by URL scheme.
 #[derive(Debug, Clone)]
 pub enum Database {
@@ -91,12 +149,15 @@ pub enum Database {
 }
 
 impl Database {
-    pub(crate) fn parse(url: Secret) -> Result<Self, String> {
+    /// The ledger a URL names. A relative SQLite path is taken relative to
+    /// `base` (the config file's directory), as `file:` secrets are: a
+    /// service started from another working directory opens the same file.
+    pub(crate) fn parse(url: Secret, base: &Path) -> Result<Self, String> {
         let text = url.expose();
         if text.starts_with("postgres://") || text.starts_with("postgresql://") {
             Ok(Self::Postgres(url))
         } else if text.starts_with("sqlite:") {
-            Ok(Self::Sqlite(text.to_owned()))
+            Ok(Self::Sqlite(sqlite_anchored(text, base)))
         } else {
             let scheme = text.split(':').next().unwrap_or_default();
             Err(format!(
@@ -109,17 +170,43 @@ impl Database {
     pub fn display(&self) -> String {
         match self {
             Self::Sqlite(u) => u.clone(),
-            Self::Postgres(u) => redact_url(u.expose()),
+            Self::Postgres(u) => crate::primitives::url::redact(u.expose()),
         }
     }
 }
 
-/// Replaces the `user:password@` part of a URL with `***@`.
-pub fn redact_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}***{}", &url[..s + 3], &url[at..]),
-        _ => url.to_owned(),
+/// `url` with a relative file path joined to `base`. In-memory databases,
+/// absolute paths and an empty `base` (no config file: the working
+/// directory) are left as they are. sqlx percent-decodes the path, so the
+/// characters of `base` that a URL path would read otherwise are encoded.
+fn sqlite_anchored(url: &str, base: &Path) -> String {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    if path.is_empty()
+        || path == ":memory:"
+        || Path::new(path).is_absolute()
+        || base.as_os_str().is_empty()
+    {
+        return url.to_owned();
     }
+    let mut dir = String::new();
+    for c in base.to_string_lossy().chars() {
+        match c {
+            '%' => dir.push_str("%25"),
+            '?' => dir.push_str("%3F"),
+            '#' => dir.push_str("%23"),
+            c => dir.push(c),
+        }
+    }
+    let sep = if dir.ends_with('/') { "" } else { "/" };
+    let query = query.map(|q| format!("?{q}")).unwrap_or_default();
+    format!("sqlite://{dir}{sep}{path}{query}")
 }
 
 #[derive(Debug, Clone)]
@@ -139,71 +226,10 @@ pub struct Delivery {
     pub backoff_base: Duration,
     pub backoff_max: Duration,
     pub lease: Duration,
-}
-
-/// An internal endpoint events are forwarded to.
-#[derive(Debug)]
-pub struct Target {
-    pub name: String,
-    pub url: String,
-    pub timeout: Duration,
-    pub max_attempts: u32,
-    /// Standard Webhooks key the gateway signs forwards with.
-    pub signing_key: Option<SigningKey>,
-    pub concurrency: usize,
-    pub forward_credentials: bool,
-    pub forward_proxy_headers: bool,
-    /// Per source name: stored header names never sent to this target
-    /// (credentials and proxy headers another target of the source needs).
-    pub withheld: BTreeMap<String, Vec<String>>,
-    /// Which events this target subscribes to (`events`, `filter`).
-    pub rule: crate::verify::route::Rule,
-    /// HTTP, or the broker and its settings.
-    pub kind: TargetKind,
-    /// `rate`: most deliveries per second from this process; `None` = no cap.
-    pub rate: Option<f64>,
-    /// `order_by`: where each event's ordering key is; `None` = unordered.
-    pub order_by: Option<crate::verify::locator::Lookup>,
-}
-
-/// A target's kind with the settings only that kind has.
-#[derive(Debug, Clone)]
-pub enum TargetKind {
-    Http,
-    RedisStream(RedisStreamSpec),
-    Nats(NatsSpec),
-    RabbitMq(RabbitMqSpec),
-}
-
-#[derive(Debug, Clone)]
-pub struct RedisStreamSpec {
-    /// Stream name template (`{source}`, `{type}`).
-    pub stream: String,
-    pub maxlen: Option<u64>,
-    pub duplicate_window: Duration,
-}
-
-#[derive(Debug, Clone)]
-pub struct NatsSpec {
-    /// Subject template (`{source}`, `{type}`).
-    pub subject: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct RabbitMqSpec {
-    /// Exchange name; `""` is the default exchange.
-    pub exchange: String,
-    /// Routing key template (`{source}`, `{type}`).
-    pub routing_key: String,
-}
-
-impl Target {
-    /// Whether stored header `name` of an event from `source` stays here.
-    pub fn withholds(&self, source: &str, name: &str) -> bool {
-        self.withheld
-            .get(source)
-            .is_some_and(|w| w.iter().any(|h| h.eq_ignore_ascii_case(name)))
-    }
+    /// Default retry window of every target.
+    pub retry_for: Duration,
+    /// Default permanent-failure statuses of every target.
+    pub permanent_statuses: Vec<u16>,
 }
 
 /// A config that could not be loaded: the file and every offending key.
@@ -234,6 +260,11 @@ impl Config {
     /// environment layered on top, and `DATABASE_URL` / `REDIS_URL` as
     /// fallbacks for unset storage URLs.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        Self::load_for(path, Needs::Everything)
+    }
+
+    /// [`Config::load`] for a command that needs only part of the config.
+    pub fn load_for(path: Option<&Path>, needs: Needs) -> Result<Self, ConfigError> {
         let (file, origin) = match path {
             Some(p) => (Some(p.to_path_buf()), p.display().to_string()),
             None if Path::new(DEFAULT_FILE).exists() => {
@@ -269,13 +300,17 @@ impl Config {
         if raw.storage.redis_url.is_none() && std::env::var_os("REDIS_URL").is_some() {
             raw.storage.redis_url = Some("env:REDIS_URL".into());
         }
+        // Absolute, so the ledger path the startup line prints is the one
+        // opened whatever the working directory.
         let base = file
             .as_deref()
-            .and_then(Path::parent)
-            .map(Path::to_path_buf)
+            .map(|f| std::path::absolute(f).unwrap_or_else(|_| f.to_path_buf()))
+            .and_then(|f| f.parent().map(Path::to_path_buf))
             .unwrap_or_default();
-        let mut config = validate::config(raw, &origin, &base)?;
+        let mut config = validate::config(raw, &origin, &base, needs)?;
         config.warnings.extend(unused_env_vars(&text));
+        config.path = file;
+        config.digest = digest(&text);
         Ok(config)
     }
 
@@ -286,7 +321,9 @@ impl Config {
         let raw: RawConfig = Figment::from(Toml::string(text))
             .extract()
             .map_err(|e| figment_error(&origin, e))?;
-        validate::config(raw, &origin, base_dir)
+        let mut config = validate::config(raw, &origin, base_dir, Needs::Everything)?;
+        config.digest = digest(text);
+        Ok(config)
     }
 
     /// The cache TTL for a source: never longer than its dedup window, so the
@@ -294,6 +331,14 @@ impl Config {
     pub fn cache_ttl(&self, source: &Source) -> Duration {
         self.dedup.cache_ttl.min(source.dedup_window)
     }
+}
+
+/// The short digest of a config file's text: enough to tell two loaded
+/// configs apart in a log or a probe, not a security measure.
+pub fn digest(text: &str) -> String {
+    use sha2::Digest;
+    let full = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+    full[..12].to_owned()
 }
 
 /// `HOOKGATE_*` variables that are neither `SECTION__KEY` overrides,
@@ -337,5 +382,7 @@ fn figment_error(origin: &str, e: figment::Error) -> ConfigError {
 
 #[cfg(test)]
 mod hardening_tests;
+#[cfg(test)]
+mod reload_tests;
 #[cfg(test)]
 mod tests;

@@ -2,15 +2,19 @@
 //!
 //! This file is the config reference: every field has its doc and its
 //! default (a scheme's own `[sources.<name>.<scheme>]` table is documented
-//! in its file under `verify/schemes/`). Validation into typed values
-//! happens in `config/validate.rs`.
+//! in its file under `verify/schemes/`, a target kind's own keys in its
+//! file under `target/`). Validation into typed values happens in
+//! `config/validate/`.
 
 use crate::primitives::duration::Dur;
-use crate::verify::schemes::{braintree, paypal, plaid};
+use crate::target::{KindName, RawKinds};
+use crate::verify::schemes::{braintree, paypal, plaid, sns};
 use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides, SplitSetting};
-use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 #[derive(Debug, Deserialize, Default)]
@@ -67,12 +71,39 @@ pub struct RawServer {
     /// Most open client connections (each listener); further clients wait
     /// in the kernel's accept queue. Default 1024.
     pub max_connections: usize,
-    /// Time a client has to send a request's headers; on HTTP/1 it also
-    /// bounds how long a kept-alive connection may sit idle. Default 10s.
+    /// Most open connections from one client address (an IPv4 address, an
+    /// IPv6 /64), each listener; a further one is closed at once. Peers in
+    /// `trusted_proxies` are exempt. Default: an eighth of `max_connections`.
+    pub max_connections_per_client: Option<usize>,
+    /// Time a client has to send a request's headers, from the first byte
+    /// (or from the connection's start); an HTTP/2 connection with no open
+    /// stream is closed after it too. Default 10s.
     pub header_read_timeout: Dur,
+    /// HTTP/1: how long a kept-alive connection may wait, with nothing
+    /// arriving, for its next request. Default 75s.
+    pub keep_alive_timeout: Dur,
     /// HTTP/2: a connection that does not answer a keep-alive ping within
     /// this time (pings are sent after this much idle time) is closed. Default 60s.
     pub idle_timeout: Dur,
+    /// Serve HTTPS: the certificate chain (PEM, leaf first), relative to the
+    /// config file. Both listeners use it. Re-read on reload, so a renewed
+    /// certificate needs no restart. Default unset (plain HTTP).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM: PKCS#8, PKCS#1 or SEC1) of `tls_cert`.
+    pub tls_key: Option<PathBuf>,
+    /// Request bodies held in memory at once, all requests together (read
+    /// before verification, or before the proxy forwards them); beyond it
+    /// a request is answered 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_body_bytes: u64,
+    /// The part of `max_buffered_body_bytes` one client address may hold.
+    /// Default a quarter of it; at least the largest `max_body_bytes`.
+    pub max_buffered_body_bytes_per_client: Option<u64>,
+    /// Upstream answers the Idempotency-Key proxy holds in memory at once
+    /// to store them (answers it does not store are streamed); beyond it
+    /// 503 + `Retry-After`. Default 64 MiB.
+    pub max_buffered_answer_bytes: u64,
+    /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
+    pub protect_metrics: bool,
 }
 
 impl Default for RawServer {
@@ -89,8 +120,16 @@ impl Default for RawServer {
             trusted_proxies: Vec::new(),
             admin_listen: None,
             max_connections: 1024,
+            max_connections_per_client: None,
             header_read_timeout: Dur(Duration::from_secs(10)),
+            keep_alive_timeout: Dur(Duration::from_secs(75)),
             idle_timeout: Dur(Duration::from_secs(60)),
+            tls_cert: None,
+            tls_key: None,
+            max_buffered_body_bytes: 64 * 1024 * 1024,
+            max_buffered_body_bytes_per_client: None,
+            max_buffered_answer_bytes: 64 * 1024 * 1024,
+            protect_metrics: false,
         }
     }
 }
@@ -188,6 +227,15 @@ pub struct RawDelivery {
     pub backoff_max: Dur,
     /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
     pub lease: Dur,
+    /// How long a delivery is retried, from when its event was received: a
+    /// failed attempt whose next retry would fall later is the last (the
+    /// final retry is made at the window's end), then the delivery is dead.
+    /// A target may set its own. Default 3d (Stripe retries for three days).
+    pub retry_for: Dur,
+    /// HTTP statuses with which a target says "never send this again": the
+    /// delivery is dead at once, without retries. A target may set its own
+    /// list. Default `[410]` (Gone).
+    pub permanent_statuses: Vec<u16>,
 }
 
 impl Default for RawDelivery {
@@ -199,6 +247,8 @@ impl Default for RawDelivery {
             backoff_base: Dur(Duration::from_secs(1)),
             backoff_max: Dur(Duration::from_secs(3600)),
             lease: Dur(Duration::from_secs(120)),
+            retry_for: Dur(DEFAULT_RETRY_FOR),
+            permanent_statuses: vec![410],
         }
     }
 }
@@ -257,6 +307,8 @@ pub struct RawSource {
     pub plaid: Option<plaid::Raw>,
     /// Braintree: the public key, for answering the `bt_challenge` GET.
     pub braintree: Option<braintree::Raw>,
+    /// Amazon SNS: the accepted topics and subscription confirmation.
+    pub sns: Option<sns::Raw>,
     /// Reconciliation against the provider's API (stripe, github, paypal);
     /// the table is documented in `config/reconcile.rs`. Off when absent.
     pub reconcile: Option<super::reconcile::RawReconcile>,
@@ -266,62 +318,46 @@ fn default_window() -> Dur {
     Dur(Duration::from_secs(7 * 86_400))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+/// One `[targets.<name>]` table. The keys every kind takes are here; the
+/// keys only one kind takes (`signing_secret`, `stream`, `subject`, …) are
+/// documented and read in that kind's file under `target/`. An unknown key
+/// is refused, as everywhere else.
+#[derive(Debug)]
 pub struct RawTarget {
     /// `http` (default): events are POSTed to `url`. `redis-stream`: one
     /// `XADD` per event to `stream` on the Redis server at `url`. `nats`:
     /// one JetStream publish per event to `subject`. `rabbitmq`: one
     /// confirmed publish per event to `exchange` with `routing_key`.
-    #[serde(default)]
-    pub kind: TargetKind,
+    pub kind: KindName,
     /// `http://` or `https://` URL events are POSTed to; for a broker
     /// kind, the broker: `redis://[user:password@]host:port/db` or
     /// `rediss://…` (redis-stream), `nats://[user:password@]host:port` or
     /// `tls://…` (nats), `amqp://user:password@host:port/<vhost>` or
-    /// `amqps://…` (rabbitmq; the default vhost `/` is `%2f`).
+    /// `amqps://…` (rabbitmq; the default vhost `/` is `%2f`). Required.
     pub url: String,
-    /// `redis-stream`: the stream's name; `{source}` and `{type}` are
-    /// filled in (`untyped` for an event without a type). Required.
-    pub stream: Option<String>,
-    /// `redis-stream`: `XADD … MAXLEN ~ <maxlen>` (approximate trim).
-    /// Default: no trim.
-    pub maxlen: Option<u64>,
-    /// `redis-stream`: how long a sent event's marker key lives, so a
-    /// resend after a crash adds nothing. Must exceed `delivery.lease`.
-    /// Default 10m.
-    pub duplicate_window: Option<Dur>,
-    /// `nats`: the subject events are published to; `{source}` and `{type}`
-    /// are filled in. A JetStream stream must capture it. Required.
-    pub subject: Option<String>,
-    /// `rabbitmq`: the exchange events are published to; `""` is the
-    /// default exchange (the routing key is then a queue name). Required.
-    pub exchange: Option<String>,
-    /// `rabbitmq`: the routing key; `{source}` and `{type}` are filled in.
-    /// Required (may be `""` only with a named exchange, e.g. a fanout).
-    pub routing_key: Option<String>,
+    /// Each kind's own keys, as written.
+    pub kinds: RawKinds,
     /// Deadline of one delivery attempt (for a broker: connecting when
     /// needed, publishing and the broker's acknowledgement). Default 10s.
-    #[serde(default = "default_target_timeout")]
     pub timeout: Dur,
-    /// Attempts before a delivery is dead. Default 12.
-    #[serde(default = "default_max_attempts")]
-    pub max_attempts: u32,
-    /// Optional secret (Standard Webhooks `whsec_<base64>` or raw) to sign forwards.
-    pub signing_secret: Option<String>,
+    /// This target's retry window (see `delivery.retry_for`). Default: that.
+    pub retry_for: Option<Dur>,
+    /// This target's permanent-failure statuses (see
+    /// `delivery.permanent_statuses`). Default: that list.
+    pub permanent_statuses: Option<Vec<u16>>,
+    /// Optional cap on attempts, below the window: a delivery is dead after
+    /// this many even inside `retry_for`. Default unset (the window decides).
+    pub max_attempts: Option<u32>,
     /// Most requests (or publishes) in flight to this target at once; a slot
     /// is free again as soon as the target answered. Default 32.
-    #[serde(default = "default_target_concurrency")]
     pub concurrency: usize,
     /// Forward the credential headers the source authenticates with
     /// (`Authorization`, a bearer/token scheme's header). Default false:
     /// they are stripped before the event is stored unless a target of the
     /// source sets this.
-    #[serde(default)]
     pub forward_credentials: bool,
     /// Forward the client's `X-Forwarded-*`, `Forwarded` and `X-Real-IP`
     /// headers. Default false (stripped before storing, like credentials).
-    #[serde(default)]
     pub forward_proxy_headers: bool,
     /// Most deliveries per second (`"200/s"`) or per minute (`"600/m"`)
     /// sent to the target by all replicas together (a bucket in the
@@ -337,7 +373,6 @@ pub struct RawTarget {
     /// `{ "json:/data/object/currency" = "eur" }` (header, json, form or
     /// query locators; values are strings, integers or booleans compared
     /// as text). Default: no filter.
-    #[serde(default)]
     pub filter: BTreeMap<String, FilterValue>,
     /// Per-object ordering: a locator (as in `filter`, e.g.
     /// `"json:/data/object/id"`) whose value is the event's ordering key.
@@ -349,15 +384,109 @@ pub struct RawTarget {
     pub order_by: Option<String>,
 }
 
-/// Where a target's deliveries go.
-#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq, Default)]
-#[serde(rename_all = "kebab-case")]
-pub enum TargetKind {
-    #[default]
-    Http,
-    RedisStream,
-    Nats,
-    Rabbitmq,
+/// The keys every target takes, in the order an unknown-key error lists
+/// them (before the kinds' own keys).
+const TARGET_KEYS: &[&str] = &[
+    "kind",
+    "url",
+    "timeout",
+    "retry_for",
+    "permanent_statuses",
+    "max_attempts",
+    "concurrency",
+    "forward_credentials",
+    "forward_proxy_headers",
+    "rate",
+    "events",
+    "filter",
+    "order_by",
+];
+
+impl<'de> Deserialize<'de> for RawTarget {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(TargetTable)
+    }
+}
+
+/// Reads a target table key by key: a common key into its field, any
+/// other into the kind that claims it ([`RawKinds::take`]).
+struct TargetTable;
+
+impl<'de> Visitor<'de> for TargetTable {
+    type Value = RawTarget;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a target table")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawTarget, A::Error> {
+        let mut url = None;
+        let mut t = RawTarget {
+            kind: KindName::default(),
+            url: String::new(),
+            kinds: RawKinds::default(),
+            timeout: Dur(Duration::from_secs(10)),
+            retry_for: None,
+            permanent_statuses: None,
+            max_attempts: None,
+            // Enough slots for one target to keep up with ingest on
+            // loopback: a slot is held only until the target answers.
+            concurrency: 32,
+            forward_credentials: false,
+            forward_proxy_headers: false,
+            rate: None,
+            events: None,
+            filter: BTreeMap::new(),
+            order_by: None,
+        };
+        while let Some(key) = map.next_key_seed(TargetKey)? {
+            match key.as_str() {
+                "kind" => t.kind = map.next_value()?,
+                "url" => url = Some(map.next_value()?),
+                "timeout" => t.timeout = map.next_value()?,
+                "retry_for" => t.retry_for = map.next_value()?,
+                "permanent_statuses" => t.permanent_statuses = map.next_value()?,
+                "max_attempts" => t.max_attempts = map.next_value()?,
+                "concurrency" => t.concurrency = map.next_value()?,
+                "forward_credentials" => t.forward_credentials = map.next_value()?,
+                "forward_proxy_headers" => t.forward_proxy_headers = map.next_value()?,
+                "rate" => t.rate = map.next_value()?,
+                "events" => t.events = map.next_value()?,
+                "filter" => t.filter = map.next_value()?,
+                "order_by" => t.order_by = map.next_value()?,
+                // `TargetKey` let it through: one kind takes it.
+                kind_key => {
+                    t.kinds.take(kind_key, &mut map)?;
+                }
+            }
+        }
+        t.url = url.ok_or_else(|| de::Error::missing_field("url"))?;
+        Ok(t)
+    }
+}
+
+/// A target table's key, refused (with the list of valid keys) when it is
+/// neither a common key nor any kind's.
+struct TargetKey;
+
+impl<'de> DeserializeSeed<'de> for TargetKey {
+    type Value = String;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        static EXPECTED: OnceLock<Vec<&'static str>> = OnceLock::new();
+        let expected = EXPECTED.get_or_init(|| {
+            TARGET_KEYS
+                .iter()
+                .copied()
+                .chain(RawKinds::keys())
+                .collect()
+        });
+        let key = String::deserialize(d)?;
+        if expected.contains(&key.as_str()) {
+            return Ok(key);
+        }
+        Err(de::Error::unknown_field(&key, expected))
+    }
 }
 
 /// A `filter` value: TOML strings, integers and booleans compare with the
@@ -380,14 +509,5 @@ impl FilterValue {
     }
 }
 
-fn default_target_timeout() -> Dur {
-    Dur(Duration::from_secs(10))
-}
-fn default_max_attempts() -> u32 {
-    12
-}
-fn default_target_concurrency() -> usize {
-    // 8 slots capped one target near 4,000/s on loopback while a slot was
-    // held until the attempt's record; 32 keeps up with ingest.
-    32
-}
+/// `delivery.retry_for`'s default: three days.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(3 * 86_400);

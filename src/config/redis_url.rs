@@ -8,6 +8,8 @@
 //!
 //! The `redis+…` spelling follows the crate's own `redis+unix://`.
 
+use crate::primitives::url::percent_decode;
+
 /// A validated Redis target.
 #[derive(Clone, PartialEq, Eq)]
 pub enum RedisTopology {
@@ -47,7 +49,7 @@ impl RedisTopology {
                 }
                 Ok(Self::Sentinel {
                     sentinels: host_list(hosts, 26379)?,
-                    master: decode(master)?,
+                    master: percent_decode(master)?,
                     db: db(query)?,
                     auth,
                 })
@@ -95,7 +97,7 @@ fn split(rest: &str) -> Result<(Auth, &str, &str, &str), String> {
         None => Auth::default(),
         Some(u) => {
             let (user, pass) = u.split_once(':').unwrap_or((u, ""));
-            let opt = |s: &str| (!s.is_empty()).then(|| decode(s)).transpose();
+            let opt = |s: &str| (!s.is_empty()).then(|| percent_decode(s)).transpose();
             Auth {
                 username: opt(user)?,
                 password: opt(pass)?,
@@ -134,24 +136,6 @@ fn db(query: &str) -> Result<i64, String> {
         }
     }
     Ok(db)
-}
-
-/// Percent-decoding, as in the crate's own `redis://` parser.
-fn decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or("bad percent-encoding")?;
-            out.push(u8::from_str_radix(hex, 16).map_err(|_| "bad percent-encoding")?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-encoding is not UTF-8".into())
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! except through figment's `Jail`.
 
 use super::*;
+use crate::target::Kind;
 use crate::verify::schemes::SchemeSettings;
 
 const GOOD: &str = r#"
@@ -34,7 +35,7 @@ fn a_good_config_resolves_everything() {
     assert_eq!(s.tolerance, Duration::from_secs(120));
     assert_eq!(s.dedup_window, Duration::from_secs(7 * 86_400));
     assert!(matches!(c.storage.database, Database::Sqlite(_)));
-    assert!(c.targets["billing"].signing_key.is_some());
+    assert!(c.targets["billing"].kind.signs());
 }
 
 #[test]
@@ -68,7 +69,10 @@ fn routes_follow_the_targets_events_and_filter_and_bad_ones_are_named() {
         "events = [\"invoice.*\"]\nfilter = { \"json:/data/object/livemode\" = false, \"header:X-N\" = 3 }",
     );
     let c = Config::from_toml_str(&text, Path::new(".")).unwrap();
-    let routes = &c.sources["stripe"].routes;
+    let routes = &crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    })
+    .0;
     assert_eq!(routes.len(), 1);
     assert_eq!(routes[0].target, "billing");
     assert_eq!(routes[0].rule.events, Some(vec!["invoice.*".to_owned()]));
@@ -109,7 +113,10 @@ fn order_by_takes_any_routing_locator_and_a_bad_one_is_named() {
             "/data/object/id".into()
         )]
     );
-    assert_eq!(c.sources["stripe"].routes[0].order_by, Some(order_by));
+    let routes = crate::target::route::Routes::of(&c.sources["stripe"].targets, |t| {
+        c.targets.get(t).map(|t| &**t)
+    });
+    assert_eq!(routes.0[0].order_by, Some(order_by));
     assert!(
         crate::cli::describe::describe(&c).contains("order_by=json:/data/object/id"),
         "check-config prints it"
@@ -148,7 +155,7 @@ fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
         Path::new("."),
     )
     .unwrap();
-    let TargetKind::RedisStream(spec) = &c.targets["billing"].kind else {
+    let Kind::RedisStream(spec) = &c.targets["billing"].kind else {
         panic!("redis-stream kind");
     };
     assert_eq!(
@@ -187,7 +194,7 @@ fn a_nats_target_needs_a_subject_and_a_nats_url_and_refuses_other_kinds_keys() {
     let nats = |keys: &str| broker("nats", "nats://127.0.0.1:4222", keys);
     let c = Config::from_toml_str(&nats("subject = \"hooks.{source}.{type}\""), Path::new("."))
         .unwrap();
-    let TargetKind::Nats(spec) = &c.targets["billing"].kind else {
+    let Kind::Nats(spec) = &c.targets["billing"].kind else {
         panic!("nats kind");
     };
     assert_eq!(spec.subject, "hooks.{source}.{type}");
@@ -226,7 +233,7 @@ fn a_rabbitmq_target_needs_an_exchange_a_routing_key_and_an_amqp_url() {
         Path::new("."),
     )
     .unwrap();
-    let TargetKind::RabbitMq(spec) = &c.targets["billing"].kind else {
+    let Kind::RabbitMq(spec) = &c.targets["billing"].kind else {
         panic!("rabbitmq kind");
     };
     assert_eq!(
@@ -311,15 +318,6 @@ fn debug_output_of_a_config_has_no_secret() {
     let dbg = format!("{c:?}");
     assert!(!dbg.contains("whsec_a"), "{dbg}");
     assert!(!dbg.contains("\"tok\""));
-}
-
-#[test]
-fn redact_url_hides_credentials() {
-    assert_eq!(
-        redact_url("postgres://u:pw@db:5432/x"),
-        "postgres://***@db:5432/x"
-    );
-    assert_eq!(redact_url("redis://127.0.0.1"), "redis://127.0.0.1");
 }
 
 #[test]
@@ -554,4 +552,168 @@ fn a_source_may_say_where_its_event_type_is() {
     ));
     assert_eq!(p[0].0, "sources.stripe.event_type");
     assert!(p[0].1.contains("unknown locator kind `body`"), "{p:?}");
+}
+
+#[test]
+fn sns_and_public_key_sources_are_validated_at_load() {
+    let p = problems(
+        r#"
+[sources.none]
+provider = "amazon-sns"
+
+[sources.empty]
+provider = "amazon-sns"
+[sources.empty.sns]
+topic_arns = []
+
+[sources.wide]
+provider = "amazon-sns"
+[sources.wide.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+cert_hosts = ["evil.example:443"]
+
+[sources.gh]
+provider = "github"
+secrets = ["k"]
+[sources.gh.sns]
+topic_arns = ["arn:aws:sns:us-east-1:1:t"]
+
+[sources.discord]
+provider = "discord"
+secrets = ["not-a-hex-key"]
+
+[sources.sendgrid]
+provider = "sendgrid"
+secrets = ["bm90IGEga2V5"]
+"#,
+    );
+    let find = |key: &str| {
+        p.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_else(|| panic!("{key} not in {p:?}"))
+    };
+    assert!(find("sources.none.sns").contains("topic_arns"));
+    assert!(find("sources.empty.sns").contains("topic_arns is empty"));
+    assert!(find("sources.wide.sns").contains("tests only"));
+    assert!(find("sources.gh.sns").contains("not Amazon SNS"));
+    find("sources.discord.secrets[0]");
+    find("sources.sendgrid.secrets[0]");
+    let ok = Config::from_toml_str(
+        r#"
+[sources.sns]
+provider = "amazon-sns"
+[sources.sns.sns]
+topic_arns = ["arn:aws:sns:us-east-1:123456789012:orders"]
+cert_hosts = ["127.0.0.1:8443"]
+"#,
+        Path::new("."),
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.problems));
+}
+
+#[test]
+fn a_relative_sqlite_path_is_taken_from_the_config_files_directory() {
+    let base = Path::new("/etc/hook gate");
+    for (url, want) in [
+        (
+            "sqlite://hookgate.db",
+            "sqlite:///etc/hook gate/hookgate.db",
+        ),
+        (
+            "sqlite:data/h.db?mode=rwc",
+            "sqlite:///etc/hook gate/data/h.db?mode=rwc",
+        ),
+        ("sqlite:///var/lib/h.db", "sqlite:///var/lib/h.db"),
+        ("sqlite::memory:", "sqlite::memory:"),
+        ("sqlite://?mode=memory", "sqlite://?mode=memory"),
+    ] {
+        assert_eq!(sqlite_anchored(url, base), want, "{url}");
+    }
+    // No config file: the working directory, as before.
+    assert_eq!(
+        sqlite_anchored("sqlite://hookgate.db", Path::new("")),
+        "sqlite://hookgate.db"
+    );
+    // sqlx decodes `%XX` in the path: a directory's own `%` and `?` survive.
+    assert_eq!(
+        sqlite_anchored("sqlite://h.db", Path::new("/srv/50%?x")),
+        "sqlite:///srv/50%25%3Fx/h.db"
+    );
+    let c = Config::from_toml_str("", Path::new("/srv/hooks")).unwrap();
+    assert_eq!(
+        c.storage.database.display(),
+        "sqlite:///srv/hooks/hookgate.db"
+    );
+}
+
+#[test]
+#[expect(
+    clippy::result_large_err,
+    reason = "figment's Jail API returns its own Error"
+)]
+fn ledger_commands_load_a_config_whose_webhook_secrets_are_not_set() {
+    figment::Jail::expect_with(|jail| {
+        jail.create_file(
+            "hookgate.toml",
+            r#"
+[server]
+admin_token = "env:HOOKGATE_T_UNSET_ADMIN"
+[storage]
+database_url = "sqlite://ledger.db"
+[sources.stripe]
+provider = "stripe"
+secrets = ["env:HOOKGATE_T_UNSET_STRIPE", "file:missing.txt"]
+targets = ["billing"]
+[targets.billing]
+url = "http://127.0.0.1:9/hook"
+signing_secret = "env:HOOKGATE_T_UNSET_SIGNING"
+"#,
+        )?;
+        let path = Path::new("hookgate.toml");
+        let e = Config::load(Some(path)).unwrap_err();
+        assert_eq!(e.problems.len(), 4, "{e}");
+        let c = Config::load_for(Some(path), Needs::Ledger).unwrap();
+        assert!(c.sources["stripe"].keys.is_empty());
+        assert!(matches!(
+            &c.targets["billing"].kind,
+            crate::target::Kind::Http(spec) if spec.signing_key.is_none()
+        ));
+        assert!(c.server.admin_token.is_none());
+        // Not told "admin_token is not set": it is, in an unset variable.
+        assert!(!c.warnings.iter().any(|w| w.contains("admin_token")));
+        let dir = std::env::current_dir().unwrap();
+        assert_eq!(
+            c.storage.database.display(),
+            format!("sqlite://{}/ledger.db", dir.display())
+        );
+        // The ledger's own URL must still resolve.
+        jail.create_file(
+            "pg.toml",
+            "[storage]\ndatabase_url = \"file:no-such-file\"\n",
+        )?;
+        let e = Config::load_for(Some(Path::new("pg.toml")), Needs::Ledger).unwrap_err();
+        assert!(e.to_string().contains("storage.database_url"), "{e}");
+        Ok(())
+    });
+}
+
+#[test]
+fn a_target_refuses_an_unknown_key_with_its_path_and_lists_every_kinds_keys() {
+    let p = problems(&GOOD.replace("signing_secret", "sigining_secret"));
+    assert_eq!(p[0].0, "targets.billing.sigining_secret", "{p:?}");
+    assert!(p[0].1.contains("unknown key"), "{p:?}");
+    for key in [
+        "url",
+        "order_by",
+        "signing_secret",
+        "stream",
+        "subject",
+        "routing_key",
+    ] {
+        assert!(p[0].1.contains(key), "lists `{key}`: {p:?}");
+    }
+    let p = problems(&GOOD.replace("url = \"http://127.0.0.1:9/hook\"\n", ""));
+    assert_eq!(p[0].0, "targets.billing", "{p:?}");
+    assert!(p[0].1.contains("url"), "{p:?}");
 }

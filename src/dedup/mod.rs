@@ -16,8 +16,12 @@
 //! Crash safety: a claim dies with its TTL, so a crash before COMMIT lets the
 //! provider's retry through; after COMMIT every copy is a duplicate. A
 //! request cut short in the owned section (client hang-up, deadline) still
-//! settles its claim: [`Unsettled`] releases it, or marks it `done` once the
+//! ends its claim: [`OpenClaim`] releases it, or marks it `done` once the
 //! ledger answered.
+//!
+//! Rule: the ledger's unique key decides what is new; the cache only
+//! answers early (a `done` id, a claim held elsewhere), and every claim
+//! taken is ended, by the request or by its guard.
 
 pub mod arrivals;
 pub mod cache;
@@ -73,8 +77,8 @@ struct Claimant {
     hash: String,
 }
 
-/// What the owned section owes the cache for its claim.
-enum Owed {
+/// How a claim ends in the cache, once the owned section knows.
+enum ClaimEnd {
     /// The outcome is not known (or the ledger failed): give the claim back,
     /// so the next copy claims at once and the ledger decides it.
     Release,
@@ -82,40 +86,43 @@ enum Owed {
     Done { hash: String, ttl: Duration },
 }
 
-/// A claim whose outcome the cache has not learned yet. The owned section
+/// A claim whose end the cache has not been told yet. The owned section
 /// runs in the request's task (a task of its own would cost a spawn and a
 /// wake-up per new event), so a client hanging up or
-/// the request deadline may drop it at any await. Dropped unsettled, the
-/// guard pays what is owed from a task of its own: before the ledger
-/// answered that is a release (the event may or may not commit, no 2xx went
+/// the request deadline may drop it at any await. Dropped before it ended,
+/// the guard ends the claim from a task of its own: before the ledger
+/// answered with a release (the event may or may not commit, no 2xx went
 /// out either way, and the provider's retry finds the id free in the cache
-/// and is decided by the ledger's unique key); once it answered, the mark.
-struct Unsettled<'a> {
+/// and is decided by the ledger's unique key); once it answered, with the
+/// mark.
+struct OpenClaim<'a> {
     dedup: &'a Arc<Dedup>,
     claim: Option<Claimant>,
-    owed: Owed,
+    /// How the claim ends if the guard is dropped now.
+    end: ClaimEnd,
     have_claim: bool,
 }
 
-impl Unsettled<'_> {
-    /// Pays `owed`. A `done` mark for a cache that batches them is queued
-    /// without waiting; anything else is awaited with the guard still armed.
-    async fn settle(mut self, owed: Owed) {
+impl OpenClaim<'_> {
+    /// Ends the claim with `end`. A `done` mark for a cache that batches
+    /// them is queued without waiting; anything else is awaited with the
+    /// guard still armed.
+    async fn end(mut self, end: ClaimEnd) {
         let d = self.dedup;
-        match owed {
+        match end {
             // The claim moves into the mark: nothing is copied, nothing awaited.
-            Owed::Done { hash, ttl } if d.queues_marks(ttl, self.have_claim) => {
-                let c = self.claim.take().expect("settled once");
+            ClaimEnd::Done { hash, ttl } if d.queues_marks(ttl, self.have_claim) => {
+                let c = self.claim.take().expect("ended once");
                 d.queue_mark(Mark {
                     key: c.key,
                     body_sha256: hash,
                     ttl,
                 });
             }
-            owed => {
-                self.owed = owed;
+            end => {
+                self.end = end;
                 if let Some(c) = &self.claim {
-                    d.pay(c, &self.owed, self.have_claim).await;
+                    d.end_claim(c, &self.end, self.have_claim).await;
                 }
                 self.claim = None;
             }
@@ -123,11 +130,11 @@ impl Unsettled<'_> {
     }
 }
 
-impl Drop for Unsettled<'_> {
+impl Drop for OpenClaim<'_> {
     fn drop(&mut self) {
         let Some(c) = self.claim.take() else { return };
-        let owed = std::mem::replace(&mut self.owed, Owed::Release);
-        if !self.have_claim && matches!(owed, Owed::Release) {
+        let end = std::mem::replace(&mut self.end, ClaimEnd::Release);
+        if !self.have_claim && matches!(end, ClaimEnd::Release) {
             // Nothing of ours is in the cache to give back.
             return;
         }
@@ -135,16 +142,16 @@ impl Drop for Unsettled<'_> {
         // Without a runtime the process is stopping: the claim then expires
         // after claim_ttl, as after a crash.
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { d.pay(&c, &owed, have_claim).await });
+            rt.spawn(async move { d.end_claim(&c, &end, have_claim).await });
         }
     }
 }
 
 /// The ledger failed: gives our claim back and answers 503.
-async fn unavailable(u: Unsettled<'_>, e: StoreError) -> DedupError {
+async fn unavailable(u: OpenClaim<'_>, e: StoreError) -> DedupError {
     // Let the provider's retry claim at once instead of waiting out
     // claim_ttl.
-    u.settle(Owed::Release).await;
+    u.end(ClaimEnd::Release).await;
     tracing::warn!(error = %e, "ledger write failed; answering 503");
     DedupError::Unavailable(e)
 }
@@ -217,7 +224,7 @@ impl Dedup {
         // While `expected_write` is held, the ledger's group commit counts
         // this request as a write on its way and may hold a formed batch a
         // moment for it; dropping it says no write is coming from here.
-        let mut expected_write = self.ledger.approach();
+        let mut expected_write = self.ledger.pending_job();
         let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
             // `concat` sizes the string once (this runs for every request).
@@ -274,7 +281,7 @@ impl Dedup {
                     // Not on its way to the writer while it waits.
                     drop(expected_write);
                     tokio::time::sleep(INFLIGHT_POLL).await;
-                    expected_write = self.ledger.approach();
+                    expected_write = self.ledger.pending_job();
                 }
                 Err(e) => {
                     self.cache_failed(&e);
@@ -289,7 +296,7 @@ impl Dedup {
     /// The section whose outcome the cache must learn: ledger write, then
     /// cache update (or claim release). It runs in the request's task, so a
     /// client hanging up or the request deadline can drop it at any await;
-    /// [`Unsettled`] then finishes the cache's part in a task of its own.
+    /// [`OpenClaim`] then finishes the cache's part in a task of its own.
     async fn owned(
         self: &Arc<Self>,
         mut v: Verified,
@@ -297,14 +304,14 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
         have_claim: bool,
-        expected_write: crate::batch::Approach,
+        expected_write: crate::batch::PendingJob,
     ) -> Result<Outcome, DedupError> {
         let hash = std::mem::take(&mut c.hash);
         let sha = c.sha;
-        let u = Unsettled {
+        let u = OpenClaim {
             dedup: self,
             claim: Some(c),
-            owed: Owed::Release,
+            end: ClaimEnd::Release,
             have_claim,
         };
         let source = v.source().clone();
@@ -324,7 +331,7 @@ impl Dedup {
                     drop(expected_write);
                     // Our id was never recorded: let it go, so only the
                     // body decides the next copy too.
-                    u.settle(Owed::Release).await;
+                    u.end(ClaimEnd::Release).await;
                     log_body_duplicate(&v, &holder, &hash);
                     return Ok(Outcome::Duplicate {
                         layer: Layer::Body,
@@ -349,7 +356,7 @@ impl Dedup {
             headers: facts.headers,
             received_at: now_ms,
             expires_at,
-            // Routed by its facts (verify/route.rs): only the
+            // Routed by its facts (target/route.rs): only the
             // targets that want this event get a delivery row.
             targets: facts.routed.targets,
             order_keys: facts.routed.order_keys,
@@ -369,7 +376,7 @@ impl Dedup {
                 // request answered; a copy arriving before the mark is sent
                 // sees our claim and waits for it.
                 let ttl = within(cache_ttl, expires_at);
-                u.settle(Owed::Done { hash, ttl }).await;
+                u.end(ClaimEnd::Done { hash, ttl }).await;
                 Ok(Outcome::New {
                     unrouted,
                     event_type,
@@ -385,7 +392,7 @@ impl Dedup {
                     log_conflict(&v, &stored, &hash);
                 }
                 let ttl = within(cache_ttl, expires_at);
-                u.settle(Owed::Done { hash: stored, ttl }).await;
+                u.end(ClaimEnd::Done { hash: stored, ttl }).await;
                 Ok(Outcome::Duplicate {
                     layer: Layer::Ledger,
                     conflict,
@@ -402,10 +409,10 @@ impl Dedup {
     }
 
     /// Tells the cache what the owned section decided about `c`.
-    async fn pay(self: &Arc<Self>, c: &Claimant, owed: &Owed, have_claim: bool) {
-        match owed {
-            Owed::Release => self.release(c, have_claim).await,
-            Owed::Done { hash, ttl } => self.mark_done(c, hash, *ttl, have_claim).await,
+    async fn end_claim(self: &Arc<Self>, c: &Claimant, end: &ClaimEnd, have_claim: bool) {
+        match end {
+            ClaimEnd::Release => self.release(c, have_claim).await,
+            ClaimEnd::Done { hash, ttl } => self.mark_done(c, hash, *ttl, have_claim).await,
         }
     }
 
@@ -471,7 +478,7 @@ impl Dedup {
             self.cache.release(&c.key, &c.token).await
         } else if self.cache.batches_finishes() {
             // Copied: the guard keeps the claim until this returns
-            // (`Unsettled::settle` moves it instead on the usual path).
+            // (`OpenClaim::end` moves it instead on the usual path).
             self.queue_mark(Mark {
                 key: c.key.clone(),
                 body_sha256: hash.to_owned(),

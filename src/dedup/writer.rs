@@ -10,7 +10,7 @@
 //! hand, and gives back every slot left unused (a duplicate, a failed
 //! write), all before any request of the batch is answered.
 
-use crate::batch::{Approach, BatchWrite, Batcher};
+use crate::batch::{BatchWrite, Batcher, PendingJob};
 use crate::deliver::lanes::Lanes;
 use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, EventLog, NewEvent, Recorded, StoreError, Written};
@@ -47,20 +47,20 @@ impl GroupCommit {
     }
 
     /// Records one event; returns once its transaction committed (or failed).
-    /// `announced` (from [`GroupCommit::approach`]) stops counting once the
+    /// `pending` (from [`GroupCommit::pending_job`]) stops counting once the
     /// event is queued.
     pub async fn record(
         &self,
         event: NewEvent,
-        announced: Approach,
+        pending: PendingJob,
     ) -> Result<Recorded, StoreError> {
-        self.0.submit(event, Some(announced)).await
+        self.0.submit(event, Some(pending)).await
     }
 
     /// Announces an event that will probably be recorded soon: the writer
     /// may wait for it to join the batch.
-    pub fn approach(&self) -> Approach {
-        self.0.approach()
+    pub fn pending_job(&self) -> PendingJob {
+        self.0.pending_job()
     }
 }
 
@@ -78,7 +78,7 @@ impl BatchWrite<NewEvent, Recorded> for Events {
             e.handoff = self.lanes.reserve(&e.targets, now);
         }
         let written = self.log.record(jobs).await;
-        self.settle(jobs, written.as_ref().ok());
+        self.hand_off(jobs, written.as_ref().ok());
         written.map(|w| w.outcomes)
     }
 }
@@ -87,7 +87,7 @@ impl Events {
     /// After the write (`written`: `None` when it failed): each leased row
     /// goes to its lane, each other row of a new event wakes its target's
     /// loop to claim it, and each slot without a row is given back.
-    fn settle(&self, jobs: &mut [NewEvent], written: Option<&Written>) {
+    fn hand_off(&self, jobs: &mut [NewEvent], written: Option<&Written>) {
         // `Written::leased` lists the rows event by event, in batch order.
         let mut rest = written.map_or(&[][..], |w| w.leased.as_slice());
         for (at, e) in jobs.iter_mut().enumerate() {
@@ -126,6 +126,7 @@ fn handed_row(e: &NewEvent, i: usize, id: i64) -> DueDelivery {
         headers: e.headers.clone(),
         received_at: e.received_at,
         attempts: 0,
+        earlier_attempts: 0,
         event_type: e.facts.event_type.clone(),
         order_key: None,
     }

@@ -17,12 +17,20 @@
 //! again when `lease_until` passes, like any leased row. At shutdown a loop
 //! closes its lane before it releases its leases.
 //!
+//! A reload that adds a target adds its lane; one that changes a target
+//! gives it a fresh lane once the old loop has stopped ([`Lanes::renew`]).
+//! A slot reserved on the old lane and handed after the renewal goes back
+//! to the new one: the only way a lane's count can drift, by one row per
+//! such race, and only on a reload that changed that target.
+//!
 //! Rule: every slot reserved goes back exactly once, with its handed row
 //! when the attempt is recorded, or by `give_back`; so a lane never holds
 //! more than its capacity and a hand-off never waits.
 
 use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, HandoffLease};
+use crate::target::Target;
+use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -34,7 +42,10 @@ use tokio::sync::{Notify, mpsc};
 pub struct Lanes(Arc<Inner>);
 
 struct Inner {
-    lanes: HashMap<String, Arc<Lane>>,
+    /// Replaced whole (copy on write) when a reload adds or renews a lane.
+    lanes: ArcSwap<HashMap<String, Arc<Lane>>>,
+    /// Serialises [`Lanes::renew`].
+    renewing: Mutex<()>,
     /// This process's lease token (the delivery loops' token).
     token: Arc<str>,
     lease: Duration,
@@ -85,18 +96,26 @@ impl Lanes {
     /// free). `enabled`: whether this process runs delivery loops.
     pub fn from_config(config: &crate::config::Config, enabled: bool) -> Self {
         Self::new(
-            config.targets.values().map(|t| {
-                let lane = if t.rate.is_some() || t.order_by.is_some() {
-                    0
-                } else {
-                    LANE_DEPTH * t.concurrency
-                };
-                (t.name.as_str(), lane)
-            }),
+            config
+                .targets
+                .values()
+                .map(|t| (t.name.as_str(), capacity(t))),
             &crate::primitives::token::random_hex(),
             config.delivery.lease,
             enabled,
         )
+    }
+
+    /// A fresh lane for `target` (added by a reload, or changed and its old
+    /// loop stopped), replacing any lane of that name.
+    pub fn renew(&self, target: &Target) {
+        let _one_at_a_time = self.0.renewing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = (**self.0.lanes.load()).clone();
+        map.insert(
+            target.name.clone(),
+            Arc::new(Lane::new(capacity(target), self.0.enabled)),
+        );
+        self.0.lanes.store(Arc::new(map));
     }
 
     /// `targets`: name and lane capacity of every target. `enabled` is
@@ -109,20 +128,11 @@ impl Lanes {
     ) -> Self {
         let lanes = targets
             .into_iter()
-            .map(|(name, capacity)| {
-                let (tx, rx) = mpsc::channel(capacity.max(1));
-                let lane = Lane {
-                    free: AtomicUsize::new(capacity),
-                    open: AtomicBool::new(enabled),
-                    tx,
-                    rx: Mutex::new(Some(rx)),
-                    wake: Arc::new(Notify::new()),
-                };
-                (name.to_owned(), Arc::new(lane))
-            })
+            .map(|(name, capacity)| (name.to_owned(), Arc::new(Lane::new(capacity, enabled))))
             .collect();
         Self(Arc::new(Inner {
-            lanes,
+            lanes: ArcSwap::from_pointee(lanes),
+            renewing: Mutex::new(()),
             token: token.into(),
             lease,
             enabled,
@@ -138,24 +148,37 @@ impl Lanes {
     pub fn wake(&self, target: &str) -> Arc<Notify> {
         self.0
             .lanes
+            .load()
             .get(target)
             .map(|l| l.wake.clone())
             .unwrap_or_default()
     }
 
-    /// Every target's wake-up.
-    pub fn wakes(&self) -> impl Iterator<Item = (&str, &Arc<Notify>)> {
-        self.0.lanes.iter().map(|(n, l)| (n.as_str(), &l.wake))
+    /// Wakes the loops of `targets` (unknown names are skipped).
+    pub fn notify<S: AsRef<str>>(&self, targets: &[S]) {
+        let lanes = self.0.lanes.load();
+        for t in targets {
+            if let Some(l) = lanes.get(t.as_ref()) {
+                l.wake.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every loop.
+    pub fn notify_all(&self) {
+        for l in self.0.lanes.load().values() {
+            l.wake.notify_one();
+        }
     }
 
     /// The receiving end of `target`'s lane, once (for its loop).
     pub fn receiver(&self, target: &str) -> Option<mpsc::Receiver<Handed>> {
-        self.0.lanes.get(target)?.rx.lock().ok()?.take()
+        self.0.lanes.load().get(target)?.rx.lock().ok()?.take()
     }
 
     /// Stops handing rows to `target` (its loop is stopping).
     pub fn close(&self, target: &str) {
-        if let Some(l) = self.0.lanes.get(target) {
+        if let Some(l) = self.0.lanes.load().get(target) {
             l.open.store(false, Ordering::Release);
         }
     }
@@ -168,11 +191,11 @@ impl Lanes {
         if !self.0.enabled || targets.is_empty() {
             return None;
         }
+        let lanes = self.0.lanes.load();
         let leased: Vec<bool> = targets
             .iter()
             .map(|t| {
-                self.0
-                    .lanes
+                lanes
                     .get(t)
                     .is_some_and(|lane| lane.open.load(Ordering::Acquire) && take_slot(&lane.free))
             })
@@ -187,7 +210,8 @@ impl Lanes {
     /// Hands a committed row, leased until `lease_until` under a slot
     /// reserved for it, to its target's loop.
     pub fn hand(&self, row: DueDelivery, lease_until: Millis) {
-        let Some(lane) = self.0.lanes.get(&row.target) else {
+        let lanes = self.0.lanes.load();
+        let Some(lane) = lanes.get(&row.target) else {
             return;
         };
         let slot = Slot(lane.clone());
@@ -203,8 +227,31 @@ impl Lanes {
 
     /// Returns a slot reserved on `target`'s lane whose row was not handed.
     pub fn give_back(&self, target: &str) {
-        if let Some(lane) = self.0.lanes.get(target) {
+        if let Some(lane) = self.0.lanes.load().get(target) {
             lane.free.fetch_add(1, Ordering::Release);
+        }
+    }
+}
+
+/// A target's lane size: [`LANE_DEPTH`] × its `concurrency`; none for a
+/// rate-capped or ordered target (see [`Lanes::from_config`]).
+fn capacity(t: &Target) -> usize {
+    if t.rate.is_some() || t.order_by.is_some() {
+        0
+    } else {
+        LANE_DEPTH * t.concurrency
+    }
+}
+
+impl Lane {
+    fn new(capacity: usize, open: bool) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        Self {
+            free: AtomicUsize::new(capacity),
+            open: AtomicBool::new(open),
+            tx,
+            rx: Mutex::new(Some(rx)),
+            wake: Arc::new(Notify::new()),
         }
     }
 }

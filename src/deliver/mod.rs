@@ -6,26 +6,24 @@
 //! leases when they expire and another worker takes the rows. A commit wakes
 //! the target's loop at once (local `Notify`, Postgres NOTIFY for other
 //! replicas); `poll_interval` is only the fallback.
+//!
+//! Rule: what is sent, and how, is the target kind's (`target/`); this
+//! module decides when and how often, and records what became of it.
 
-pub mod backoff;
-mod broker;
+pub mod fleet;
+pub mod health;
 pub mod lanes;
-pub mod nats;
-pub mod rabbitmq;
 mod rate;
 mod record;
-pub mod redis_stream;
-pub mod request;
-pub mod sink;
+pub mod retry;
 
-use crate::config::{self, Config, Target};
+use crate::config::{self, Config};
 use crate::primitives::time::Millis;
 use crate::stats::{Counters, DeliveryOutcome};
-use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox};
+use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox, StoreError};
+use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
 use record::Recorder;
-use sink::{Sent, Sink};
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -35,33 +33,27 @@ use tokio_util::sync::CancellationToken;
 
 /// Wakes target loops; cheap to clone.
 #[derive(Clone, Default)]
-pub struct Wake(Arc<HashMap<String, Arc<Notify>>>);
+pub struct Wake(Option<Lanes>);
 
 impl Wake {
     /// The loops' wake-ups live on their hand-off lanes: the event writer
-    /// wakes a lane when it commits a row the lane did not take.
+    /// wakes a lane when it commits a row the lane did not take. Looked up
+    /// per wake, so a target a reload added is woken too.
     pub fn new(lanes: &Lanes) -> Self {
-        Self(Arc::new(
-            lanes
-                .wakes()
-                .map(|(t, n)| (t.to_owned(), n.clone()))
-                .collect(),
-        ))
+        Self(Some(lanes.clone()))
     }
 
     /// Wakes the loops of `targets`. A wake with nobody waiting is kept
     /// (Notify stores one permit), so none is lost between poll and sleep.
     pub fn notify<S: AsRef<str>>(&self, targets: &[S]) {
-        for t in targets {
-            if let Some(n) = self.0.get(t.as_ref()) {
-                n.notify_one();
-            }
+        if let Some(l) = &self.0 {
+            l.notify(targets);
         }
     }
 
     pub fn notify_all(&self) {
-        for n in self.0.values() {
-            n.notify_one();
+        if let Some(l) = &self.0 {
+            l.notify_all();
         }
     }
 }
@@ -77,6 +69,8 @@ struct Ctx {
     /// This process's lease token: identifies our leases for release.
     token: String,
     grace: Duration,
+    /// Per-target health (`/stats`, the failing/recovered log lines).
+    health: health::Health,
 }
 
 impl Ctx {
@@ -105,13 +99,13 @@ const MAX_CLAIM: usize = 512;
 /// One target's loop state shared with its attempts.
 struct TargetCtx {
     target: Arc<Target>,
-    /// HTTP client or broker connection (`sink.rs`).
+    /// HTTP client or broker connection (the target's kind in `target/`).
     sink: Sink,
     wake: Arc<Notify>,
     /// Failed attempts since the last success.
     failures: AtomicU32,
     /// When the target last came back (unix ms; 0: never), set before its
-    /// retries are expedited (see [`attempt`]).
+    /// retries are expedited (see [`after_recorded`]).
     recovered_at: std::sync::atomic::AtomicI64,
     /// Metric handles, built once (no label allocation per attempt).
     delivered: metrics::Counter,
@@ -122,10 +116,31 @@ struct TargetCtx {
     handed: metrics::Counter,
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
-    bucket: Option<rate::Shared>,
+    bucket: Option<rate::TargetBucket>,
 }
 
 impl TargetCtx {
+    /// Counts an attempt that went to `next` in the metrics and in the
+    /// target's run of failures. `true` when it is a success after enough
+    /// failures to call the target down: its retries are then expedited,
+    /// once this attempt is recorded (so the failed attempts recorded
+    /// before it are committed, and `expedite` sees them as retrying).
+    fn count(&self, next: NextState, latency_ms: i64) -> bool {
+        let counter = match next {
+            NextState::Delivered => &self.delivered,
+            NextState::RetryAt(_) => &self.retried,
+            NextState::Dead => &self.dead,
+        };
+        counter.increment(1);
+        self.duration.record(latency_ms as f64 / 1000.0);
+        if next == NextState::Delivered {
+            self.failures.swap(0, Ordering::Relaxed) >= DOWN_AFTER
+        } else {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+    }
+
     fn new(target: Arc<Target>, wake: Arc<Notify>, http: &reqwest::Client) -> Self {
         let counter = |outcome: &'static str| {
             metrics::counter!("hookgate_delivery_attempts_total",
@@ -141,8 +156,8 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
-            bucket: target.rate.map(rate::Shared::new),
-            sink: Sink::new(&target, http),
+            bucket: target.rate.map(rate::TargetBucket::new),
+            sink: target.kind.sink(http),
             target,
             wake,
         }
@@ -156,8 +171,9 @@ pub fn start(
     outbox: Arc<dyn Outbox>,
     counters: Arc<Counters>,
     lanes: Lanes,
+    health: health::Health,
     stop: CancellationToken,
-) -> JoinSet<()> {
+) -> fleet::Fleet {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
@@ -174,21 +190,13 @@ pub fn start(
         global: Arc::new(Semaphore::new(config.delivery.max_in_flight)),
         token,
         grace: config.server.shutdown_grace,
+        health,
     });
-    let mut set = JoinSet::new();
+    let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
-        let t = Arc::new(TargetCtx::new(
-            target.clone(),
-            lanes.wake(&target.name),
-            &ctx.client,
-        ));
-        let lane = Lane {
-            rx: lanes.receiver(&target.name),
-            lanes: lanes.clone(),
-        };
-        set.spawn(target_loop(ctx.clone(), t, lane, stop.clone()));
+        fleet.spawn(target.clone());
     }
-    set
+    fleet
 }
 
 /// A target's hand-off lane: rows committed by this process, already leased.
@@ -204,6 +212,16 @@ impl Lane {
             None => std::future::pending().await,
         }
     }
+
+    /// No more hand-offs: rows still queued on the lane keep their lease
+    /// and are released with the rest when the loop ends.
+    fn close(&mut self, target: &str) {
+        self.lanes.close(target);
+        if let Some(rx) = self.rx.as_mut() {
+            rx.close();
+            while rx.try_recv().is_ok() {}
+        }
+    }
 }
 
 /// Claims due rows in batches: while a backlog is waiting, a claim is made
@@ -211,142 +229,207 @@ impl Lane {
 /// so draining costs one claim query per `concurrency / 4` deliveries, not
 /// one per delivery. New commits are claimed at once into any free slot.
 async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: CancellationToken) {
-    let concurrency = t.target.concurrency;
-    let local = Arc::new(Semaphore::new(concurrency));
-    let threshold = (concurrency / 4).max(1);
-    let mut inflight: JoinSet<()> = JoinSet::new();
-    let mut failing = false;
-    // More rows may be due than we have claimed so far.
-    let mut more = true;
-    // The last claim filled every free slot: a backlog is waiting, so claim
-    // in batches rather than one row per freed slot.
-    let mut backlog = false;
-    // `rate`: only as many rows are claimed as may be sent now.
-    let bucket = t.bucket.as_ref();
-    // `order_by`: the last key leased; the next claim visits the keys
-    // after it first (round-robin over keys).
-    let mut order_cursor = String::new();
+    let mut claims = Claims::new(t.target.concurrency);
     while !stop.is_cancelled() {
-        let mut free = local
-            .available_permits()
-            .min(ctx.global.available_permits())
-            .min(MAX_CLAIM);
-        let wants = more && free > 0 && (!backlog || free >= threshold || inflight.is_empty());
-        let mut throttled = None;
-        if wants && let Some(b) = bucket {
-            (free, throttled) = b.take(free, &*ctx.outbox, &t.target.name).await;
-        }
-        if wants && free > 0 {
-            let lease = ctx.lease(&t.target.name, free as i64);
-            // An ordered target has its own claim (one row per key at a
-            // time); every other target keeps the plain one.
-            let claimed = if t.target.order_by.is_some() {
-                ctx.outbox
-                    .claim_due_ordered(&lease, &order_cursor)
-                    .await
-                    .map(|(rows, last)| {
-                        if let Some(k) = last {
-                            order_cursor = k;
-                        }
-                        rows
-                    })
-            } else {
-                ctx.outbox.claim_due(&lease).await
-            };
-            match claimed {
-                Ok(rows) => {
-                    if failing {
-                        failing = false;
-                        tracing::info!(target = %t.target.name, "delivery claims work again");
-                    }
-                    more = rows.len() == free;
-                    backlog = more;
-                    if let Some(b) = bucket {
-                        b.give_back(free - rows.len());
-                    }
-                    for row in rows {
-                        let local = local.clone().acquire_owned().await;
-                        let global = ctx.global.clone().acquire_owned().await;
-                        let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
-                        inflight.spawn(async move {
-                            let _global = global;
-                            if t.target.order_by.is_none() {
-                                attempt(&ctx, &t, row, Sending::slot(local)).await;
-                                return;
-                            }
-                            // Ordered: the slot stays with the key, whose
-                            // next row goes in it once this one is recorded.
-                            let _local = local;
-                            let mut next = Some(row);
-                            while let Some(row) = next.take() {
-                                let freed = attempt(&ctx, &t, row, Sending::default()).await;
-                                if let Some(key) = freed
-                                    && !stop.is_cancelled()
-                                {
-                                    next = successor(&ctx, &t, &key).await;
-                                }
-                            }
-                        });
-                    }
-                    if more {
-                        continue;
-                    }
-                }
-                Err(e) => {
-                    if let Some(b) = bucket {
-                        b.give_back(free);
-                    }
-                    if !failing {
-                        failing = true;
-                        tracing::warn!(target = %t.target.name, error = %e, "cannot claim deliveries");
-                    }
-                }
-            }
-        }
+        let throttled = match claims.round(&ctx, &t, &stop).await {
+            Round::ClaimAgain => continue,
+            Round::Wait { throttled } => throttled,
+        };
         tokio::select! {
-            handed = lane.next() => {
-                if let Some(handed) = handed {
-                    // A hand-off: leased at commit, no claim needed.
-                    let local = local.clone().acquire_owned().await;
-                    let global = ctx.global.clone().acquire_owned().await;
-                    // Waited so long for a slot (a hanging target) that the
-                    // attempt could outlive the lease: leave the row to expire
-                    // and be claimed, never attempted twice at once.
-                    if Millis::now() + t.target.timeout < handed.lease_until {
-                        t.handed.increment(1);
-                        let (ctx, t) = (ctx.clone(), t.clone());
-                        inflight.spawn(async move {
-                            let _global = global;
-                            let Handed { row, slot, .. } = handed;
-                            let sending = Sending {
-                                _lane: Some(slot),
-                                ..Sending::slot(local)
-                            };
-                            attempt(&ctx, &t, row, sending).await;
-                        });
-                    }
-                } else {
-                    lane.rx = None;
-                }
-            }
-            _ = t.wake.notified() => more = true,
+            handed = lane.next() => match handed {
+                Some(handed) => claims.spawn_handed(&ctx, &t, handed).await,
+                None => lane.rx = None,
+            },
+            _ = t.wake.notified() => claims.more = true,
             _ = tokio::time::sleep(throttled.unwrap_or_default()), if throttled.is_some() => {}
-            _ = tokio::time::sleep(ctx.settings.poll_interval) => more = true,
-            _ = inflight.join_next(), if !inflight.is_empty() => {}
+            _ = tokio::time::sleep(ctx.settings.poll_interval) => claims.more = true,
+            _ = claims.inflight.join_next(), if !claims.inflight.is_empty() => {}
             _ = stop.cancelled() => {}
         }
     }
-    // No more hand-offs: rows still queued on the lane keep their lease and
-    // are released below with the rest.
-    lane.lanes.close(&t.target.name);
-    if let Some(rx) = lane.rx.as_mut() {
-        rx.close();
-        while rx.try_recv().is_ok() {}
+    lane.close(&t.target.name);
+    finish(&ctx, &t, claims.inflight).await;
+}
+
+/// A target loop's claims and the attempts they started.
+struct Claims {
+    /// The target's `concurrency` slots.
+    local: Arc<Semaphore>,
+    /// Free slots that make a claim worth its query while a backlog waits.
+    threshold: usize,
+    inflight: JoinSet<()>,
+    /// The last claim failed (logged once, until claims work again).
+    failing: bool,
+    /// More rows may be due than we have claimed so far.
+    more: bool,
+    /// The last claim filled every free slot: a backlog is waiting, so claim
+    /// in batches rather than one row per freed slot.
+    backlog: bool,
+    /// `order_by`: the last key leased; the next claim visits the keys
+    /// after it first (round-robin over keys).
+    order_cursor: String,
+}
+
+/// What the loop does after a claim round.
+enum Round {
+    /// The claim filled every free slot: claim again at once.
+    ClaimAgain,
+    /// Wait for a hand-off, a wake-up, a finished attempt or the poll
+    /// interval; `throttled`: a rate-capped target's bucket refills then.
+    Wait { throttled: Option<Duration> },
+}
+
+impl Claims {
+    fn new(concurrency: usize) -> Self {
+        Self {
+            local: Arc::new(Semaphore::new(concurrency)),
+            threshold: (concurrency / 4).max(1),
+            inflight: JoinSet::new(),
+            failing: false,
+            more: true,
+            backlog: false,
+            order_cursor: String::new(),
+        }
     }
-    // Graceful: finish what is in flight within the grace period; whatever
-    // is cut off keeps its lease token and is released below: only this
-    // target's leases, since other targets' loops may still be recording
-    // attempts under the same process token.
+
+    /// Claims as many due rows as there are free slots (and, with `rate`,
+    /// tokens), and starts their attempts.
+    async fn round(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        t: &Arc<TargetCtx>,
+        stop: &CancellationToken,
+    ) -> Round {
+        let mut free = self
+            .local
+            .available_permits()
+            .min(ctx.global.available_permits())
+            .min(MAX_CLAIM);
+        let wants = self.more
+            && free > 0
+            && (!self.backlog || free >= self.threshold || self.inflight.is_empty());
+        let mut throttled = None;
+        // `rate`: only as many rows are claimed as may be sent now.
+        if wants && let Some(b) = &t.bucket {
+            (free, throttled) = b.take(free, &*ctx.outbox, &t.target.name).await;
+        }
+        if !wants || free == 0 {
+            return Round::Wait { throttled };
+        }
+        match self.claim(ctx, t, free).await {
+            Ok(rows) => {
+                if self.failing {
+                    self.failing = false;
+                    tracing::info!(target = %t.target.name, "delivery claims work again");
+                }
+                self.more = rows.len() == free;
+                self.backlog = self.more;
+                if let Some(b) = &t.bucket {
+                    b.give_back(free - rows.len());
+                }
+                for row in rows {
+                    self.spawn_claimed(ctx, t, row, stop).await;
+                }
+                if self.more {
+                    return Round::ClaimAgain;
+                }
+            }
+            Err(e) => {
+                if let Some(b) = &t.bucket {
+                    b.give_back(free);
+                }
+                if !self.failing {
+                    self.failing = true;
+                    tracing::warn!(target = %t.target.name, error = %e, "cannot claim deliveries");
+                }
+            }
+        }
+        Round::Wait { throttled }
+    }
+
+    /// Up to `limit` due rows. An ordered target has its own claim (one
+    /// row per key at a time); every other target keeps the plain one.
+    async fn claim(
+        &mut self,
+        ctx: &Ctx,
+        t: &TargetCtx,
+        limit: usize,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
+        let lease = ctx.lease(&t.target.name, limit as i64);
+        if t.target.order_by.is_none() {
+            return ctx.outbox.claim_due(&lease).await;
+        }
+        let (rows, last) = ctx
+            .outbox
+            .claim_due_ordered(&lease, &self.order_cursor)
+            .await?;
+        if let Some(k) = last {
+            self.order_cursor = k;
+        }
+        Ok(rows)
+    }
+
+    /// Starts a claimed row's attempt once a slot is free. On an ordered
+    /// target the slot stays with the row's key, whose next row goes in it
+    /// once this one is recorded.
+    async fn spawn_claimed(
+        &mut self,
+        ctx: &Arc<Ctx>,
+        t: &Arc<TargetCtx>,
+        row: DueDelivery,
+        stop: &CancellationToken,
+    ) {
+        let local = self.local.clone().acquire_owned().await;
+        let global = ctx.global.clone().acquire_owned().await;
+        let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
+        self.inflight.spawn(async move {
+            let _global = global;
+            if t.target.order_by.is_none() {
+                attempt(&ctx, &t, row, Sending::slot(local)).await;
+                return;
+            }
+            let _local = local;
+            let mut next = Some(row);
+            while let Some(row) = next.take() {
+                let freed = attempt(&ctx, &t, row, Sending::default()).await;
+                if let Some(key) = freed
+                    && !stop.is_cancelled()
+                {
+                    next = successor(&ctx, &t, &key).await;
+                }
+            }
+        });
+    }
+
+    /// Starts a hand-off's attempt: leased at commit, no claim needed.
+    async fn spawn_handed(&mut self, ctx: &Arc<Ctx>, t: &Arc<TargetCtx>, handed: Handed) {
+        let local = self.local.clone().acquire_owned().await;
+        let global = ctx.global.clone().acquire_owned().await;
+        // Waited so long for a slot (a hanging target) that the attempt
+        // could outlive the lease: leave the row to expire and be claimed,
+        // never attempted twice at once.
+        if Millis::now() + t.target.timeout >= handed.lease_until {
+            return;
+        }
+        t.handed.increment(1);
+        let (ctx, t) = (ctx.clone(), t.clone());
+        self.inflight.spawn(async move {
+            let _global = global;
+            let Handed { row, slot, .. } = handed;
+            let sending = Sending {
+                _lane: Some(slot),
+                ..Sending::slot(local)
+            };
+            attempt(&ctx, &t, row, sending).await;
+        });
+    }
+}
+
+/// Graceful: finish what is in flight within the grace period; whatever
+/// is cut off keeps its lease token and is released here: only this
+/// target's leases, since other targets' loops may still be recording
+/// attempts under the same process token.
+async fn finish(ctx: &Ctx, t: &TargetCtx, mut inflight: JoinSet<()>) {
     let drained = tokio::time::timeout(ctx.grace, async {
         while inflight.join_next().await.is_some() {}
     })
@@ -363,28 +446,78 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
     }
 }
 
-// Longer than most: one attempt from send to record, in order; the parts
-// (sink send, backoff, record) are already their own functions.
-/// One attempt: send (HTTP or broker), classify, record (group-committed with other
-/// attempts). Recording is retried briefly: if it still fails, the lease
-/// expires and the event is sent again (at least once).
+/// One attempt: send (HTTP or broker), classify, record (group-committed
+/// with other attempts). Returns the row's ordering key when the row left
+/// `pending` (delivered or dead) on an ordered target: its key's next row
+/// may go now.
 #[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
-/// Returns the row's ordering key when the row left `pending` (delivered
-/// or dead) on an ordered target: its key's next row may go now.
 async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -> Option<String> {
-    let target = &*t.target;
     let number = row.attempts + 1;
+    // What the target and the log see: numbers go on after a replay, which
+    // restarts only the retry budget (`number`).
+    let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = t
-        .sink
-        .send(target, &row, number, started_at.as_secs())
-        .await;
+    let sent = send(t, &row, shown, started_at).await;
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
     drop(sending);
 
+    let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
+    ctx.health
+        .record(&t.target.name, rec.error.as_deref(), Millis::now());
+    let recovered = t.count(rec.next, latency_ms);
+    if !record(ctx, row.id, &rec, shown).await {
+        return None;
+    }
+    ctx.counters
+        .delivery(&row.source, &t.target.name, counted(rec.next));
+    after_recorded(ctx, t, &rec, recovered).await;
+    if rec.next == NextState::Dead {
+        let reason = retry::dead_reason(&t.target.retry, row.received_at, Millis::now(), &failure);
+        tracing::warn!(
+            attempt = shown,
+            error = rec.error.as_deref().unwrap_or(""),
+            reason,
+            "delivery dead"
+        );
+    } else {
+        let outcome = label(rec.next);
+        tracing::debug!(attempt = shown, outcome, latency_ms, "delivery attempt");
+    }
+    // Ordered target: a delivered or dead row frees its key.
+    match rec.next {
+        NextState::RetryAt(_) => None,
+        _ => row.order_key.filter(|_| t.target.order_by.is_some()),
+    }
+}
+
+/// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
+async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis) -> Sent {
+    let event = Event {
+        source: &row.source,
+        event_id: &row.event_id,
+        event_type: row.event_type.as_deref(),
+        body: &row.body,
+        headers: &row.headers,
+    };
+    let message = t.target.message(event, number, started_at.as_secs());
+    t.sink.send(&t.target.endpoint(), &message).await
+}
+
+/// The attempt as recorded: where the row goes next (delivered; else as
+/// `retry` decides: dead when no retry can succeed, on a permanent status
+/// or after the target's retry window; else a retry after backoff or the
+/// target's `Retry-After`), with the failure it judged.
+fn outcome(
+    target: &Target,
+    row: &DueDelivery,
+    number: i32,
+    sent: Sent,
+    started_at: Millis,
+    latency_ms: i64,
+) -> (AttemptRecord, retry::Failure) {
     let (status, error, retry_after, permanent) = match sent {
         Sent::Delivered { status } => (status, None, None, false),
         Sent::Retry {
@@ -394,90 +527,47 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
         } => (status, Some(error), retry_after, false),
         Sent::Permanent { status, error } => (status, Some(error), None, true),
     };
-    let delivered = error.is_none();
-    let next = if delivered {
+    let failure = retry::Failure {
+        number: number as u32,
+        status,
+        retry_after,
+        permanent,
+    };
+    let next = if error.is_none() {
         NextState::Delivered
-    } else if permanent || number as u32 >= target.max_attempts {
-        NextState::Dead
     } else {
-        let d = backoff::delay(
-            number as u32,
-            ctx.settings.backoff_base,
-            ctx.settings.backoff_max,
-            retry_after,
+        retry::after_failure(
+            &target.retry,
+            row.received_at,
+            Millis::now(),
+            &failure,
             rand::random::<f64>(),
-        );
-        NextState::RetryAt(Millis::now() + d)
-    };
-    let (outcome, counter) = match next {
-        NextState::Delivered => ("delivered", &t.delivered),
-        NextState::RetryAt(_) => ("retry", &t.retried),
-        NextState::Dead => ("dead", &t.dead),
-    };
-    counter.increment(1);
-    t.duration.record(latency_ms as f64 / 1000.0);
-    // Counted when the attempt ends, acted on once it is recorded: the
-    // failed attempts recorded before this success are then committed, so
-    // `expedite` sees them as retrying (not still leased).
-    let recovered = if delivered {
-        t.failures.swap(0, Ordering::Relaxed) >= DOWN_AFTER
-    } else {
-        t.failures.fetch_add(1, Ordering::Relaxed);
-        false
+        )
     };
     let rec = AttemptRecord {
         started_at,
         latency_ms,
         status,
-        error: error.clone(),
+        error,
         next,
     };
+    (rec, failure)
+}
 
+/// Records the attempt, retrying a failed write briefly; `false` when it
+/// is not recorded (the lease was lost, or the ledger kept failing: the
+/// lease then expires and the event is sent again, at least once).
+async fn record(ctx: &Ctx, delivery_id: i64, rec: &AttemptRecord, shown: i32) -> bool {
     let mut wait = Duration::from_millis(100);
     for _ in 0..5 {
-        match ctx.recorder.finish(row.id, rec.clone()).await {
-            Ok(true) => {
-                let counted = match next {
-                    NextState::Delivered => DeliveryOutcome::Delivered,
-                    NextState::Dead => DeliveryOutcome::Dead,
-                    NextState::RetryAt(_) => DeliveryOutcome::Failed,
-                };
-                ctx.counters.delivery(&row.source, &target.name, counted);
-                // A failure that started before the recovery may be recorded
-                // after the recovery's `expedite` ran (a later batch): it would
-                // keep its backoff. So the recovery is published before
-                // `expedite` runs, and a failure that started before it
-                // expedites again once recorded: either `expedite` sees the
-                // failure's row, or the failure sees the recovery.
-                if recovered {
-                    t.recovered_at.store(Millis::now().0, Ordering::SeqCst);
-                    expedite(ctx, t).await;
-                } else if matches!(next, NextState::RetryAt(_))
-                    && t.recovered_at.load(Ordering::SeqCst) >= started_at.0
-                {
-                    expedite(ctx, t).await;
-                }
-                if next == NextState::Dead {
-                    tracing::warn!(
-                        attempt = number,
-                        error = error.as_deref().unwrap_or(""),
-                        "delivery dead after max_attempts"
-                    );
-                } else {
-                    tracing::debug!(attempt = number, outcome, latency_ms, "delivery attempt");
-                }
-                // Ordered target: a delivered or dead row frees its key.
-                return match next {
-                    NextState::RetryAt(_) => None,
-                    _ => row.order_key.filter(|_| target.order_by.is_some()),
-                };
-            }
+        match ctx.recorder.finish(delivery_id, rec.clone()).await {
+            Ok(true) => return true,
             Ok(false) => {
                 tracing::warn!(
-                    attempt = number,
+                    attempt = shown,
                     "lease lost before the attempt was recorded"
                 );
-                return None;
+                return false;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "recording a delivery attempt failed; retrying");
@@ -486,7 +576,42 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
             }
         }
     }
-    None
+    false
+}
+
+/// Once an attempt is recorded: a target that came back has its retries
+/// expedited. A failure that started before the recovery may be recorded
+/// after the recovery's `expedite` ran (a later batch): it would keep its
+/// backoff. So the recovery is published before `expedite` runs, and a
+/// failure that started before it expedites again once recorded: either
+/// `expedite` sees the failure's row, or the failure sees the recovery.
+async fn after_recorded(ctx: &Ctx, t: &TargetCtx, rec: &AttemptRecord, recovered: bool) {
+    if recovered {
+        t.recovered_at.store(Millis::now().0, Ordering::SeqCst);
+        expedite(ctx, t).await;
+    } else if matches!(rec.next, NextState::RetryAt(_))
+        && t.recovered_at.load(Ordering::SeqCst) >= rec.started_at.0
+    {
+        expedite(ctx, t).await;
+    }
+}
+
+/// How `/stats` counts an attempt that went to `next`.
+fn counted(next: NextState) -> DeliveryOutcome {
+    match next {
+        NextState::Delivered => DeliveryOutcome::Delivered,
+        NextState::Dead => DeliveryOutcome::Dead,
+        NextState::RetryAt(_) => DeliveryOutcome::Failed,
+    }
+}
+
+/// The `outcome` label of an attempt that went to `next`.
+fn label(next: NextState) -> &'static str {
+    match next {
+        NextState::Delivered => "delivered",
+        NextState::RetryAt(_) => "retry",
+        NextState::Dead => "dead",
+    }
 }
 
 /// What an attempt holds only while it sends: the target's `concurrency`

@@ -10,6 +10,9 @@
 //! reserve until spent. The embedded backend serves one process, whose
 //! in-memory bucket is the cap; so is a replica whose ledger cannot be
 //! reached (it cannot claim rows then either).
+//!
+//! Rule: a row is leased only with a token in hand; tokens not used for a
+//! row are given back.
 
 use crate::store::Outbox;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,7 +22,7 @@ use std::time::{Duration, Instant};
 /// A target's bucket, shared by its loop's claims and its ordered keys'
 /// next-row leases (each takes its tokens under a short lock, never held
 /// across an await).
-pub struct Shared {
+pub struct TargetBucket {
     /// The process's own bucket: the cap itself when `cluster` is off; the
     /// reserve of tokens taken from the cluster's bucket when it is on
     /// (then it never refills by itself).
@@ -29,7 +32,7 @@ pub struct Shared {
     cluster: AtomicBool,
 }
 
-impl Shared {
+impl TargetBucket {
     pub fn new(per_sec: f64) -> Self {
         // Empty: in the cluster's case every token comes from its bucket;
         // in a lone process's the bucket refills from its creation.

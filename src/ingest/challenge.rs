@@ -18,7 +18,8 @@ pub async fn answer(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    let Some(src) = state.config.sources.get(&source) else {
+    let config = state.config();
+    let Some(src) = config.sources.get(&source) else {
         return ApiError::UnknownSource.into_response();
     };
     let now = Millis::now().as_secs();

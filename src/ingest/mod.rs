@@ -36,19 +36,23 @@ pub async fn receive(
     request: axum::extract::Request,
 ) -> Response {
     let started = Instant::now();
-    let deadline = state.config.server.request_timeout;
+    // This request's config, kept to its end whatever a reload swaps in.
+    let live = state.live();
+    let config = &live.config;
+    let deadline = config.server.request_timeout;
     let mut event_id = None;
     let (parts, body) = request.into_parts();
     let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>();
     let client = client_ip::client_ip(
         peer.map(|ConnectInfo(a)| a.ip()),
         &parts.headers,
-        &state.config.server.trusted_proxies,
+        &config.server.trusted_proxies,
     );
     // Looked up once: the handler and the accounting below share them.
-    let configured = state.config.sources.get(&source);
-    let metrics = state.request_metrics.source(&source);
+    let configured = config.sources.get(&source);
+    let metrics = live.request_metrics.source(&source);
     let request = Request {
+        config,
         source: &source,
         configured,
         metrics,
@@ -87,6 +91,7 @@ pub async fn receive(
 
 /// What the handler knows about a request before reading its body.
 struct Request<'a> {
+    config: &'a crate::config::Config,
     source: &'a str,
     /// The source's settings and metrics; `None`: no such source.
     configured: Option<&'a std::sync::Arc<verify::source::Source>>,
@@ -106,7 +111,11 @@ async fn handle(
     let headers = &request.headers;
     let source = request.configured.ok_or(ApiError::UnknownSource)?;
 
-    let bytes = serve::read_body(body, headers, state.config.server.max_body_bytes).await?;
+    let config = request.config;
+    // The body's share of the body budget, held until this request is
+    // answered.
+    let mut lease = state.body_budget.lease(request.client);
+    let bytes = serve::read_body(body, headers, config.server.max_body_bytes, &mut lease).await?;
 
     let now = Millis::now();
     let verify_started = Instant::now();
@@ -145,7 +154,7 @@ async fn handle(
     }
     let reject_status = source.provider.response.reject_status;
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
-    let cache_ttl = state.config.cache_ttl(source);
+    let cache_ttl = config.cache_ttl(source);
     let (events, reply) = match checked {
         Checked::Event(mut v) => {
             *event_id = Some(v.event_id().as_str().to_owned());
@@ -173,7 +182,8 @@ async fn handle(
     for (i, v) in events.into_iter().enumerate() {
         let (state, name) = (state.clone(), source_name.to_owned());
         admitting.spawn(async move {
-            let metrics = state.request_metrics.source(&name);
+            let live = state.live();
+            let metrics = live.request_metrics.source(&name);
             (i, admit(&state, &name, metrics, v, cache_ttl, now).await)
         });
     }
@@ -233,7 +243,7 @@ async fn admit(
             event_type,
         }) => {
             state.counters.typed(source_name, event_type.as_deref());
-            // Routing (verify/route.rs) chose no target: stored, counted `unrouted`.
+            // Routing (target/route.rs) chose no target: stored, counted `unrouted`.
             if unrouted {
                 state.counters.unrouted(source_name);
                 if let Some(m) = metrics {
@@ -261,7 +271,7 @@ async fn learned_source(
     state: &AppState,
     source: &Arc<verify::source::Source>,
 ) -> Result<Arc<verify::source::Source>, ApiError> {
-    if let Some(s) = state.learned.get(&source.name) {
+    if let Some(s) = state.learned.get(source) {
         return Ok(s);
     }
     let secrets = state

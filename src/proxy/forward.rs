@@ -1,9 +1,18 @@
 //! The upstream call: the request as received (body bytes, headers minus
-//! hop-by-hop ones, RFC 9110 §7.6.1), one deadline, the answer read whole.
+//! hop-by-hop ones, RFC 9110 §7.6.1), one deadline for the whole exchange.
+//! An answer to be stored is read whole under the answer budget
+//! ([`Answer::read_whole`]); any other is streamed to the client
+//! ([`Answer::into_stream`]), never held.
 
 use crate::config::apis::Api;
+use crate::primitives::budget::Lease;
 use axum::http::{HeaderMap, HeaderName, Method, StatusCode, header};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame, SizeHint};
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tokio::time::Instant;
 
 /// Largest upstream answer read; a larger one is a 502 and is not stored.
 pub const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
@@ -37,9 +46,23 @@ pub enum ForwardError {
     Connect(String),
     #[error("upstream answer larger than {MAX_RESPONSE_BYTES} bytes")]
     TooLarge,
+    /// Buffering the answer would exceed `server.max_buffered_answer_bytes`.
+    #[error("answer budget spent")]
+    Busy,
 }
 
-/// Sends the request to `<upstream>/<rest>[?query]`.
+/// An upstream answer whose status and headers have arrived; its body is
+/// still to be read, by the deadline of the whole exchange.
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    res: reqwest::Response,
+    deadline: Instant,
+}
+
+/// Sends the request to `<upstream>/<rest>[?query]` and waits for the
+/// answer's head. The API's `timeout` bounds the whole exchange: connect,
+/// send, and the answer's body however it is read.
 pub async fn forward(
     client: &reqwest::Client,
     api: &Api,
@@ -47,40 +70,115 @@ pub async fn forward(
     path_and_query: &str,
     headers: &HeaderMap,
     body: Bytes,
-) -> Result<Upstream, ForwardError> {
+) -> Result<Answer, ForwardError> {
     let url = format!("{}{path_and_query}", api.upstream);
     let mut outgoing = without_hop_by_hop(headers);
     outgoing.remove(header::HOST);
     outgoing.remove(header::CONTENT_LENGTH);
+    let deadline = Instant::now() + api.timeout;
     let call = async {
-        let mut res = client
+        client
             .request(method, url)
             .headers(outgoing)
             .body(body)
             .send()
             .await
-            .map_err(|e| ForwardError::Connect(e.to_string()))?;
-        let mut buf = Vec::new();
-        while let Some(chunk) = res
-            .chunk()
-            .await
-            .map_err(|e| ForwardError::Connect(e.to_string()))?
-        {
-            if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
-                return Err(ForwardError::TooLarge);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        Ok(Upstream {
-            status: res.status(),
-            headers: without_hop_by_hop(res.headers()),
-            body: Bytes::from(buf),
-        })
+            .map_err(|e| ForwardError::Connect(e.to_string()))
     };
-    // One deadline for connect, send and the whole answer.
-    tokio::time::timeout(api.timeout, call)
+    let res = tokio::time::timeout_at(deadline, call)
         .await
-        .unwrap_or(Err(ForwardError::Timeout))
+        .unwrap_or(Err(ForwardError::Timeout))?;
+    Ok(Answer {
+        status: res.status(),
+        headers: without_hop_by_hop(res.headers()),
+        res,
+        deadline,
+    })
+}
+
+impl Answer {
+    /// The whole answer, at most [`MAX_RESPONSE_BYTES`], each byte taken
+    /// from `lease` (the answer budget) as it arrives.
+    pub async fn read_whole(self, lease: &mut Lease) -> Result<Upstream, ForwardError> {
+        let Answer {
+            status,
+            headers,
+            mut res,
+            deadline,
+        } = self;
+        let read = async {
+            let mut buf = BytesMut::new();
+            while let Some(chunk) = res
+                .chunk()
+                .await
+                .map_err(|e| ForwardError::Connect(e.to_string()))?
+            {
+                if buf.len() + chunk.len() > MAX_RESPONSE_BYTES {
+                    return Err(ForwardError::TooLarge);
+                }
+                if !lease.grow(chunk.len()) {
+                    return Err(ForwardError::Busy);
+                }
+                buf.extend_from_slice(&chunk);
+            }
+            Ok(buf.freeze())
+        };
+        let body = tokio::time::timeout_at(deadline, read)
+            .await
+            .unwrap_or(Err(ForwardError::Timeout))?;
+        Ok(Upstream {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    /// Status, headers and a body that passes the upstream's bytes on as
+    /// they come (the client's pace holds the upstream back, nothing
+    /// piles up here) and fails at the exchange's deadline.
+    pub fn into_stream(self) -> (StatusCode, HeaderMap, axum::body::Body) {
+        let body = http::Response::<reqwest::Body>::from(self.res).into_body();
+        let body = Deadline {
+            body: Box::pin(body),
+            sleep: Box::pin(tokio::time::sleep_until(self.deadline)),
+        };
+        (self.status, self.headers, axum::body::Body::new(body))
+    }
+}
+
+/// A streamed answer body cut off at a deadline, so a client that stops
+/// reading does not hold the upstream connection (and its own slot)
+/// forever.
+struct Deadline<B> {
+    body: Pin<Box<B>>,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> Body for Deadline<B>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if self.sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err("upstream answer not passed on in time".into())));
+        }
+        self.body.as_mut().poll_frame(cx).map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// `headers` minus hop-by-hop fields and those named in `Connection`.

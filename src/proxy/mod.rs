@@ -15,19 +15,22 @@ pub mod key;
 
 use crate::config::apis::Api;
 use crate::error::ProxyError;
+use crate::primitives::budget::Lease;
 use crate::primitives::time::Millis;
 use crate::primitives::token;
 use crate::serve;
 use crate::state::AppState;
 use crate::stats::apis::ApiOutcome;
 use crate::store::idempotency::StoredResponse;
+use crate::verify::client_ip;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use claim::{Decision, Keyed};
-use forward::{ForwardError, Upstream};
+use forward::{Answer, ForwardError, Upstream};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,13 +41,15 @@ pub const REPLAYED_HEADER: &str = "idempotency-replayed";
 pub async fn handle(
     State(state): State<AppState>,
     Path((name, _rest)): Path<(String, String)>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
-    let Some(api) = state.config.apis.get(&name).cloned() else {
+    let config = state.config();
+    let Some(api) = config.apis.get(&name).cloned() else {
         // Not counted: there is no API to count it under.
         return ProxyError::UnknownApi.into_response();
     };
@@ -57,7 +62,16 @@ pub async fn handle(
         Some(q) => format!("{rest}?{q}"),
         None => rest.to_owned(),
     };
-    let (outcome, response) = proxy(&state, api, method, path_and_query, headers, body).await;
+    let client = client_ip::client_ip(Some(peer.ip()), &headers, &config.server.trusted_proxies);
+    // The whole request until the answer's head: the body within
+    // `request_timeout` (checked in `proxy`), the rest within the API's
+    // `timeout`. A streamed answer's body has its own deadline (forward).
+    let deadline = config.server.request_timeout + api.timeout;
+    let upstream_timeout = api.timeout;
+    let call = proxy(&state, api, client, method, path_and_query, headers, body);
+    let (outcome, response) = tokio::time::timeout(deadline, call)
+        .await
+        .unwrap_or_else(|_| refused(ProxyError::UpstreamTimeout(upstream_timeout)));
     state.counters.api(&name, outcome);
     metrics::counter!("hookgate_api_requests_total", "api" => name.clone(), "outcome" => outcome.as_str())
         .increment(1);
@@ -74,21 +88,26 @@ pub async fn handle(
 async fn proxy(
     state: &AppState,
     api: Arc<Api>,
+    client: Option<IpAddr>,
     method: Method,
     path_and_query: String,
     headers: HeaderMap,
     body: Body,
 ) -> (ApiOutcome, Response) {
-    let body = match serve::read_body(body, &headers, api.max_body_bytes).await {
-        Ok(b) => b,
-        Err(e) => return refused(e.into()),
+    // Held until the body has gone upstream (or the request ended).
+    let mut lease = state.body_budget.lease(client);
+    let read = serve::read_body(body, &headers, api.max_body_bytes, &mut lease);
+    let body = match tokio::time::timeout(state.config().server.request_timeout, read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => return refused(e.into()),
+        Err(_) => return refused(ProxyError::RequestTimeout),
     };
     if !api.methods.contains(&method) {
-        return pass_through(state, &api, method, &path_and_query, &headers, body).await;
+        return pass_through(state, &api, method, &path_and_query, &headers, body, lease).await;
     }
     let id = match key::client_key(&api, &headers) {
         Ok(None) => {
-            return pass_through(state, &api, method, &path_and_query, &headers, body).await;
+            return pass_through(state, &api, method, &path_and_query, &headers, body, lease).await;
         }
         Ok(Some(k)) => key::namespaced(&api, &headers, k),
         Err(e) => Err(e),
@@ -98,7 +117,7 @@ async fn proxy(
         Err(e) => return refused(ProxyError::InvalidKey(e.to_string())),
     };
     let keyed = Keyed {
-        cache_key: key::cache_key(&state.config.storage.key_prefix, &id),
+        cache_key: key::cache_key(&state.config().storage.key_prefix, &id),
         fingerprint: key::fingerprint(&method, &path_and_query, &body, api.canonical_json),
         token: token::random_hex(),
         key: id,
@@ -118,6 +137,7 @@ async fn proxy(
                 path_and_query,
                 headers,
                 body,
+                _lease: lease,
             };
             owner(state.clone(), keyed, request).await
         }
@@ -140,16 +160,28 @@ struct Forward {
     path_and_query: String,
     headers: HeaderMap,
     body: Bytes,
+    /// The body's share of the body budget, held as long as the body.
+    _lease: Lease,
 }
 
 /// The owner's section: forward, then store (or release). Runs in its own
 /// task, so a client hanging up cannot cut it between the upstream answer
-/// and the row update.
+/// and the row update. Only an answer that is stored is read whole (under
+/// the answer budget); any other is streamed once the key is released.
 async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response) {
     let task = tokio::spawn(async move {
         let result = call(&state, &k.api, &req).await;
+        drop(req);
         match result {
-            Ok(up) if k.api.replay_statuses.stores(up.status.as_u16()) => {
+            Ok(answer) if k.api.replay_statuses.stores(answer.status.as_u16()) => {
+                let mut lease = state.answer_budget.lease(None);
+                let up = match answer.read_whole(&mut lease).await {
+                    Ok(up) => up,
+                    Err(e) => {
+                        release(&state, &k).await;
+                        return refused(upstream_failed(&k.api, &e));
+                    }
+                };
                 let stored = StoredResponse {
                     status: up.status.as_u16(),
                     headers: forward::replayable_headers(&k.api, &up.headers),
@@ -158,14 +190,14 @@ async fn owner(state: AppState, k: Keyed, req: Forward) -> (ApiOutcome, Response
                 store_response(&state, &k, &stored).await;
                 (ApiOutcome::FirstCall, upstream_response(up))
             }
-            Ok(up) => {
+            Ok(answer) => {
                 release(&state, &k).await;
-                let outcome = if up.status.is_server_error() {
+                let outcome = if answer.status.is_server_error() {
                     ApiOutcome::UpstreamError
                 } else {
                     ApiOutcome::FirstCall
                 };
-                (outcome, upstream_response(up))
+                (outcome, streamed_response(answer))
             }
             Err(e) => {
                 release(&state, &k).await;
@@ -214,8 +246,8 @@ async fn release(state: &AppState, k: &Keyed) {
     let _ = state.dedup.cache().release(&k.cache_key, &k.token).await;
 }
 
-/// Forwards and records the upstream latency.
-async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Upstream, ForwardError> {
+/// Forwards and records the upstream latency (until the answer's head).
+async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Answer, ForwardError> {
     let started = Instant::now();
     let result = forward::forward(
         &state.upstream,
@@ -234,6 +266,7 @@ async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Upstream, Fo
     result
 }
 
+/// A request the proxy does not key: forwarded, and its answer streamed.
 async fn pass_through(
     state: &AppState,
     api: &Api,
@@ -241,15 +274,19 @@ async fn pass_through(
     path_and_query: &str,
     headers: &HeaderMap,
     body: Bytes,
+    lease: Lease,
 ) -> (ApiOutcome, Response) {
     let req = Forward {
         method,
         path_and_query: path_and_query.to_owned(),
         headers: headers.clone(),
         body,
+        _lease: lease,
     };
-    match call(state, api, &req).await {
-        Ok(up) => (ApiOutcome::Passthrough, upstream_response(up)),
+    let result = call(state, api, &req).await;
+    drop(req);
+    match result {
+        Ok(answer) => (ApiOutcome::Passthrough, streamed_response(answer)),
         Err(e) => refused(upstream_failed(api, &e)),
     }
 }
@@ -257,6 +294,15 @@ async fn pass_through(
 fn upstream_response(up: Upstream) -> Response {
     let mut r = (up.status, up.body).into_response();
     *r.headers_mut() = up.headers;
+    r
+}
+
+/// The answer passed on as it arrives (see [`Answer::into_stream`]).
+fn streamed_response(answer: Answer) -> Response {
+    let (status, headers, body) = answer.into_stream();
+    let mut r = Response::new(body);
+    *r.status_mut() = status;
+    *r.headers_mut() = headers;
     r
 }
 
@@ -279,5 +325,6 @@ fn upstream_failed(api: &Api, e: &ForwardError) -> ProxyError {
         ForwardError::Timeout => ProxyError::UpstreamTimeout(api.timeout),
         ForwardError::Connect(_) => ProxyError::UpstreamUnreachable,
         ForwardError::TooLarge => ProxyError::UpstreamTooLarge,
+        ForwardError::Busy => ProxyError::Busy,
     }
 }

@@ -5,6 +5,7 @@
 
 use super::ReconcileError;
 use crate::config::reconcile::ApiKind;
+use crate::primitives::backoff;
 use crate::primitives::time::Millis;
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
@@ -35,17 +36,16 @@ impl Retry {
     /// The wait before retry `n` (1-based): the provider's `Retry-After`
     /// when it sent one, otherwise `base · 2^(n-1)`; never above `max`.
     pub fn wait(&self, n: u32, retry_after: Option<Duration>) -> Duration {
-        let backoff = self
-            .base
-            .saturating_mul(1u32 << (n.saturating_sub(1)).min(16));
-        retry_after.unwrap_or(backoff).min(self.max)
+        retry_after
+            .unwrap_or_else(|| backoff::ceiling(n, self.base, self.max))
+            .min(self.max)
     }
 }
 
-/// `Retry-After` in seconds (the HTTP-date form is not used by these APIs).
+/// `Retry-After`, in seconds or as an HTTP date.
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let v = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
-    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+    backoff::parse_retry_after(v, std::time::SystemTime::now())
 }
 
 /// The wait an API asks for when this answer is a rate limit: its

@@ -69,17 +69,14 @@ impl ApiOutcome {
 
 impl Counters {
     /// Adds counters for each proxied API.
-    pub fn with_apis<'a>(mut self, names: impl IntoIterator<Item = &'a str>) -> Self {
-        self.apis = names
-            .into_iter()
-            .map(|n| (n.to_owned(), ApiCells::default()))
-            .collect();
+    pub fn with_apis<'a>(self, names: impl IntoIterator<Item = &'a str>) -> Self {
+        self.extend([], names);
         self
     }
 
     /// Counts one outcome of a request to API `api`.
     pub fn api(&self, api: &str, outcome: ApiOutcome) {
-        if let Some(c) = self.apis.get(api) {
+        if let Some(c) = self.apis.load().get(api) {
             c[outcome as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -89,7 +86,7 @@ impl Counters {
         read: &dyn Fn(&AtomicI64) -> i64,
         out: &mut Vec<super::Delta>,
     ) {
-        for (api, cells) in &self.apis {
+        for (api, cells) in self.apis.load().iter() {
             for o in ApiOutcome::ALL {
                 let v = read(&cells[o as usize]);
                 if v != 0 {
@@ -98,9 +95,16 @@ impl Counters {
             }
         }
     }
+}
 
-    pub(super) fn api_cell(&self, api: &str, name: &str) -> Option<&AtomicI64> {
-        let cells = self.apis.get(api)?;
+/// The cell of counter `name` of API `api` in `apis`.
+pub(super) fn api_cell<'m>(
+    apis: &'m std::collections::HashMap<String, std::sync::Arc<ApiCells>>,
+    api: &str,
+    name: &str,
+) -> Option<&'m AtomicI64> {
+    {
+        let cells = apis.get(api)?;
         let o = ApiOutcome::ALL
             .into_iter()
             .find(|o| o.counter_name() == name)?;

@@ -2,7 +2,9 @@
 //!
 //! Rule: counting costs no database round trip and no lock per request.
 //! Every counter is an atomic that exists from start-up (the keys come from
-//! the config), so a count is one relaxed add. The vocabulary is closed:
+//! the config), so a count is one relaxed add; a reload that adds a source,
+//! a target or an API adds its counters ([`Counters::extend`]) and never
+//! drops one (their unflushed counts still reach the ledger). The vocabulary is closed:
 //! [`Outcome`], [`RejectReason`] and [`DeliveryOutcome`] are enums, so a
 //! misspelt counter cannot compile. This module imports nothing from the
 //! rest of the crate: ingest and deliver count, `app` flushes the deltas to
@@ -14,7 +16,9 @@ pub mod requests;
 
 pub use names::{DeliveryOutcome, Layer, Outcome, RejectReason};
 
+use arc_swap::ArcSwap;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// One counter's change since the last flush: (source, counter name, delta).
@@ -55,19 +59,49 @@ struct TargetCounters {
     by_outcome: [AtomicI64; DeliveryOutcome::ALL.len()],
 }
 
-struct SourceCounters {
+#[derive(Default)]
+struct SourceCells {
     fixed: [AtomicI64; COUNTERS.len()],
     types: TypeCounts,
     /// Indexed by `RejectReason as usize`.
     rejected: [AtomicI64; RejectReason::ALL.len()],
-    targets: HashMap<String, TargetCounters>,
 }
+
+/// A source's cells and its targets'; every cell is shared by `Arc`, so
+/// the entry a reload builds for a source that gained a target counts into
+/// the same atomics as the one it replaces.
+struct SourceCounters {
+    cells: Arc<SourceCells>,
+    targets: HashMap<String, Arc<TargetCounters>>,
+}
+
+impl std::ops::Deref for SourceCounters {
+    type Target = SourceCells;
+    fn deref(&self) -> &SourceCells {
+        &self.cells
+    }
+}
+
+impl SourceCounters {
+    /// A copy sharing every cell, to add targets to.
+    fn grown(&self) -> Self {
+        Self {
+            cells: self.cells.clone(),
+            targets: self.targets.clone(),
+        }
+    }
+}
+
+/// Counters by source, replaced whole (copy on write) when a reload adds one.
+type SourceMap = HashMap<String, Arc<SourceCounters>>;
 
 /// This instance's unflushed counts.
 pub struct Counters {
-    sources: HashMap<String, SourceCounters>,
+    sources: ArcSwap<SourceMap>,
     /// Per proxied API (`stats/apis.rs`); empty until `with_apis`.
-    apis: HashMap<String, apis::ApiCells>,
+    apis: ArcSwap<HashMap<String, Arc<apis::ApiCells>>>,
+    /// Serialises [`Counters::extend`] (copy, add, swap).
+    growing: std::sync::Mutex<()>,
     /// Held by a flush from taking the deltas until the ledger has them, and
     /// by a snapshot while it reads: otherwise a snapshot taken mid-flush
     /// would miss the deltas in transit (zeroed here, not yet in the table).
@@ -77,31 +111,57 @@ pub struct Counters {
 impl Counters {
     /// Counters for every `(source, its targets)`.
     pub fn new<'a>(sources: impl IntoIterator<Item = (&'a str, &'a [String])>) -> Self {
-        let sources = sources
-            .into_iter()
-            .map(|(name, targets)| {
-                let sc = SourceCounters {
-                    fixed: Default::default(),
-                    types: TypeCounts::default(),
-                    rejected: Default::default(),
-                    targets: targets
-                        .iter()
-                        .map(|t| (t.clone(), TargetCounters::default()))
-                        .collect(),
-                };
-                (name.to_owned(), sc)
-            })
-            .collect();
-        Self {
-            sources,
-            apis: HashMap::new(),
+        let c = Self {
+            sources: ArcSwap::default(),
+            apis: ArcSwap::default(),
+            growing: std::sync::Mutex::new(()),
             flushing: tokio::sync::Mutex::new(()),
+        };
+        c.extend(sources, []);
+        c
+    }
+
+    /// Adds counters for the sources, their targets and the APIs not counted
+    /// yet (a reload); existing ones keep their counts.
+    pub fn extend<'a>(
+        &self,
+        sources: impl IntoIterator<Item = (&'a str, &'a [String])>,
+        apis: impl IntoIterator<Item = &'a str>,
+    ) {
+        let _one_at_a_time = self.growing.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map: SourceMap = (**self.sources.load()).clone();
+        for (name, targets) in sources {
+            let known = map.get(name);
+            let missing = targets
+                .iter()
+                .any(|t| known.is_none_or(|s| !s.targets.contains_key(t)));
+            if known.is_some() && !missing {
+                continue;
+            }
+            let mut sc = match known {
+                None => SourceCounters {
+                    cells: Arc::default(),
+                    targets: HashMap::new(),
+                },
+                Some(old) => old.grown(),
+            };
+            for t in targets {
+                sc.targets.entry(t.clone()).or_default();
+            }
+            map.insert(name.to_owned(), Arc::new(sc));
         }
+        self.sources.store(Arc::new(map));
+        let mut api_map = (**self.apis.load()).clone();
+        for a in apis {
+            api_map.entry(a.to_owned()).or_default();
+        }
+        self.apis.store(Arc::new(api_map));
     }
 
     /// Counts one request to a known source with what became of it.
     pub fn record(&self, source: &str, outcome: Outcome) {
-        let Some(s) = self.sources.get(source) else {
+        let sources = self.sources.load();
+        let Some(s) = sources.get(source) else {
             return;
         };
         let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
@@ -117,7 +177,8 @@ impl Counters {
     /// Counts what became of one more event of a request already counted
     /// as received (the further items of a split batch).
     pub fn tally(&self, source: &str, outcome: Outcome) {
-        let Some(s) = self.sources.get(source) else {
+        let sources = self.sources.load();
+        let Some(s) = sources.get(source) else {
             return;
         };
         let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
@@ -151,7 +212,7 @@ impl Counters {
 
     /// Counts a handshake answered outside `POST` (a `GET` challenge).
     pub fn handshake(&self, source: &str) {
-        if let Some(s) = self.sources.get(source) {
+        if let Some(s) = self.sources.load().get(source) {
             s.fixed[Counter::Handshakes as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -159,21 +220,22 @@ impl Counters {
     /// Counts a new event that no target's route matched (stored, not
     /// delivered anywhere).
     pub fn unrouted(&self, source: &str) {
-        if let Some(s) = self.sources.get(source) {
+        if let Some(s) = self.sources.load().get(source) {
             s.fixed[Counter::Unrouted as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// Counts a new event under its type (`/stats` `unique_by_type`).
     pub fn typed(&self, source: &str, event_type: Option<&str>) {
-        if let Some(s) = self.sources.get(source) {
+        if let Some(s) = self.sources.load().get(source) {
             s.types.add(event_type.unwrap_or(UNTYPED), 1);
         }
     }
 
     /// Counts one finished delivery attempt.
     pub fn delivery(&self, source: &str, target: &str, outcome: DeliveryOutcome) {
-        let Some(t) = self.sources.get(source).and_then(|s| s.targets.get(target)) else {
+        let sources = self.sources.load();
+        let Some(t) = sources.get(source).and_then(|s| s.targets.get(target)) else {
             return;
         };
         t.by_outcome[outcome as usize].fetch_add(1, Ordering::Relaxed);
@@ -225,7 +287,7 @@ impl Counters {
             }
         };
         let mut out = Vec::new();
-        for (source, s) in &self.sources {
+        for (source, s) in self.sources.load().iter() {
             let mut push = |name: String, v: i64| {
                 if v != 0 {
                     out.push((source.clone(), name, v));
@@ -251,11 +313,16 @@ impl Counters {
     }
 
     /// The counter cell a flushed name belongs to, if it is still configured.
-    fn cell(&self, source: &str, name: &str) -> Option<&AtomicI64> {
+    fn cell<'m>(
+        sources: &'m SourceMap,
+        apis: &'m HashMap<String, Arc<apis::ApiCells>>,
+        source: &str,
+        name: &str,
+    ) -> Option<&'m AtomicI64> {
         if name.starts_with("api.") {
-            return self.api_cell(source, name);
+            return apis::api_cell(apis, source, name);
         }
-        let s = self.sources.get(source)?;
+        let s = sources.get(source)?;
         if let Some(i) = COUNTERS.iter().position(|(_, n)| *n == name) {
             return Some(&s.fixed[i]);
         }
@@ -270,10 +337,11 @@ impl Counters {
     }
 
     fn restore(&self, deltas: &[Delta]) {
+        let (sources, apis) = (self.sources.load(), self.apis.load());
         for (source, name, v) in deltas {
-            if let (Some(t), Some(s)) = (name.strip_prefix(TYPE_PREFIX), self.sources.get(source)) {
+            if let (Some(t), Some(s)) = (name.strip_prefix(TYPE_PREFIX), sources.get(source)) {
                 s.types.add(t, *v);
-            } else if let Some(c) = self.cell(source, name) {
+            } else if let Some(c) = Self::cell(&sources, &apis, source, name) {
                 c.fetch_add(*v, Ordering::Relaxed);
             }
         }

@@ -124,3 +124,35 @@ fn types_beyond_the_cap_are_counted_as_other() {
     c.typed("stripe", Some("late"));
     assert_eq!(c.collect(false)[0].1, "types.late");
 }
+
+#[test]
+fn a_reload_adds_counters_and_keeps_the_counts_already_made() {
+    let c = Counters::new([("stripe", &["a".to_owned()][..])]);
+    c.record("stripe", Outcome::New);
+    c.delivery("stripe", "a", DeliveryOutcome::Delivered);
+    // Unknown before the reload: not counted.
+    c.record("github", Outcome::New);
+    c.extend(
+        [
+            ("stripe", &["a".to_owned(), "b".to_owned()][..]),
+            ("github", &[][..]),
+        ],
+        ["payments"],
+    );
+    c.record("stripe", Outcome::New);
+    c.record("github", Outcome::New);
+    c.delivery("stripe", "b", DeliveryOutcome::Delivered);
+    c.delivery("stripe", "a", DeliveryOutcome::Delivered);
+    c.api("payments", crate::stats::apis::ApiOutcome::Passthrough);
+    let got: std::collections::HashMap<(String, String), i64> = c
+        .collect(false)
+        .into_iter()
+        .map(|(s, n, v)| ((s, n), v))
+        .collect();
+    let get = |s: &str, n: &str| got.get(&(s.to_owned(), n.to_owned())).copied();
+    assert_eq!(get("stripe", "unique"), Some(2));
+    assert_eq!(get("github", "unique"), Some(1));
+    assert_eq!(get("stripe", "targets.a.delivered"), Some(2));
+    assert_eq!(get("stripe", "targets.b.delivered"), Some(1));
+    assert_eq!(get("payments", "api.passthrough"), Some(1));
+}

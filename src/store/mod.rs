@@ -24,6 +24,7 @@ pub mod idempotency;
 pub mod outbox;
 mod portable;
 pub mod postgres;
+pub mod provider_keys;
 pub mod reconcile;
 mod rows;
 pub mod sqlite;
@@ -36,6 +37,7 @@ pub use idempotency::IdempotencyStore;
 pub use outbox::{
     AttemptRecord, DueDelivery, LeaseRequest, NextState, OnCommit, Outbox, RateGrant,
 };
+pub use provider_keys::ProviderKeys;
 pub use reconcile::ReconcileStore;
 pub use tallies::{DeliveryCount, Tallies};
 
@@ -134,6 +136,7 @@ pub struct Store {
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub handshake_secrets: Arc<dyn HandshakeSecrets>,
+    pub provider_keys: Arc<dyn ProviderKeys>,
 }
 
 impl Store {
@@ -143,7 +146,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore + HandshakeSecrets,
+        Portable<DB>: Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -154,7 +157,8 @@ impl Store {
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),
-            handshake_secrets: portable,
+            handshake_secrets: portable.clone(),
+            provider_keys: portable,
         }
     }
 }

@@ -36,10 +36,14 @@ pub struct DueDelivery {
     pub body: Bytes,
     pub headers: StoredHeaders,
     pub received_at: Millis,
-    /// Attempts made before this one.
+    /// Attempts made before this one since the delivery was last replayed
+    /// (what its retry budget counts).
     pub attempts: i32,
     /// The provider's event type, where it gives one (broker names, metadata).
     pub event_type: Option<String>,
+    /// Attempts made before the delivery's last replay: this attempt's
+    /// number is `earlier_attempts + attempts + 1`.
+    pub earlier_attempts: i32,
     /// The ordering key, on rows leased by [`Outbox::claim_due_ordered`]
     /// (its loop then asks for the key's next row: [`Outbox::claim_successor`]).
     pub order_key: Option<String>,

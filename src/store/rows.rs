@@ -176,8 +176,8 @@ pub(crate) fn encode_error(e: sqlx::error::BoxDynError) -> StoreError {
 }
 
 /// A claimed row: `id, source, target, event_id, body, headers,
-/// received_at, attempts, event_type` and, on the ordered claims, the
-/// ordering key. The headers are read from their row text once, here.
+/// received_at, attempts, event_type, earlier_attempts` and, on the
+/// ordered claims, the ordering key. The headers are read from their row text once, here.
 pub(crate) fn due_from_row<R: Row>(r: &R) -> Result<DueDelivery, StoreError>
 where
     usize: sqlx::ColumnIndex<R>,
@@ -199,8 +199,9 @@ where
         received_at: r.try_get(6usize)?,
         attempts: r.try_get(7usize)?,
         event_type: r.try_get(8usize)?,
-        // Only the ordered claims read a tenth column (the key).
-        order_key: r.try_get(9usize).ok().flatten(),
+        earlier_attempts: r.try_get(9usize)?,
+        // Only the ordered claims read an eleventh column (the key).
+        order_key: r.try_get(10usize).ok().flatten(),
     })
 }
 

@@ -1,10 +1,11 @@
-//! The keys a scheme fetches by what a request names (PayPal's certificate
-//! URL, Plaid's `kid`): remembered until they expire, with what a failed
+//! The keys a scheme fetches by what a request names (PayPal's and SNS's
+//! certificate URLs, Plaid's `kid`): remembered until they expire, with what a failed
 //! fetch concluded remembered for a while too.
 //!
 //! Rule: a name costs at most one fetch at a time (concurrent requests for
 //! it wait for that one fetch), every fetch is taken from the source's
-//! [`FetchBudget`] first, and only conclusions the fetcher marks as
+//! [`FetchBudget`] first (a failed one from the failure budgets, so
+//! made-up names cannot use up the fetches of genuine ones), and only conclusions the fetcher marks as
 //! lasting are remembered, so a provider that is busy or down is asked
 //! again on the next request. Expiry is judged by the caller's clock
 //! (`now`, unix seconds) as everywhere in verification; the cache's own
@@ -17,6 +18,7 @@ use moka::future::Cache;
 use moka::ops::compute::Op;
 use std::future::Future;
 use std::hash::Hash;
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// How long a key host may take to answer.
@@ -46,6 +48,39 @@ impl<K, V> moka::Expiry<K, Entry<V>> for KeepFor {
     }
 }
 
+/// A key a fetch found, as the provider served it, for the ledger
+/// (`store::provider_keys`): a restart puts it back with
+/// [`RemoteKeys::warm`].
+#[derive(Debug, Clone)]
+pub struct LearnedKey {
+    pub name: String,
+    pub material: Vec<u8>,
+    /// Unix seconds (exclusive).
+    pub until: i64,
+}
+
+/// Where a source's newly found keys go (a task of `app` writes them).
+pub type Learned = tokio::sync::mpsc::Sender<LearnedKey>;
+
+/// A scheme's keys fetched by name, as the application wires them: put
+/// back the ones the ledger kept, and report new ones.
+#[async_trait::async_trait]
+pub trait RemoteKeys: Send + Sync {
+    /// Puts a remembered key back (parsed and checked again); `false` when
+    /// it is no longer usable at `now`.
+    async fn warm(&self, key: &LearnedKey, now: i64) -> bool;
+    /// Every key found by a fetch from now on is also sent to `to` (at most
+    /// once per fetch; dropped if `to` is full).
+    fn report_to(&self, to: Learned);
+}
+
+/// Sends a found key to the sink set with [`RemoteKeys::report_to`], if any.
+pub fn report(sink: &std::sync::OnceLock<Learned>, key: LearnedKey) {
+    if let Some(tx) = sink.get() {
+        let _ = tx.try_send(key);
+    }
+}
+
 /// One source's fetched keys.
 pub struct KeyCache<K, V> {
     entries: Cache<K, Entry<V>>,
@@ -68,6 +103,17 @@ where
         }
     }
 
+    /// Remembers `value` for `name` until `until` (unix seconds), as if a
+    /// fetch at `now` had found it.
+    pub async fn insert(&self, name: K, value: V, until: i64, now: i64) {
+        let keep_for = Duration::from_secs(until.saturating_sub(now).max(0) as u64);
+        let fetched = Fetched {
+            found: Ok(value),
+            until,
+        };
+        self.entries.insert(name, Entry { fetched, keep_for }).await;
+    }
+
     /// The remembered conclusion for `name` if it still stands at `now`,
     /// without fetching.
     pub async fn cached(&self, name: &K, now: i64) -> Option<Result<V, VerifyError>> {
@@ -83,7 +129,13 @@ where
     /// refusal) and `Err` for one that must not be (the provider busy or
     /// unreachable); an empty budget is such an error too
     /// ([`VerifyError::CertificateUnavailable`], answered 503).
-    pub async fn get_or_fetch<F>(&self, name: K, now: i64, fetch: F) -> Result<V, VerifyError>
+    pub async fn get_or_fetch<F>(
+        &self,
+        name: K,
+        now: i64,
+        client: Option<IpAddr>,
+        fetch: F,
+    ) -> Result<V, VerifyError>
     where
         F: Future<Output = Result<Fetched<V>, VerifyError>>,
     {
@@ -105,10 +157,13 @@ where
             None => {}
         }
         let load = async {
-            if !self.budget.take(now) {
+            let Some(ticket) = self.budget.take(now, client) else {
                 return Err(VerifyError::CertificateUnavailable);
-            }
-            let fetched = fetch.await?;
+            };
+            let fetched = fetch.await;
+            let found = matches!(&fetched, Ok(Fetched { found: Ok(_), .. }));
+            self.budget.settle(ticket, found, now);
+            let fetched = fetched?;
             let keep_for = Duration::from_secs(fetched.until.saturating_sub(now).max(0) as u64);
             Ok(Entry { fetched, keep_for })
         };
@@ -172,7 +227,11 @@ mod tests {
         answer: Result<Fetched<u32>, VerifyError>,
     ) -> Result<u32, VerifyError> {
         let calls = calls.clone();
-        c.get_or_fetch(name.to_owned(), now, async move {
+        // Each call from its own address: the per-client failure budget is
+        // tested in `fetch_budget`.
+        let n = calls.load(Ordering::SeqCst) as u8;
+        let client = Some(std::net::IpAddr::from([10, 0, 0, n]));
+        c.get_or_fetch(name.to_owned(), now, client, async move {
             calls.fetch_add(1, Ordering::SeqCst);
             answer
         })
@@ -249,7 +308,7 @@ mod tests {
         for _ in 0..8 {
             let (c, calls, gate) = (c.clone(), calls.clone(), gate.clone());
             tasks.push(tokio::spawn(async move {
-                c.get_or_fetch("same".to_owned(), NOW, async move {
+                c.get_or_fetch("same".to_owned(), NOW, None, async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     gate.notified().await;
                     Ok(Fetched {

@@ -28,6 +28,9 @@ pub struct Learned {
 }
 
 struct Held {
+    /// The configured source it was built from: a reloaded config's source
+    /// is another one, and gets a copy of its own.
+    base: Arc<Source>,
     source: Arc<Source>,
     /// The learned secrets it holds, to tell whether a read changed them.
     secrets: Vec<String>,
@@ -35,10 +38,12 @@ struct Held {
 }
 
 impl Learned {
-    /// The source with its learned keys, if they were loaded.
-    pub fn get(&self, name: &str) -> Option<Arc<Source>> {
+    /// `base` with its learned keys, if they were loaded for it.
+    pub fn get(&self, base: &Arc<Source>) -> Option<Arc<Source>> {
         let map = self.sources.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(name).map(|c| c.source.clone())
+        map.get(&base.name)
+            .filter(|c| Arc::ptr_eq(&c.base, base))
+            .map(|c| c.source.clone())
     }
 
     /// Whether `name` may be read from the ledger again now.
@@ -55,6 +60,7 @@ impl Learned {
         let mut map = self.sources.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = map.get_mut(&base.name)
             && c.secrets == secrets
+            && Arc::ptr_eq(&c.base, base)
         {
             c.read_at = Instant::now();
             return (c.source.clone(), false);
@@ -67,6 +73,7 @@ impl Learned {
         map.insert(
             base.name.clone(),
             Held {
+                base: base.clone(),
                 source: source.clone(),
                 secrets,
                 read_at: Instant::now(),

@@ -30,6 +30,22 @@ pub struct Lookup {
 }
 
 impl Lookup {
+    /// The locator as written in the config (`check-config`), alternatives
+    /// joined with `|`.
+    pub fn show(&self) -> String {
+        self.alternatives
+            .iter()
+            .map(|a| match a {
+                Locator::Header(h) => format!("header:{h}"),
+                Locator::Json(p) => format!("json:{p}"),
+                Locator::Form(f) => format!("form:{f}"),
+                Locator::Query(q) => format!("query:{q}"),
+                Locator::Signature(s) => format!("signature:{s}"),
+            })
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+
     pub fn parse(text: &str) -> Result<Self, String> {
         let mut text = text.trim();
         let (mut lowercase, mut trim_line_feeds) = (false, false);

@@ -26,7 +26,7 @@ pub mod locator;
 pub mod provider;
 pub mod registry;
 pub mod reply;
-pub mod route;
+pub mod router;
 pub mod schemes;
 pub mod sign;
 pub mod signedness;
@@ -86,9 +86,9 @@ pub struct Facts {
     pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
-    /// The source's targets whose routes match (see [`route`]; none:
+    /// The source's targets whose routes match (see [`router`]; none:
     /// stored, counted `unrouted`, delivered nowhere), with their ordering keys.
-    pub routed: route::Selected,
+    pub routed: router::Routed,
 }
 
 /// A verified request's parts that [`Facts`] are read from.
@@ -121,7 +121,7 @@ impl RequestParts {
         }
         let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
-        let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        let routed = source.routes.select(event_type.as_deref(), &fields);
         drop(fields);
         Facts {
             headers: forwarded_headers::forwardable(self.headers, &source.withheld),
@@ -136,7 +136,7 @@ impl RequestParts {
         let fields = Fields::with_query(&self.headers, body, &self.query);
         let rule = source.split.as_ref().and_then(|s| s.event_type.as_ref());
         let event_type = rule.and_then(|r| facts::type_by(r, &fields));
-        let routed = route::select(&source.routes, event_type.as_deref(), &fields);
+        let routed = source.routes.select(event_type.as_deref(), &fields);
         drop(fields);
         let mut withheld = source.withheld.clone();
         withheld.extend(source.provider.signature.headers.iter().cloned());
@@ -154,7 +154,7 @@ impl Default for Facts {
         Self {
             headers: StoredHeaders::default(),
             event_type: None,
-            routed: route::Selected::default(),
+            routed: router::Routed::default(),
         }
     }
 }
@@ -197,11 +197,9 @@ impl Verified {
     ) -> Self {
         // Routed like a received event: on its type and body fields.
         let no_headers = HeaderMap::new();
-        let routed = route::select(
-            &source.routes,
-            event_type.as_deref(),
-            &Fields::new(&no_headers, &body),
-        );
+        let routed = source
+            .routes
+            .select(event_type.as_deref(), &Fields::new(&no_headers, &body));
         Self {
             source: source.clone(),
             event_id,

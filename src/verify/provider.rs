@@ -107,6 +107,8 @@ pub struct Signature {
     pub secret_encoding: SecretEncoding,
     pub secret_prefixes: Vec<String>,
     pub content: Vec<Segment>,
+    /// The `canonical` scheme's request layout.
+    pub layout: Option<super::schemes::canonical::Layout>,
 }
 
 impl Signature {
@@ -125,6 +127,15 @@ impl Signature {
             Some(_) => headers.keys().any(|k| self.names(k.as_str())),
             None => headers.contains_key(h.as_str()),
         })
+    }
+
+    /// Whether a decoded signature of `len` bytes can be this scheme's: a
+    /// MAC's exact length, or the scheme's range (DER ECDSA, RSA moduli).
+    pub fn fits(&self, len: usize) -> bool {
+        match self.scheme.signature_len() {
+            Some((min, max)) => (min..=max).contains(&len),
+            None => len == self.algorithm.output_len(),
+        }
     }
 
     /// The header a signer writes: the first named, a `*` made `1`.
@@ -384,12 +395,16 @@ impl Provider {
     }
 
     /// Key bytes for one configured secret, per this provider's encoding.
+    /// A public-key scheme checks here that the key parses, so a wrong
+    /// key is a config error rather than a 401 for every request.
     pub fn signing_key(&self, secret: &Secret) -> Result<SigningKey, String> {
-        SigningKey::decode(
+        let key = SigningKey::decode(
             secret,
             self.signature.secret_encoding,
             &self.signature.secret_prefixes,
-        )
+        )?;
+        self.signature.scheme.check_key(key.bytes())?;
+        Ok(key)
     }
 
     /// PayPal (certificates), Plaid (fetched keys) and unsigned providers
@@ -496,7 +511,13 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
             "the `hmac` scheme needs an hmac-* algorithm, or `{secret}` in signed_content".into(),
         );
     }
+    if (s.scheme == Scheme::Canonical) != s.canonical.is_some() {
+        return Err(
+            "signature.canonical names the `canonical` scheme's layout, and only its".into(),
+        );
+    }
     let sig = Signature {
+        layout: s.canonical,
         scheme: s.scheme,
         headers,
         every_header: s.every_header,

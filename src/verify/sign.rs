@@ -26,6 +26,12 @@ pub struct SignRequest<'a> {
     pub paypal: Option<PaypalSign<'a>>,
     /// Plaid only: likewise a test P-256 key and the `kid` to name.
     pub plaid: Option<PlaidSign<'a>>,
+    /// The public-key schemes (`ed25519`, `ecdsa`, `pkcs1`, `sns`): the
+    /// provider signs with its own private key, so a test's key (PEM; for
+    /// Ed25519 also a hex seed) whose public half the source configures.
+    pub private_key: Option<&'a str>,
+    /// `sns` only: the `SigningCertURL` to name when the body has none.
+    pub cert_url: Option<&'a str>,
 }
 
 /// Plaid signs with its own P-256 key; tests pin the public half.

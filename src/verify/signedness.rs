@@ -11,7 +11,6 @@
 
 use super::locator::{Locator, Lookup};
 use super::provider::Provider;
-use super::route::show_lookup;
 use super::schemes::{Cover, Part};
 use super::source::Source;
 
@@ -159,7 +158,7 @@ impl Weakest {
                 alternatives: vec![alt.clone()],
                 ..Lookup::default()
             };
-            self.add(cover, show_lookup(&one));
+            self.add(cover, one.show());
         }
     }
 
@@ -174,7 +173,7 @@ impl Weakest {
                 Locator::Json(_) => body,
                 _ => provider.signature.scheme.covers(provider, Part::At(alt)),
             };
-            self.add(cover, format!("item {}", show_lookup(&one)));
+            self.add(cover, format!("item {}", one.show()));
         }
     }
 

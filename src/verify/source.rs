@@ -27,8 +27,9 @@ pub struct Source {
     /// window is a duplicate (`store::body_hashes`).
     pub dedup_by_body: bool,
     pub targets: Vec<String>,
-    /// `targets` with the rule each subscribes with, in the same order.
-    pub routes: Vec<super::route::Route>,
+    /// Which of `targets` want an event (each target's rule, in the same
+    /// order; built by `target::route`).
+    pub routes: Arc<dyn super::router::Router>,
     pub public_url: Option<String>,
     /// Client address allowlist; empty = everyone.
     pub allow_ips: Vec<IpNet>,

@@ -140,6 +140,10 @@ pub(super) struct SignatureSpec {
     /// Prefixes removed from a secret before decoding (`["whsec_"]`).
     #[serde(default)]
     pub(super) secret_prefixes: Vec<String>,
+    /// `canonical` scheme: which canonical request is signed
+    /// (`contentful`: method, path, the signed header set and body;
+    /// `hubspot`: method, URL, body and timestamp).
+    pub(super) canonical: Option<crate::verify::schemes::canonical::Layout>,
     /// What is signed, e.g. `"{timestamp}.{body}"`. Placeholders: `{body}`,
     /// `{timestamp}`, `{url}`, `{secret}` (the secret itself, hashed with
     /// the content) and any locator (`{header:webhook-id}`).

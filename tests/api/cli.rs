@@ -63,6 +63,11 @@ scope = "header:X-User-ID"
         "{out}"
     );
     assert!(out.contains("postgres://***@db.internal:5432/hooks"));
+    // Each target's retry window, the default one here.
+    assert!(
+        out.contains("retry_for=3days (retries: 12 doubling from 1s to 1h, then every <= 1h; at least 83 retries; dead at once on HTTP 410)"),
+        "{out}"
+    );
     for secret in [
         "super-secret-admin",
         "pg-password",
@@ -429,4 +434,57 @@ fn serve_logs_carry_no_colour_codes_when_stderr_is_not_a_terminal() {
         !text.contains('\u{1b}'),
         "colour codes in a piped log:\n{text:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_public_key_providers_with_a_test_key_and_the_printed_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixture = |f: &str| format!("{}/tests/fixtures/schemes/{f}", env!("CARGO_MANIFEST_DIR"));
+    let cases = [
+        ("discord", "ed25519-key.pem", br#"{"version":1,"application_id":"1","type":1,"event":{"type":"ENTITLEMENT_CREATE","data":{}}}"#.to_vec()),
+        ("telnyx", "ed25519-key.pem", br#"{"data":{"event_type":"message.sent","id":"tx-cli-1"}}"#.to_vec()),
+        ("sendgrid", "p256-key.pem", br#"[{"event":"delivered","sg_event_id":"sg-cli-1"}]"#.to_vec()),
+        ("wise", "rsa-key.pem", br#"{"data":{},"event_type":"balances#credit"}"#.to_vec()),
+    ];
+    let mut extra = String::new();
+    let mut signed = Vec::new();
+    for (provider, key, body) in &cases {
+        let file = format!("{provider}.json");
+        std::fs::write(dir.path().join(&file), body).unwrap();
+        let args = ["sign", "--provider", provider, "--body", &file];
+        let (ok, _, err) = hookgate(&args, dir.path());
+        assert!(!ok && err.contains("--private-key"), "{provider}: {err}");
+        let key = fixture(key);
+        let with_key = [&args[..], &["--private-key", &key]].concat();
+        let (ok, out, err) = hookgate(&with_key, dir.path());
+        assert!(ok, "{provider}: {err}");
+        let public = err
+            .lines()
+            .find_map(|l| l.split_once("source's secret: ").map(|(_, k)| k.to_owned()))
+            .expect("the public key to configure");
+        extra.push_str(&format!(
+            "[sources.{provider}]\nprovider = \"{provider}\"\nsecrets = [\"{public}\"]\n"
+        ));
+        let headers: Vec<(String, String)> = out
+            .lines()
+            .take_while(|l| !l.is_empty())
+            .map(|l| {
+                let (k, v) = l.split_once(": ").unwrap();
+                (k.to_owned(), v.to_owned())
+            })
+            .collect();
+        signed.push((*provider, headers, body.clone()));
+    }
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = extra;
+    let app = spawn_app(opts).await;
+    for (provider, headers, body) in signed {
+        let r = app.post(provider, &headers, &body).await;
+        let status = r.status().as_u16();
+        assert!(
+            (200..300).contains(&status),
+            "{provider}: {status} {}",
+            r.text().await.unwrap()
+        );
+    }
 }

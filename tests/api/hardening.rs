@@ -146,7 +146,8 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_max_connections_wait_until_one_closes() {
     let mut opts = Opts::new(Backend::Embedded);
-    opts.server_extra = "max_connections = 2".into();
+    // One client may use both slots here: this is about the total.
+    opts.server_extra = "max_connections = 2\nmax_connections_per_client = 2".into();
     let app = spawn_app(opts).await;
     let mut held = Vec::new();
     for _ in 0..2 {

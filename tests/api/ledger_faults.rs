@@ -179,7 +179,7 @@ crate::both_backends!(
 );
 
 /// The owned section runs in the request's task (src/dedup/mod.rs,
-/// `Unsettled`): a request cut while its event waits for the ledger (here
+/// `OpenClaim`): a request cut while its event waits for the ledger (here
 /// by `request_timeout`; a client hanging up is the same drop) gives its
 /// claim back at once, not after `claim_ttl` or the ledger's own deadline,
 /// and the event is stored once whether or not its write went through.

@@ -4,6 +4,8 @@
 mod helpers;
 
 mod admin_events;
+mod availability;
+mod backup;
 mod body_dedup;
 mod cli;
 mod cli_events;
@@ -14,6 +16,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod operations;
 mod ordering;
 mod pg_crash;
 mod providers;
@@ -23,10 +26,13 @@ mod queues_rabbitmq;
 mod rate;
 mod reconcile;
 mod reconcile_resend;
+mod reload;
+mod retry_window;
 mod reverse_proxy;
 mod routing;
 mod split;
 mod topologies;
+mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed
 /// `async fn name(backend: Backend)`.

@@ -109,7 +109,7 @@ where
 /// A reconciler for the `stripe` source against `fake`, on `app`'s own
 /// dedup and ledger (the app itself does not reconcile).
 fn reconciler(app: &TestApp, fake: &FakeStripe) -> Reconciler {
-    let mut config = (*app.state.config).clone();
+    let mut config = (*app.state.config()).clone();
     config.reconcile.insert(
         "stripe".into(),
         Arc::new(Reconcile {

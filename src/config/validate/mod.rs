@@ -7,14 +7,11 @@
 
 use super::raw::{self, RawConfig};
 use super::redis_url::RedisTopology;
-use super::{
-    Config, ConfigError, Database, Dedup, Delivery, NatsSpec, RabbitMqSpec, RedisStreamSpec,
-    Server, Storage, Target, TargetKind,
-};
-use crate::primitives::crypto::SigningKey;
+use super::{Config, ConfigError, Database, Dedup, Delivery, Needs, Server, Storage};
 use crate::primitives::secret::Secret;
+use crate::target::route::{Rule, parse_order_by};
+use crate::target::{Check, Target};
 use crate::verify::registry::Registry;
-use crate::verify::route::Rule;
 use crate::verify::source::Resolve;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -27,9 +24,15 @@ use sources::{nets, sources, withhold};
 
 /// Checks every section of `raw`; `base` anchors `file:` secrets and
 /// `providers_dir`.
-pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config, ConfigError> {
+pub(super) fn config(
+    raw: RawConfig,
+    origin: &str,
+    base: &Path,
+    needs: Needs,
+) -> Result<Config, ConfigError> {
     let mut v = Validator {
         base,
+        needs,
         problems: Vec::new(),
         warnings: Vec::new(),
     };
@@ -53,10 +56,21 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
         .map(|(name, t)| (name, Arc::new(t)))
         .collect();
     let apis = super::apis::validate(raw.apis, server.max_body_bytes, valid_name, &mut v.problems);
+    for (name, api) in &apis {
+        if api.max_body_bytes > server.max_buffered_body_bytes_per_client {
+            v.problem(
+                &format!("apis.{name}.max_body_bytes"),
+                "must not exceed server.max_buffered_body_bytes_per_client".into(),
+            );
+        }
+    }
+    operator_warnings(&server, &sources, &mut v);
 
     if v.problems.is_empty() {
         Ok(Config {
             origin: origin.to_owned(),
+            path: None,
+            digest: String::new(),
             server,
             storage,
             dedup,
@@ -73,6 +87,27 @@ pub(super) fn config(raw: RawConfig, origin: &str, base: &Path) -> Result<Config
             origin: origin.to_owned(),
             problems: v.problems,
         })
+    }
+}
+
+/// Settings that load but are probably not what the operator meant.
+fn operator_warnings(
+    server: &Server,
+    sources: &BTreeMap<String, Arc<crate::verify::source::Source>>,
+    v: &mut Validator<'_>,
+) {
+    for s in sources.values().filter(|s| s.targets.is_empty()) {
+        v.warning(format!(
+            "`sources.{}.targets` is empty: its events are verified, deduplicated and stored, but forwarded nowhere",
+            s.name
+        ));
+    }
+    // A command on the ledger alone may have left an unresolved token unset.
+    if server.admin_token.is_none() && v.needs == Needs::Everything {
+        v.warning(
+            "`server.admin_token` is not set: /stats, /admin/* and the console's API refuse every request"
+                .into(),
+        );
     }
 }
 
@@ -103,6 +138,7 @@ fn reconcile(
                 let got = Secret::resolve(reference, v.base);
                 match got {
                     Ok(s) => Some(s),
+                    Err(_) if v.needs == Needs::Ledger => None,
                     Err(e) => {
                         secrets.push((k.to_owned(), e.to_string()));
                         None
@@ -156,18 +192,90 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
     if raw.max_connections == 0 {
         v.problem("server.max_connections", "must be at least 1".into());
     }
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&raw.log_level) {
+        v.problem(
+            "server.log_level",
+            format!("`{}` is not a log filter: {e}", raw.log_level),
+        );
+    }
+    let max_connections_per_client = match raw.max_connections_per_client {
+        Some(0) => {
+            v.problem(
+                "server.max_connections_per_client",
+                "must be at least 1".into(),
+            );
+            1
+        }
+        Some(n) => n.min(raw.max_connections.max(1)),
+        None => (raw.max_connections / 8).max(1),
+    };
     for (key, d) in [
         ("server.request_timeout", raw.request_timeout.0),
         ("server.header_read_timeout", raw.header_read_timeout.0),
+        ("server.keep_alive_timeout", raw.keep_alive_timeout.0),
         ("server.idle_timeout", raw.idle_timeout.0),
     ] {
         v.positive(key, d);
     }
+    let tls = match (&raw.tls_cert, &raw.tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let (cert, key) = (v.base.join(cert), v.base.join(key));
+            for (k, f) in [("server.tls_cert", &cert), ("server.tls_key", &key)] {
+                if !f.is_file() {
+                    v.problem(k, format!("file `{}` not found", f.display()));
+                }
+            }
+            Some(super::Tls { cert, key })
+        }
+        (Some(_), None) => {
+            v.problem("server.tls_key", "required with server.tls_cert".into());
+            None
+        }
+        (None, Some(_)) => {
+            v.problem("server.tls_cert", "required with server.tls_key".into());
+            None
+        }
+    };
+    if raw.max_buffered_body_bytes == 0 {
+        v.problem(
+            "server.max_buffered_body_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    if raw.max_buffered_answer_bytes == 0 {
+        v.problem(
+            "server.max_buffered_answer_bytes",
+            "must be greater than 0".into(),
+        );
+    }
+    let per_client_body = raw
+        .max_buffered_body_bytes_per_client
+        .unwrap_or((raw.max_buffered_body_bytes / 4).max(raw.max_body_bytes))
+        .min(raw.max_buffered_body_bytes);
+    // A body of the largest accepted size must fit in one client's share,
+    // or no such body could ever be read.
+    if per_client_body < raw.max_body_bytes {
+        v.problem(
+            "server.max_buffered_body_bytes_per_client",
+            format!(
+                "must be at least server.max_body_bytes ({}), and so must server.max_buffered_body_bytes",
+                raw.max_body_bytes
+            ),
+        );
+    }
     Server {
+        tls,
         admin_listen,
         max_connections: raw.max_connections,
+        max_connections_per_client,
         header_read_timeout: raw.header_read_timeout.0,
+        keep_alive_timeout: raw.keep_alive_timeout.0,
         idle_timeout: raw.idle_timeout.0,
+        max_buffered_body_bytes: raw.max_buffered_body_bytes as usize,
+        max_buffered_body_bytes_per_client: per_client_body as usize,
+        max_buffered_answer_bytes: raw.max_buffered_answer_bytes as usize,
+        protect_metrics: raw.protect_metrics,
         trusted_proxies,
         listen,
         max_body_bytes: raw.max_body_bytes as usize,
@@ -180,11 +288,13 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
 }
 
 fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
+    let base = v.base;
+    let default = || Database::parse(Secret::new("sqlite://hookgate.db"), base).ok();
     let database = match raw.database_url.as_deref() {
-        None => Some(Database::Sqlite("sqlite://hookgate.db".into())),
+        None => default(),
         Some(r) => match Secret::resolve_optional(r, v.base) {
-            Ok(None) => Some(Database::Sqlite("sqlite://hookgate.db".into())),
-            Ok(Some(url)) => Database::parse(url)
+            Ok(None) => default(),
+            Ok(Some(url)) => Database::parse(url, v.base)
                 .map_err(|e| v.problem("storage.database_url", e))
                 .ok(),
             Err(e) => {
@@ -204,6 +314,8 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
                 }
             },
             Ok(None) => None,
+            // Commands on the ledger alone never open the cache.
+            Err(_) if v.needs == Needs::Ledger => None,
             Err(e) => {
                 v.problem("storage.redis_url", e.to_string());
                 None
@@ -257,6 +369,7 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         ("delivery.backoff_base", raw.backoff_base.0),
         ("delivery.backoff_max", raw.backoff_max.0),
         ("delivery.lease", raw.lease.0),
+        ("delivery.retry_for", raw.retry_for.0),
     ] {
         v.positive(key, d);
     }
@@ -273,6 +386,8 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         backoff_base: raw.backoff_base.0,
         backoff_max: raw.backoff_max.0,
         lease: raw.lease.0,
+        retry_for: raw.retry_for.0,
+        permanent_statuses: raw.permanent_statuses,
     }
 }
 
@@ -292,14 +407,37 @@ fn targets(
         if !valid_name(&name) {
             v.problem(&key, "target names use letters, digits, `-` and `_`".into());
         }
-        let kind = target_kind(&t, &key, delivery, v);
+        let kind = t.kinds.validate(
+            t.kind,
+            &t.url,
+            &mut Check {
+                key: &key,
+                lease: delivery.lease,
+                resolve: v,
+            },
+        );
         let rate = t.rate.as_deref().and_then(|r| {
             parse_rate(r)
                 .map_err(|e| v.problem(&format!("{key}.rate"), e))
                 .ok()
         });
-        if t.max_attempts == 0 {
+        if t.max_attempts == Some(0) {
             v.problem(&format!("{key}.max_attempts"), "must be at least 1".into());
+        }
+        let retry_for = t.retry_for.map_or(delivery.retry_for, |d| d.0);
+        v.positive(&format!("{key}.retry_for"), retry_for);
+        let permanent_statuses = t
+            .permanent_statuses
+            .clone()
+            .unwrap_or_else(|| delivery.permanent_statuses.clone());
+        if let Some(s) = permanent_statuses
+            .iter()
+            .find(|s| !(300..=599).contains(*s))
+        {
+            v.problem(
+                &format!("{key}.permanent_statuses"),
+                format!("{s} is not a failure status (300-599)"),
+            );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
         if t.timeout.0 + LEASE_MARGIN > delivery.lease {
@@ -324,13 +462,9 @@ fn targets(
             Rule::default()
         });
         let order_by = t.order_by.as_deref().and_then(|o| {
-            crate::verify::route::parse_order_by(o)
+            parse_order_by(o)
                 .map_err(|e| v.problem(&format!("{key}.order_by"), e))
                 .ok()
-        });
-        let signing_key = t.signing_secret.as_deref().and_then(|r| {
-            let s = v.secret(&format!("{key}.signing_secret"), r)?;
-            Some(SigningKey::standard_webhooks(&s))
         });
         targets.insert(
             name.clone(),
@@ -338,8 +472,13 @@ fn targets(
                 name,
                 url: t.url,
                 timeout: t.timeout.0,
-                max_attempts: t.max_attempts,
-                signing_key,
+                retry: crate::target::RetryPolicy {
+                    retry_for,
+                    permanent_statuses,
+                    max_attempts: t.max_attempts,
+                    backoff_base: delivery.backoff_base,
+                    backoff_max: delivery.backoff_max,
+                },
                 concurrency: t.concurrency.max(1),
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,
@@ -352,171 +491,6 @@ fn targets(
         );
     }
     targets
-}
-
-/// How long a redis-stream target remembers a sent event by default.
-const DUPLICATE_WINDOW: Duration = Duration::from_secs(600);
-
-/// The target's kind and the keys only that kind takes; a key of another
-/// kind is a problem, not silently ignored.
-fn target_kind(
-    t: &raw::RawTarget,
-    key: &str,
-    delivery: &Delivery,
-    v: &mut Validator<'_>,
-) -> TargetKind {
-    use raw::TargetKind as K;
-    // Each kind-specific key, whether it is set, and the kind it belongs to.
-    let owned = [
-        ("signing_secret", t.signing_secret.is_some(), K::Http),
-        ("stream", t.stream.is_some(), K::RedisStream),
-        ("maxlen", t.maxlen.is_some(), K::RedisStream),
-        (
-            "duplicate_window",
-            t.duplicate_window.is_some(),
-            K::RedisStream,
-        ),
-        ("subject", t.subject.is_some(), K::Nats),
-        ("exchange", t.exchange.is_some(), K::Rabbitmq),
-        ("routing_key", t.routing_key.is_some(), K::Rabbitmq),
-    ];
-    for (name, set, owner) in owned {
-        if set && owner != t.kind {
-            v.problem(
-                &format!("{key}.{name}"),
-                format!("only a {} target takes `{name}`", kind_name(owner)),
-            );
-        }
-    }
-    let schemes: &[&str] = match t.kind {
-        K::Http => &["http://", "https://"],
-        K::RedisStream => &["redis://", "rediss://"],
-        K::Nats => &["nats://", "tls://"],
-        // lapin is built without TLS (it would bring a PKCS#12 stack).
-        K::Rabbitmq => &["amqp://"],
-    };
-    if !schemes.iter().any(|s| t.url.starts_with(s)) {
-        let msg = match t.kind {
-            K::Http => "must be an http:// or https:// URL".to_owned(),
-            K::Rabbitmq if t.url.starts_with("amqps://") => {
-                "amqps:// (TLS to RabbitMQ) is not supported yet: use amqp://".to_owned()
-            }
-            K::Rabbitmq => "a rabbitmq target needs an amqp:// URL".to_owned(),
-            kind => format!(
-                "a {} target needs a {} or {} URL",
-                kind_name(kind),
-                schemes[0],
-                schemes[1]
-            ),
-        };
-        v.problem(&format!("{key}.url"), msg);
-    }
-    match t.kind {
-        K::Http => TargetKind::Http,
-        K::RedisStream => {
-            let stream = t.stream.clone().unwrap_or_default();
-            if t.stream.is_none() {
-                v.problem(
-                    &format!("{key}.stream"),
-                    "a redis-stream target needs `stream` (e.g. \"hooks:{source}\")".into(),
-                );
-            } else if let Err(e) = check_template(&stream) {
-                v.problem(&format!("{key}.stream"), e);
-            }
-            if t.maxlen == Some(0) {
-                v.problem(&format!("{key}.maxlen"), "must be at least 1".into());
-            }
-            let duplicate_window = t.duplicate_window.map_or(DUPLICATE_WINDOW, |d| d.0);
-            if duplicate_window <= delivery.lease {
-                v.problem(
-                    &format!("{key}.duplicate_window"),
-                    format!(
-                        "must be longer than delivery.lease ({}): a resend after a crash \
-                         comes once the lease has run out",
-                        humantime::format_duration(delivery.lease)
-                    ),
-                );
-            }
-            TargetKind::RedisStream(RedisStreamSpec {
-                stream,
-                maxlen: t.maxlen,
-                duplicate_window,
-            })
-        }
-        K::Nats => {
-            let subject = t.subject.clone().unwrap_or_default();
-            if t.subject.is_none() {
-                v.problem(
-                    &format!("{key}.subject"),
-                    "a nats target needs `subject` (e.g. \"hooks.{source}.{type}\")".into(),
-                );
-            } else if let Err(e) = check_template(&subject).and_then(|()| check_subject(&subject)) {
-                v.problem(&format!("{key}.subject"), e);
-            }
-            TargetKind::Nats(NatsSpec { subject })
-        }
-        K::Rabbitmq => {
-            let exchange = t.exchange.clone().unwrap_or_default();
-            if t.exchange.is_none() {
-                v.problem(
-                    &format!("{key}.exchange"),
-                    "a rabbitmq target needs `exchange` (\"\" for the default exchange)".into(),
-                );
-            } else if exchange.len() > 255 {
-                v.problem(
-                    &format!("{key}.exchange"),
-                    "an exchange name is at most 255 bytes".into(),
-                );
-            }
-            let routing_key = t.routing_key.clone().unwrap_or_default();
-            match &t.routing_key {
-                None => v.problem(
-                    &format!("{key}.routing_key"),
-                    "a rabbitmq target needs `routing_key` (e.g. \"hooks.{source}.{type}\")".into(),
-                ),
-                // A fanout or headers exchange ignores the key.
-                Some(k) if k.is_empty() && !exchange.is_empty() => {}
-                Some(k) => {
-                    if let Err(e) = check_template(k) {
-                        v.problem(&format!("{key}.routing_key"), e);
-                    }
-                }
-            }
-            TargetKind::RabbitMq(RabbitMqSpec {
-                exchange,
-                routing_key,
-            })
-        }
-    }
-}
-
-/// The name a kind has in the config file.
-fn kind_name(kind: raw::TargetKind) -> &'static str {
-    match kind {
-        raw::TargetKind::Http => "http",
-        raw::TargetKind::RedisStream => "redis-stream",
-        raw::TargetKind::Nats => "nats",
-        raw::TargetKind::Rabbitmq => "rabbitmq",
-    }
-}
-
-/// A NATS subject template: dot-separated tokens, none empty, no
-/// whitespace, and no wildcard (`*`, `>`): one publishes to one subject.
-/// See https://docs.nats.io/nats-concepts/subjects.
-fn check_subject(template: &str) -> Result<(), String> {
-    if template.chars().any(char::is_whitespace) {
-        return Err(format!("`{template}`: a subject has no whitespace"));
-    }
-    if template
-        .split('.')
-        .any(|token| token.is_empty() || token == "*" || token == ">")
-    {
-        return Err(format!(
-            "`{template}`: a subject is dot-separated tokens, none empty and none a \
-             wildcard (`*`, `>`)"
-        ));
-    }
-    Ok(())
 }
 
 /// `"200/s"` or `"600/m"` as deliveries per second.
@@ -535,24 +509,8 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     Ok(f64::from(n) / per)
 }
 
-/// A broker name template: only `{source}` and `{type}` are placeholders
-/// (filled in by `deliver::sink::render`).
-fn check_template(template: &str) -> Result<(), String> {
-    let rest = template.replace("{source}", "").replace("{type}", "");
-    if rest.contains('{') || rest.contains('}') {
-        return Err(format!(
-            "`{template}`: the only placeholders are {{source}} and {{type}}"
-        ));
-    }
-    if template.trim().is_empty() {
-        return Err("must not be empty".into());
-    }
-    Ok(())
-}
-
-/// Per target, per source: the stored headers it must not receive
-/// (a source stores credentials or proxy headers when any of its targets
-/// forwards them; the others still must not see them).
+/// A name for a target, an API or the key prefix: letters, digits, `-`
+/// and `_`, at most 64 bytes.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
@@ -564,6 +522,8 @@ fn valid_name(name: &str) -> bool {
 /// Collects problems and warnings; resolves secrets relative to `base`.
 struct Validator<'a> {
     base: &'a Path,
+    /// [`Needs::Ledger`]: a secret that does not resolve is left unset.
+    needs: Needs,
     problems: Vec<(String, String)>,
     warnings: Vec<String>,
 }
@@ -580,9 +540,14 @@ impl Validator<'_> {
 
 impl Resolve for Validator<'_> {
     fn secret(&mut self, key: &str, reference: &str) -> Option<Secret> {
-        Secret::resolve(reference, self.base)
-            .map_err(|e| self.problem(key, e.to_string()))
-            .ok()
+        match Secret::resolve(reference, self.base) {
+            Ok(s) => Some(s),
+            Err(_) if self.needs == Needs::Ledger => None,
+            Err(e) => {
+                self.problem(key, e.to_string());
+                None
+            }
+        }
     }
 
     fn problem(&mut self, key: &str, msg: String) {

@@ -2,13 +2,13 @@
 //! settings, and which headers its events keep (see `withhold`).
 
 use super::{Validator, raw, valid_name};
-use crate::config::Target;
 use crate::primitives::crypto::SigningKey;
+use crate::target::Target;
+use crate::target::route::Routes;
 use crate::verify::client_ip::parse_net;
 use crate::verify::forwarded_headers::{Keep, withheld};
 use crate::verify::provider::{Provider, SourceOverrides, Split};
 use crate::verify::registry::Registry;
-use crate::verify::route::Route;
 use crate::verify::source::{Resolve, Source, settings_from};
 use crate::verify::spec::SplitSetting;
 use ipnet::IpNet;
@@ -114,6 +114,7 @@ fn source(
         settings_from(s.paypal.as_ref(), &provider, key, v),
         settings_from(s.plaid.as_ref(), &provider, key, v),
         settings_from(s.braintree.as_ref(), &provider, key, v),
+        settings_from(s.sns.as_ref(), &provider, key, v),
     ]
     .into_iter()
     .flatten()
@@ -173,16 +174,7 @@ fn source(
         provider,
         keys,
         dedup_window: s.dedup_window.0,
-        routes: s
-            .targets
-            .iter()
-            .filter_map(|t| targets.get(t))
-            .map(|t| Route {
-                target: t.name.clone(),
-                rule: t.rule.clone(),
-                order_by: t.order_by.clone(),
-            })
-            .collect(),
+        routes: Arc::new(Routes::of(&s.targets, |t| targets.get(t))),
         dedup_by_body: s.dedup_by_body,
         targets: s.targets,
         public_url: s.public_url,

@@ -116,7 +116,8 @@ pub(crate) fn replay_sql(f: &EventFilter, now: Millis, d: Dialect) -> Sql {
     let c = dead_deliveries(f, d, &mut sql, "state = 'dead'");
     sql.text = format!(
         "UPDATE hookgate_deliveries
-         SET state = 'pending', attempts = 0, next_attempt_at = {at}, updated_at = {at},
+         SET state = 'pending', earlier_attempts = earlier_attempts + attempts, attempts = 0,
+             next_attempt_at = {at}, updated_at = {at},
              lease_until = NULL, lease_token = NULL
          {c}"
     );

@@ -57,7 +57,15 @@ const RECORD_CONNECTIONS: u32 = 1;
 /// connection gets no answer).
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(3);
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+/// The migrations. `ignore_missing`: a ledger that a newer release has
+/// already migrated further (a rolling upgrade, a rollback) still opens;
+/// docs/upgrade.md says why that is safe (each release's migrations only
+/// add) and what is checked.
+static MIGRATOR: sqlx::migrate::Migrator = {
+    let mut m = sqlx::migrate!("migrations/postgres");
+    m.ignore_missing = true;
+    m
+};
 
 /// How long a pooled connection may sit unused before it is pinged on its
 /// way out of the pool. Under load the writers take a connection back within

@@ -110,10 +110,10 @@ async fn claim_due(
          ), leased AS (
              UPDATE hookgate_deliveries d SET lease_until = $3, lease_token = $4
              FROM due WHERE d.id = due.id
-             RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
+             RETURNING d.id, d.event_pk, d.source, d.target, d.attempts, d.earlier_attempts
          )
          SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
-                l.attempts, e.event_type
+                l.attempts, e.event_type, l.earlier_attempts
          FROM leased l JOIN hookgate_events e ON e.id = l.event_pk",
         r,
     )?
@@ -148,10 +148,10 @@ async fn claim_due_ordered(
              ), leased AS (
                  UPDATE hookgate_deliveries d SET lease_until = $3, lease_token = $4
                  FROM due WHERE d.id = due.id
-                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
+                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts, d.earlier_attempts
              )
              SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
-                    l.attempts, e.event_type, due.k
+                    l.attempts, e.event_type, l.earlier_attempts, due.k
              FROM leased l JOIN due ON due.id = l.id JOIN hookgate_events e ON e.id = l.event_pk
              ORDER BY due.pass, due.k"
         )
@@ -162,7 +162,7 @@ async fn claim_due_ordered(
         .await?;
     let mut last = None;
     for r in &rows {
-        if let Some(k) = r.try_get::<Option<String>, _>(9)? {
+        if let Some(k) = r.try_get::<Option<String>, _>(10)? {
             last = Some(k);
         }
     }
@@ -185,10 +185,10 @@ async fn claim_successor(
              ), leased AS (
                  UPDATE hookgate_deliveries d SET lease_until = $3, lease_token = $4
                  FROM due WHERE d.id = due.id
-                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts
+                 RETURNING d.id, d.event_pk, d.source, d.target, d.attempts, d.earlier_attempts
              )
              SELECT l.id, l.source, l.target, e.event_id, e.body, e.headers, e.received_at,
-                    l.attempts, e.event_type, $5::text
+                    l.attempts, e.event_type, l.earlier_attempts, $5::text
              FROM leased l JOIN hookgate_events e ON e.id = l.event_pk"
         )
     });
@@ -292,7 +292,7 @@ async fn finish_attempts(
                  last_error = i.error, updated_at = i.started_at + i.latency_ms
              FROM input i
              WHERE d.id = i.id AND d.lease_token = $1
-             RETURNING d.id, d.attempts
+             RETURNING d.id, d.earlier_attempts + d.attempts AS attempts
          ), logged AS (
              INSERT INTO hookgate_attempts
                  (delivery_id, attempt, started_at, latency_ms, status, error)

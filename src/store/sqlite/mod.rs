@@ -8,8 +8,10 @@
 //! [`super::rows`]; nothing is imported from the PostgreSQL backend. One
 //! file per capability whose statements are its own:
 //! [`event_log`](self::event_log) (batches in [`record`](self::record)),
-//! [`outbox`](self::outbox), [`tallies`](self::tallies).
+//! [`outbox`](self::outbox), [`tallies`](self::tallies); and the online
+//! copy `hookgate backup` makes ([`backup`](self::backup)).
 
+pub mod backup;
 mod event_log;
 mod outbox;
 mod record;
@@ -35,7 +37,15 @@ pub struct SqliteStore {
     writer: tokio::sync::Mutex<Option<SqliteConnection>>,
 }
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+/// The migrations. `ignore_missing`: a ledger that a newer release has
+/// already migrated further (a rolling upgrade, a rollback) still opens;
+/// docs/upgrade.md says why that is safe (each release's migrations only
+/// add) and what is checked.
+static MIGRATOR: sqlx::migrate::Migrator = {
+    let mut m = sqlx::migrate!("migrations/sqlite");
+    m.ignore_missing = true;
+    m
+};
 
 impl SqliteStore {
     pub async fn connect(url: &str, max_connections: Option<u32>) -> Result<Self, StoreError> {

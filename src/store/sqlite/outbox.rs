@@ -52,13 +52,14 @@ static SUCCESSOR_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
 
 /// `$1` = delivery id, `$2` = lease token, `$3` = state, `$4` = next attempt
 /// (NULL keeps it), `$5` = status, `$6` = error, `$7` = updated at.
-/// Returns the new attempt count; no row when the lease was lost.
+/// Returns the attempt's number (counting those before a replay); no row
+/// when the lease was lost.
 const FINISH_ATTEMPT_SQL: &str = "UPDATE hookgate_deliveries
      SET state = $3, attempts = attempts + 1, next_attempt_at = COALESCE($4, next_attempt_at),
          lease_until = NULL, lease_token = NULL, last_status = $5, last_error = $6,
          updated_at = $7
      WHERE id = $1 AND lease_token = $2
-     RETURNING attempts";
+     RETURNING earlier_attempts + attempts";
 
 /// `$1` = delivery id, `$2` = attempt number, then started at, latency,
 /// status, error.
@@ -191,7 +192,7 @@ async fn read_claimed(
     }
     let rows = sqlx::query(
         "SELECT d.id, d.source, d.target, e.event_id, e.body, e.headers, e.received_at,
-                d.attempts, e.event_type, d.order_key
+                d.attempts, e.event_type, d.earlier_attempts, d.order_key
          FROM hookgate_deliveries d JOIN hookgate_events e ON e.id = d.event_pk
          WHERE d.id IN (SELECT value FROM json_each(?))",
     )

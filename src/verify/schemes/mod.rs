@@ -70,6 +70,17 @@ pub trait SchemeDef {
         None
     }
 
+    /// The lengths (bytes, inclusive) a decoded signature may have, for
+    /// schemes whose signatures are not a MAC of the provider's algorithm.
+    const SIGNATURE_LEN: Option<(usize, usize)> = None;
+
+    /// Checks a configured key (the decoded secret) when the config is
+    /// loaded: public-key schemes parse it here.
+    fn check_key(key: &[u8]) -> Result<(), String> {
+        let _ = key;
+        Ok(())
+    }
+
     /// How far this scheme's signature, as `provider` configures it,
     /// covers `part` of a request (`check-config`, `/stats`: whether a
     /// source's event id and type are signed; `verify::signedness`). Every
@@ -205,6 +216,20 @@ macro_rules! schemes {
                 }
             }
 
+            /// See [`SchemeDef::SIGNATURE_LEN`].
+            pub fn signature_len(self) -> Option<(usize, usize)> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::SIGNATURE_LEN,)*
+                }
+            }
+
+            /// See [`SchemeDef::check_key`].
+            pub fn check_key(self, key: &[u8]) -> Result<(), String> {
+                match self {
+                    $(Self::$variant => <$module::$def as SchemeDef>::check_key(key),)*
+                }
+            }
+
             /// What the signature covers; see [`SchemeDef::covers`].
             pub fn covers(self, provider: &Provider, part: Part<'_>) -> Cover {
                 match self {
@@ -243,6 +268,19 @@ schemes! {
     /// HMAC-SHA256 over the secret key and the fields of iyzico's payment
     /// notification format (direct or hosted page).
     Iyzico => iyzico::Iyzico,
+    /// Ed25519 over the signed-content template (Discord, Telnyx).
+    Ed25519 => ed25519::Ed25519,
+    /// ECDSA P-256 / SHA-256 over the signed-content template (SendGrid).
+    Ecdsa => ecdsa::Ecdsa,
+    /// RSASSA-PKCS1-v1_5 / SHA-256 with a configured public key over the
+    /// signed-content template (Wise).
+    Pkcs1 => pkcs1::Pkcs1,
+    /// RSA with the certificate SNS names, fetched from SNS hosts only,
+    /// over the canonical string of the message's fields.
+    Sns => sns::Sns,
+    /// HMAC over a canonical request: method, path or URL, a header set
+    /// and the body (Contentful, HubSpot v3).
+    Canonical => canonical::Canonical,
     /// A shared token in a header or query parameter.
     Token => token::Token,
     /// An HS256 JWT with the shared secret in a header (monday.com).
@@ -291,6 +329,21 @@ pub enum SchemeSettings {
     /// Boxed: the key cache is several times larger than the others.
     Plaid(Box<plaid::keys::Settings>),
     Braintree(braintree::Settings),
+    /// Boxed: the certificate cache and HTTP client, as PayPal's.
+    Sns(Box<sns::Settings>),
+}
+
+impl SchemeSettings {
+    /// The keys this scheme fetches by name, if it fetches any.
+    pub fn remote_keys(&self) -> Option<&dyn crate::verify::key_cache::RemoteKeys> {
+        match self {
+            Self::Paypal(s) => Some(s.as_ref()),
+            Self::Plaid(s) => Some(s.as_ref()),
+            // SNS certificates are cached and budgeted like PayPal's, but
+            // not yet kept in the ledger.
+            Self::Braintree(_) | Self::Sns(_) => None,
+        }
+    }
 }
 
 /// Everything a scheme may look at.
@@ -314,6 +367,7 @@ pub struct Ctx<'a, 'f> {
 pub enum FetchedKey {
     Paypal(std::sync::Arc<rsa::PublicKey>),
     Plaid(std::sync::Arc<plaid::Key>),
+    Sns(std::sync::Arc<rsa::PublicKey>),
 }
 
 /// The index of the first key whose MAC of `parts` equals a candidate.

@@ -17,7 +17,7 @@ use crate::primitives::secret::Secret;
 use crate::primitives::crypto::{Algorithm, Encoding};
 use crate::verify::sign::{PaypalSign, SignRequest, Signed, Signer};
 use crate::verify::source::{Resolve, SettingsTable, Source};
-use crate::verify::key_cache::{self, Fetched, KeyCache};
+use crate::verify::key_cache::{self, Fetched, KeyCache, Learned, LearnedKey};
 use crate::verify::{Incoming, VerifyError};
 use http::HeaderMap;
 use rsa::PublicKey as RsaPublicKey;
@@ -97,7 +97,9 @@ impl SchemeDef for Paypal {
     ) -> Result<Option<FetchedKey>, VerifyError> {
         match &source.settings {
             Some(SchemeSettings::Paypal(settings)) => Ok(Some(FetchedKey::Paypal(
-                settings.key_for(&incoming.headers, now).await?,
+                settings
+                    .key_for(&incoming.headers, incoming.client_ip, now)
+                    .await?,
             ))),
             _ => Ok(None),
         }
@@ -154,6 +156,8 @@ pub struct Settings {
     /// not-after, or why it failed for [`FAILED_FOR`] seconds.
     keys: KeyCache<String, Arc<RsaPublicKey>>,
     client: reqwest::Client,
+    /// Where certificates found by a fetch are reported (the ledger).
+    learned: std::sync::OnceLock<Learned>,
 }
 
 impl fmt::Debug for Settings {
@@ -193,6 +197,7 @@ impl Settings {
             cert_hosts,
             keys: KeyCache::new(MAX_CACHED),
             client,
+            learned: std::sync::OnceLock::new(),
         })
     }
 
@@ -201,12 +206,12 @@ impl Settings {
     /// which is also what is fetched, so query variants can neither flush
     /// the genuine certificate nor cost a fetch each. A URL is fetched once
     /// at a time, failures are remembered for [`FAILED_FOR`] seconds, and
-    /// each source may fetch at most
-    /// [`FETCHES_PER_WINDOW`](crate::verify::fetch_budget::FETCHES_PER_WINDOW)
-    /// times a minute (then 503 + Retry-After).
+    /// fetches are held to the source's budgets, failures apart from
+    /// successes (`verify::fetch_budget`; over them, 503 + Retry-After).
     pub async fn key_for(
         &self,
         headers: &HeaderMap,
+        client: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<Arc<RsaPublicKey>, VerifyError> {
         let url = header(headers, CERT_URL)?;
@@ -218,7 +223,7 @@ impl Settings {
         parsed.set_fragment(None);
         let canonical = parsed.as_str().to_owned();
         self.keys
-            .get_or_fetch(canonical, now, self.fetch_key(parsed, now))
+            .get_or_fetch(canonical, now, client, self.fetch_key(parsed, now))
             .await
     }
 
@@ -229,12 +234,24 @@ impl Settings {
         url: reqwest::Url,
         now: i64,
     ) -> Result<Fetched<Arc<RsaPublicKey>>, VerifyError> {
+        let name = url.as_str().to_owned();
         Ok(match self.certificate_key(url, now).await {
-            Ok((key, not_after)) => Fetched {
-                found: Ok(key),
+            Ok((key, not_after, pem)) => {
                 // Valid through its not-after second.
-                until: not_after.saturating_add(1),
-            },
+                let until = not_after.saturating_add(1);
+                key_cache::report(
+                    &self.learned,
+                    LearnedKey {
+                        name,
+                        material: pem,
+                        until,
+                    },
+                );
+                Fetched {
+                    found: Ok(key),
+                    until,
+                }
+            }
             Err(e) => Fetched {
                 found: Err(e),
                 until: now + FAILED_FOR,
@@ -246,14 +263,10 @@ impl Settings {
         &self,
         url: reqwest::Url,
         now: i64,
-    ) -> Result<(Arc<RsaPublicKey>, i64), VerifyError> {
+    ) -> Result<(Arc<RsaPublicKey>, i64, Vec<u8>), VerifyError> {
         let pem = self.fetch(url).await?;
-        let (key, not_before, not_after) = parse_cert(&pem)
-            .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
-        if now < not_before || now > not_after {
-            return Err(VerifyError::MalformedSignature("certificate is expired"));
-        }
-        Ok((Arc::new(key), not_after))
+        let (key, not_after) = usable_cert(&pem, now)?;
+        Ok((key, not_after, pem))
     }
 
     /// Only `https://<cert host>/v1/notifications/certs/…` (plain http only
@@ -290,6 +303,38 @@ impl Settings {
             return Err(VerifyError::CertificateUnavailable);
         }
         key_cache::read_capped(res, MAX_CERT_BYTES).await
+    }
+}
+
+/// The key and not-after of a PayPal certificate valid at `now`.
+fn usable_cert(pem: &[u8], now: i64) -> Result<(Arc<RsaPublicKey>, i64), VerifyError> {
+    let (key, not_before, not_after) = parse_cert(pem)
+        .map_err(|_| VerifyError::MalformedSignature("certificate is not usable"))?;
+    if now < not_before || now > not_after {
+        return Err(VerifyError::MalformedSignature("certificate is expired"));
+    }
+    Ok((Arc::new(key), not_after))
+}
+
+#[async_trait::async_trait]
+impl key_cache::RemoteKeys for Settings {
+    /// A certificate the ledger kept, checked as a fetched one is.
+    async fn warm(&self, key: &LearnedKey, now: i64) -> bool {
+        if self.pinned.is_some() {
+            return false;
+        }
+        match usable_cert(&key.material, now) {
+            Ok((k, not_after)) => {
+                let until = not_after.saturating_add(1).min(key.until);
+                self.keys.insert(key.name.clone(), k, until, now).await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    fn report_to(&self, to: Learned) {
+        let _ = self.learned.set(to);
     }
 }
 

@@ -2,18 +2,24 @@
 //! `payments.rs`, `saas.rs` and `bad_input.rs` cover the long tail.
 
 mod bad_input;
+mod canonical;
 mod catalogue_devtools;
 mod catalogue_messaging;
 mod catalogue_payments;
 mod catalogue_saas;
+mod ecdsa;
+mod ed25519;
 mod handshakes;
 mod hardening;
 mod payments;
 mod paypal;
+mod pkcs1;
 mod plaid;
 mod provider_files;
 mod saas;
 mod signature_shapes;
+mod sns;
+mod stripe_v2;
 mod subset;
 
 use super::registry::Registry;
@@ -47,7 +53,7 @@ pub(crate) fn source_with(
         dedup_window: Duration::from_secs(60),
         dedup_by_body: false,
         targets: vec![],
-        routes: vec![],
+        routes: Arc::new(crate::verify::router::NoRoutes),
         public_url: None,
         allow_ips: vec![],
         settings: None,
@@ -157,6 +163,8 @@ fn stripe_sdk_vector_verifies_and_yields_event_id() {
 /// walk of the body verification did for the id) and the routes.
 #[test]
 fn facts_are_read_from_the_kept_request_when_taken() {
+    // The routes are the targets' (`target::route`); verification only asks.
+    use crate::target::route;
     let src = source_with("stripe", &["whsec_test_secret"], |s| {
         let route = |target: &str, events: Option<Vec<String>>, filter: Vec<(String, String)>| {
             route::Route {
@@ -165,7 +173,7 @@ fn facts_are_read_from_the_kept_request_when_taken() {
                 order_by: None,
             }
         };
-        s.routes = vec![
+        s.routes = Arc::new(route::Routes(vec![
             route(
                 "readers",
                 None,
@@ -177,7 +185,7 @@ fn facts_are_read_from_the_kept_request_when_taken() {
                 None,
                 vec![("json:/data/object/object".into(), "charge".into())],
             ),
-        ];
+        ]));
     });
     let body = STRIPE_SDK_BODY.replace("\"object\": \"event\"", "\"type\": \"invoice.paid\"");
     let t = 1_700_000_000;

@@ -182,7 +182,13 @@ secrets = ["{SHOPIFY_SECRET}"]
             } else {
                 ""
             },
-            server_extra = self.server_extra,
+            // Every test client connects from 127.0.0.1: unless a test is
+            // about the per-client cap, it may use every slot.
+            server_extra = if self.server_extra.contains("max_connections") {
+                self.server_extra.clone()
+            } else {
+                format!("max_connections_per_client = 1024\n{}", self.server_extra)
+            },
             storage_extra = self.storage_extra,
         )
     }

@@ -22,17 +22,39 @@ pub fn free_port() -> u16 {
 /// A `hookgate serve` child process.
 pub struct Gateway {
     pub addr: SocketAddr,
+    /// `http`, or `https` when the config turns TLS on.
+    scheme: &'static str,
     child: Child,
+    /// The config file the gateway reads (and re-reads on SIGHUP).
+    path: std::path::PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Gateway {
     pub async fn start(opts: &Opts, db: &TestDb, prefix: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        Self::start_in(
+            dir,
+            |addr| opts.toml(db, prefix, addr),
+            &reqwest::Client::new(),
+            "http",
+        )
+        .await
+    }
+
+    /// Starts with the config `text(listen address)` written in `dir` (which
+    /// may hold files the config names), and waits until `client` gets an
+    /// answer from `/healthz` over `scheme`.
+    pub async fn start_in(
+        dir: tempfile::TempDir,
+        text: impl FnOnce(&str) -> String,
+        client: &reqwest::Client,
+        scheme: &'static str,
+    ) -> Self {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let path = dir.path().join("hookgate.toml");
-        std::fs::write(&path, opts.toml(db, prefix, &addr.to_string())).unwrap();
+        std::fs::write(&path, text(&addr.to_string())).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_hookgate"))
             .arg("--config")
             .arg(&path)
@@ -51,11 +73,17 @@ impl Gateway {
             .expect("hookgate binary starts");
         let g = Self {
             addr,
+            scheme,
             child,
+            path,
             _dir: dir,
         };
         let ok = super::eventually(Duration::from_secs(20), || async {
-            reqwest::get(format!("http://{addr}/healthz")).await.is_ok()
+            client
+                .get(format!("{scheme}://{addr}/healthz"))
+                .send()
+                .await
+                .is_ok()
         })
         .await;
         assert!(ok, "gateway process did not come up on {addr}");
@@ -63,7 +91,34 @@ impl Gateway {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{}", self.addr, path)
+        format!("{}://{}{}", self.scheme, self.addr, path)
+    }
+
+    /// The directory of the config file (files it names live here).
+    pub fn dir(&self) -> &std::path::Path {
+        self.path.parent().unwrap()
+    }
+
+    /// Replaces the config file's text (applied by the next reload).
+    pub fn rewrite_config(&self, text: &str) {
+        std::fs::write(&self.path, text).unwrap();
+    }
+
+    /// Sends SIGHUP (a reload) to the process.
+    pub fn hangup(&self) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill").args(["-HUP", &pid]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill -HUP {pid}");
+    }
+
+    /// Whether the process still runs.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    /// The process id (to read its memory from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The body of `GET path` with the admin token (`/metrics`, `/stats`).

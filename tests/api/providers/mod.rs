@@ -10,6 +10,8 @@ mod catalogue;
 mod handshakes;
 pub(crate) mod paypal;
 mod plaid;
+mod schemes;
+mod sns;
 
 use crate::helpers::*;
 use base64::Engine;

@@ -194,3 +194,138 @@ cert_hosts = ["{good_host}", "{fail_host}"]
         "{fetched} fetches"
     );
 }
+
+/// Issue #32: forged requests naming made-up certificates spend only their
+/// own (per-address) failure budget; a genuine new certificate, named by a
+/// request from another address, is still fetched and its webhook taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_forged_certificate_names_do_not_keep_a_genuine_new_certificate_out() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = hits.clone();
+    // PayPal's certificate host as the test owns it: the genuine
+    // certificate at one name, 404 for every other.
+    let certs = axum::Router::new().route(
+        "/v1/notifications/certs/{id}",
+        axum::routing::get(
+            move |axum::extract::Path(id): axum::extract::Path<String>| {
+                counter.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    if id == "CERT-GENUINE" {
+                        (axum::http::StatusCode::OK, PAYPAL_CERT)
+                    } else {
+                        (axum::http::StatusCode::NOT_FOUND, "")
+                    }
+                }
+            },
+        ),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, certs).await });
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.extra = format!(
+        "[sources.pp]\nprovider = \"paypal\"\n[sources.pp.paypal]\n\
+         webhook_id = \"WH-LOOP\"\ncert_hosts = [\"{host}\"]\n"
+    );
+    let app = spawn_app(opts).await;
+
+    // 1,000 forged names from 127.0.0.1, within one budget window.
+    let forger = reqwest::Client::builder()
+        .local_address("127.0.0.1".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let mut statuses = std::collections::BTreeMap::new();
+    for batch in 0..20 {
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..50 {
+            let url = format!("http://{host}/v1/notifications/certs/FORGED-{batch}-{i}");
+            let body = format!(r#"{{"id":"WH-FORGED-{batch}-{i}"}}"#);
+            let hdr = paypal_headers("WH-LOOP", &url, now(), body.as_bytes());
+            let mut req = forger.post(app.url("/webhooks/pp"));
+            for (k, v) in hdr {
+                req = req.header(k, v);
+            }
+            set.spawn(req.body(body).send());
+        }
+        while let Some(r) = set.join_next().await {
+            let s = r.unwrap().unwrap().status().as_u16();
+            *statuses.entry(s).or_insert(0) += 1;
+        }
+    }
+    assert!(
+        statuses.keys().all(|s| *s == 401 || *s == 503),
+        "{statuses:?}"
+    );
+    let forged_fetches = hits.load(Ordering::SeqCst);
+    assert!(
+        forged_fetches <= hookgate::verify::fetch_budget::FAILURES_PER_CLIENT as usize,
+        "{forged_fetches} fetches for forged names"
+    );
+
+    // The genuine new certificate, named by PayPal from another address.
+    let genuine = reqwest::Client::builder()
+        .local_address("127.0.0.2".parse::<std::net::IpAddr>().unwrap())
+        .build()
+        .unwrap();
+    let url = format!("http://{host}/v1/notifications/certs/CERT-GENUINE");
+    let body = br#"{"id":"WH-GENUINE-1"}"#;
+    let mut req = genuine.post(app.url("/webhooks/pp"));
+    for (k, v) in paypal_headers("WH-LOOP", &url, now(), body) {
+        req = req.header(k, v);
+    }
+    let res = req.body(body.to_vec()).send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["hookgate-dedup"], "new");
+    assert_eq!(hits.load(Ordering::SeqCst), forged_fetches + 1);
+}
+
+/// Issue #32: the last good certificate is kept in the ledger, so a
+/// restarted gateway verifies with it without fetching (here the
+/// certificate host is down by then).
+async fn a_fetched_certificate_survives_a_restart(backend: Backend) {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (counter, serving) = (hits.clone(), up.clone());
+    let certs = axum::Router::new().route(
+        "/v1/notifications/certs/{id}",
+        axum::routing::get(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let ok = serving.load(Ordering::SeqCst);
+            async move {
+                if ok {
+                    (axum::http::StatusCode::OK, PAYPAL_CERT)
+                } else {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "")
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move { axum::serve(listener, certs).await });
+    let mut opts = Opts::new(backend);
+    opts.extra = format!(
+        "[sources.pp]\nprovider = \"paypal\"\n[sources.pp.paypal]\n\
+         webhook_id = \"WH-LOOP\"\ncert_hosts = [\"{host}\"]\n"
+    );
+    let url = format!("http://{host}/v1/notifications/certs/CERT-KEPT");
+    let first = spawn_app(opts.clone()).await;
+    let body = br#"{"id":"WH-KEPT-1"}"#;
+    let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+    assert_eq!(send(&first, "pp", &hdr, body).await.0, 200);
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    // The key is written by a background task; give it a moment.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let prefix = first.prefix.clone();
+    let db = first.stop().await;
+
+    up.store(false, Ordering::SeqCst);
+    let again = spawn_on(opts, db, prefix).await;
+    let body = br#"{"id":"WH-KEPT-2"}"#;
+    let hdr = paypal_headers("WH-LOOP", &url, now(), body);
+    let (s, text, d) = send(&again, "pp", &hdr, body).await;
+    assert_eq!((s, d.as_str()), (200, "new"), "{text}");
+    assert_eq!(hits.load(Ordering::SeqCst), 1, "not fetched again");
+}
+
+crate::both_backends!(a_fetched_certificate_survives_a_restart);

@@ -176,11 +176,10 @@ pub fn decode_candidates(sig: &Signature, texts: &[&str]) -> Result<Vec<Vec<u8>>
     if texts.len() > MAX_CANDIDATES {
         return Err(VerifyError::MalformedSignature("too many signatures"));
     }
-    let want = sig.algorithm.output_len();
     let decoded: Vec<Vec<u8>> = texts
         .iter()
         .filter_map(|t| sig.encoding.decode(t.trim()))
-        .filter(|d| d.len() == want)
+        .filter(|d| sig.fits(d.len()))
         .collect();
     if decoded.is_empty() {
         return Err(VerifyError::MalformedSignature(

@@ -58,7 +58,22 @@ impl SchemeDef for Hmac {
     }
 }
 
+/// Checks one candidate signature of the signed bytes with one configured
+/// public key: `(key, message, signature)`. The public-key schemes
+/// (`ed25519`, `ecdsa`, `rsa`) reuse this file's reading of headers,
+/// templates and timestamps and differ only in this check.
+pub type PublicCheck<'a> = &'a dyn Fn(&[u8], &[u8], &[u8]) -> bool;
+
+/// Makes the signature of the signed bytes with a test's private key.
+pub type PrivateSign<'a> = &'a dyn Fn(&[u8]) -> Result<Vec<u8>, String>;
+
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
+    verify_with(ctx, None)
+}
+
+/// [`Hmac`]'s verification, with `public` checking each candidate instead
+/// of a MAC when given.
+pub fn verify_with(ctx: &Ctx<'_, '_>, public: Option<PublicCheck<'_>>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
     let provider = &ctx.source.provider;
     let (candidates, pairs): (Vec<Vec<u8>>, &[(&str, &str)]) = match &sig.from {
@@ -92,6 +107,13 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
             ctx.fields.lookup(&l, pairs).map(String::into_bytes)
         };
         let missing = VerifyError::MalformedSignature("a signed value is missing");
+        if let Some(check) = public {
+            let parts = assemble(&sig.content, &fixed(&[]), &mut value).ok_or(missing)?;
+            let message = parts.concat();
+            return Ok(ctx.source.keys.iter().position(|key| {
+                candidates.iter().any(|c| check(key.bytes(), &message, c))
+            }));
+        }
         if !any_segment(&sig.content, &|s| *s == Segment::Secret) {
             let parts = assemble(&sig.content, &fixed(&[]), &mut value).ok_or(missing)?;
             return Ok(super::matching_key(ctx, &as_slices(&parts), &candidates));
@@ -132,6 +154,16 @@ fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
 /// the timestamp and ids, are added first), or the signature placed at
 /// `[signature] from` in the body.
 fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
+    sign_with(s, out, None)
+}
+
+/// [`Hmac`]'s signer, with `private` making the signature instead of a
+/// MAC when given.
+pub fn sign_with(
+    s: &Signer<'_>,
+    out: &mut Signed,
+    private: Option<PrivateSign<'_>>,
+) -> Result<(), String> {
     let Signer { provider, key, req } = *s;
     let sig = &provider.signature;
     let unit = provider.timestamp.as_ref().map_or(TimeUnit::Seconds, |t| t.unit);
@@ -172,7 +204,11 @@ fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
         }
     });
     let parts = parts.ok_or_else(|| problem.unwrap_or_default())?;
-    let mac = sig.encoding.encode(&sig.algorithm.mac(key.bytes(), &as_slices(&parts)));
+    let raw = match private {
+        Some(f) => f(&parts.concat())?,
+        None => sig.algorithm.mac(key.bytes(), &as_slices(&parts)),
+    };
+    let mac = sig.encoding.encode(&raw);
     if let Some(at) = &sig.from {
         out.body = Some(with_signature_at(req.body, at, &format!("{}{mac}", sig.prefix))?);
         return Ok(());

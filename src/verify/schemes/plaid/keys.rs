@@ -13,7 +13,7 @@
 use super::{Jwk, Key, Token, header_value};
 use crate::primitives::secret::Secret;
 use crate::verify::VerifyError;
-use crate::verify::key_cache::{self, Fetched, KeyCache};
+use crate::verify::key_cache::{self, Fetched, KeyCache, Learned, LearnedKey};
 use http::HeaderMap;
 use std::collections::HashMap;
 use std::fmt;
@@ -69,6 +69,8 @@ pub struct Settings {
     /// "unknown" for [`UNKNOWN_FOR`] seconds.
     keys: KeyCache<String, Arc<Key>>,
     client: reqwest::Client,
+    /// Where keys found by a fetch are reported (the ledger).
+    learned: std::sync::OnceLock<Learned>,
 }
 
 impl fmt::Debug for Settings {
@@ -115,6 +117,7 @@ impl Settings {
             pinned: keys,
             keys: KeyCache::new(MAX_CACHED),
             client,
+            learned: std::sync::OnceLock::new(),
         })
     }
 
@@ -126,6 +129,7 @@ impl Settings {
         headers: &HeaderMap,
         body: &[u8],
         tolerance: Duration,
+        client: Option<std::net::IpAddr>,
         now: i64,
     ) -> Result<Arc<Key>, VerifyError> {
         let token = Token::parse(header_value(headers)?)?;
@@ -137,7 +141,9 @@ impl Settings {
         }
         token.check_claims(body, now, tolerance)?;
         let fetch = self.fetch_key(&token.kid, now);
-        self.keys.get_or_fetch(token.kid.clone(), now, fetch).await
+        self.keys
+            .get_or_fetch(token.kid.clone(), now, client, fetch)
+            .await
     }
 
     /// The key until [`MAX_AGE`] from now (or its own expiry, if sooner),
@@ -145,10 +151,21 @@ impl Settings {
     /// Plaid busy or unreachable is not.
     async fn fetch_key(&self, kid: &str, now: i64) -> Result<Fetched<Arc<Key>>, VerifyError> {
         Ok(match self.fetch(kid).await? {
-            Some(key) => Fetched {
-                until: key.expired_at.unwrap_or(i64::MAX).min(now + MAX_AGE),
-                found: Ok(Arc::new(key)),
-            },
+            Some((key, jwk)) => {
+                let until = key.expired_at.unwrap_or(i64::MAX).min(now + MAX_AGE);
+                key_cache::report(
+                    &self.learned,
+                    LearnedKey {
+                        name: kid.to_owned(),
+                        material: jwk,
+                        until,
+                    },
+                );
+                Fetched {
+                    until,
+                    found: Ok(Arc::new(key)),
+                }
+            }
             None => Fetched {
                 found: Err(unknown_kid()),
                 until: now + UNKNOWN_FOR,
@@ -156,8 +173,9 @@ impl Settings {
         })
     }
 
-    /// `Ok(None)`: Plaid answered but has no such key (or refused us).
-    async fn fetch(&self, kid: &str) -> Result<Option<Key>, VerifyError> {
+    /// The key and its JWK text; `Ok(None)`: Plaid answered but has no
+    /// such key (or refused us).
+    async fn fetch(&self, kid: &str) -> Result<Option<(Key, Vec<u8>)>, VerifyError> {
         let down = |_| VerifyError::CertificateUnavailable;
         let Some(c) = &self.credentials else {
             return Ok(None);
@@ -190,14 +208,41 @@ impl Settings {
         let out = key_cache::read_capped(res, MAX_RESPONSE).await?;
         #[derive(serde::Deserialize)]
         struct Response {
-            key: Jwk,
+            key: Box<serde_json::value::RawValue>,
         }
         let r: Response =
             serde_json::from_slice(&out).map_err(|_| VerifyError::CertificateUnavailable)?;
-        match r.key.into_key() {
-            Ok(k) if k.kid == kid => Ok(Some(k)),
+        let jwk: Jwk =
+            serde_json::from_str(r.key.get()).map_err(|_| VerifyError::CertificateUnavailable)?;
+        match jwk.into_key() {
+            Ok(k) if k.kid == kid => Ok(Some((k, r.key.get().as_bytes().to_vec()))),
             _ => Ok(None),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl key_cache::RemoteKeys for Settings {
+    /// A JWK the ledger kept, checked as a fetched one is.
+    async fn warm(&self, key: &LearnedKey, now: i64) -> bool {
+        if !self.pinned.is_empty() || key.until <= now {
+            return false;
+        }
+        let Ok(jwk) = serde_json::from_slice::<Jwk>(&key.material) else {
+            return false;
+        };
+        match jwk.into_key() {
+            Ok(k) if k.kid == key.name && k.expired_at.is_none_or(|e| e > now) => {
+                let until = k.expired_at.unwrap_or(i64::MAX).min(key.until);
+                self.keys.insert(key.name.clone(), Arc::new(k), until, now).await;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn report_to(&self, to: Learned) {
+        let _ = self.learned.set(to);
     }
 }
 

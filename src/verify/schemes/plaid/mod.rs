@@ -69,7 +69,13 @@ impl SchemeDef for Plaid {
         match &source.settings {
             Some(SchemeSettings::Plaid(settings)) => {
                 let key = settings
-                    .key_for(&incoming.headers, &incoming.body, source.tolerance, now)
+                    .key_for(
+                        &incoming.headers,
+                        &incoming.body,
+                        source.tolerance,
+                        incoming.client_ip,
+                        now,
+                    )
                     .await?;
                 Ok(Some(FetchedKey::Plaid(key)))
             }

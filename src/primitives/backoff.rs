@@ -1,7 +1,17 @@
-//! Retry timing: exponential backoff with full jitter, capped; a target's
-//! `Retry-After` (on 429/503) replaces the computed delay, within the cap.
+//! Retry timing, for deliveries to targets and calls to provider APIs:
+//! exponential backoff, capped; the other side's `Retry-After` replaces the
+//! computed wait, within the cap.
+//!
+//! Rule: every retry loop in the crate takes its waits from here.
 
 use std::time::Duration;
+
+/// `base · 2^(attempt-1)` for failed attempt number `attempt` (1-based),
+/// never above `cap`.
+pub fn ceiling(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    let exp = attempt.saturating_sub(1).min(31);
+    base.saturating_mul(1u32 << exp).min(cap)
+}
 
 /// Delay before the retry that follows failed attempt number `attempt`
 /// (1-based). `jitter` is a uniform random number in `[0, 1)`.
@@ -15,11 +25,9 @@ pub fn delay(
     if let Some(ra) = retry_after {
         return ra.min(cap);
     }
-    let exp = attempt.saturating_sub(1).min(32);
-    let ceiling = base.saturating_mul(1u32 << exp.min(31)).min(cap);
     // Full jitter: anywhere in [0, ceiling); never less than 1 ms so a burst
     // of failures does not spin.
-    ceiling
+    ceiling(attempt, base, cap)
         .mul_f64(jitter.clamp(0.0, 1.0))
         .max(Duration::from_millis(1))
 }

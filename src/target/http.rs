@@ -1,14 +1,103 @@
-//! The forwarded request: the original body bytes and provider headers,
-//! `Hookgate-*` headers, and optionally a Standard Webhooks signature by the
-//! gateway itself so targets can verify hookgate with any such library.
+//! `kind = "http"` (the default): the event POSTed to `url` with the
+//! original body bytes and provider headers, `Hookgate-*` headers, and
+//! optionally a Standard Webhooks signature by the gateway itself so
+//! targets can verify hookgate with any such library.
+//!
+//! Rule: the body goes out byte for byte as the provider sent it; a target
+//! URL never reaches `last_error` or a log (it may carry a token).
 
-use super::backoff;
-use super::sink::Sent;
-use crate::config::Target;
-use crate::store::DueDelivery;
+use super::kind::{Check, Endpoint, KindDef, Message, RawKeys, Sent, set_keys};
+use crate::primitives::backoff;
+use crate::primitives::crypto::SigningKey;
 use base64::Engine;
+use serde::de::MapAccess;
 use sha2::{Digest, Sha256};
 use std::time::SystemTime;
+
+/// `kind = "http"`.
+pub struct HttpKind;
+
+/// The keys only an http target takes.
+#[derive(Debug, Default)]
+pub struct Raw {
+    /// Optional secret (Standard Webhooks `whsec_<base64>` or raw) to sign forwards.
+    pub signing_secret: Option<String>,
+}
+
+impl RawKeys for Raw {
+    const KEYS: &'static [&'static str] = &["signing_secret"];
+
+    fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "signing_secret" => self.signing_secret = Some(map.next_value()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn set(&self) -> Vec<&'static str> {
+        set_keys([("signing_secret", self.signing_secret.is_some())])
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Standard Webhooks key the gateway signs forwards with.
+    pub signing_key: Option<SigningKey>,
+}
+
+impl KindDef for HttpKind {
+    const NAME: &'static str = "http";
+    type Raw = Raw;
+    type Spec = Spec;
+    type Sink = Http;
+
+    fn check_url(url: &str) -> Result<(), String> {
+        if url.starts_with("http://") || url.starts_with("https://") {
+            Ok(())
+        } else {
+            Err("must be an http:// or https:// URL".into())
+        }
+    }
+
+    fn validate(raw: Raw, check: &mut Check<'_>) -> Spec {
+        let signing_key = raw.signing_secret.as_deref().and_then(|r| {
+            let s = check.secret("signing_secret", r)?;
+            Some(SigningKey::standard_webhooks(&s))
+        });
+        Spec { signing_key }
+    }
+
+    fn describe(_: &Spec) -> String {
+        String::new()
+    }
+
+    fn signs(spec: &Spec) -> bool {
+        spec.signing_key.is_some()
+    }
+
+    fn secrets(spec: &Spec) -> Vec<&[u8]> {
+        spec.signing_key.iter().map(SigningKey::bytes).collect()
+    }
+
+    fn sink(spec: &Spec, http: &reqwest::Client) -> Http {
+        Http {
+            client: http.clone(),
+            signing_key: spec.signing_key.clone(),
+        }
+    }
+
+    async fn send(sink: &Http, to: &Endpoint<'_>, message: &Message<'_>) -> Sent {
+        send(sink, to, message).await
+    }
+}
+
+/// The process's HTTP client (one connection pool for every target) and
+/// the target's signing key.
+pub struct Http {
+    client: reqwest::Client,
+    signing_key: Option<SigningKey>,
+}
 
 /// Headers the gateway's own signature replaces when a target signs.
 const STANDARD_WEBHOOK_HEADERS: &[&str] = &["webhook-id", "webhook-timestamp", "webhook-signature"];
@@ -34,51 +123,34 @@ pub fn standard_signature(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String 
     )
 }
 
-/// Builds the POST for one attempt (1-based) at unix time `now_secs`.
-pub fn build(
-    client: &reqwest::Client,
-    target: &Target,
-    d: &DueDelivery,
-    attempt: i32,
-    now_secs: i64,
-) -> reqwest::RequestBuilder {
-    let mut req = client.post(&target.url).timeout(target.timeout);
-    for (name, value) in d.headers.iter() {
-        if target.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
+/// Builds the POST for one attempt.
+fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::RequestBuilder {
+    let mut req = http.client.post(target.url).timeout(target.timeout);
+    for (name, value) in &m.provider_headers {
+        if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
-        // Credentials or proxy headers stored for another target of the source.
-        if target.withholds(&d.source, name.as_str()) {
-            continue;
-        }
+        req = req.header(*name, *value);
+    }
+    for (name, value) in m.hookgate_headers() {
         req = req.header(name, value);
     }
-    req = req
-        .header("hookgate-event-id", d.event_id.as_str())
-        .header("hookgate-source", d.source.as_str())
-        .header("hookgate-attempt", attempt.to_string());
-    if let Some(key) = &target.signing_key {
-        let id = message_id(&d.source, &d.event_id);
-        let sig = standard_signature(key.bytes(), &id, now_secs, &d.body);
+    if let Some(key) = &http.signing_key {
+        let id = message_id(m.source, m.event_id);
+        let sig = standard_signature(key.bytes(), &id, m.now_secs, m.body);
         req = req
             .header("webhook-id", id)
-            .header("webhook-timestamp", now_secs.to_string())
+            .header("webhook-timestamp", m.now_secs.to_string())
             .header("webhook-signature", sig);
     }
-    req.body(d.body.clone())
+    req.body(m.body.clone())
 }
 
 /// One HTTP attempt: POST and classify the answer. 2xx is delivered;
 /// anything else is retried (429/503 with their `Retry-After`), except a
 /// request that cannot even be built, which no retry would fix.
-pub async fn send(
-    client: &reqwest::Client,
-    target: &Target,
-    d: &DueDelivery,
-    attempt: i32,
-    now_secs: i64,
-) -> Sent {
-    match build(client, target, d, attempt, now_secs).send().await {
+async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
+    match build(http, target, m).send().await {
         Ok(res) => {
             let s = res.status();
             let status = Some(s.as_u16() as i32);
@@ -99,10 +171,7 @@ pub async fn send(
                 retry_after,
             }
         }
-        Err(e) if e.is_builder() => Sent::Permanent {
-            status: None,
-            error: error_text(&e),
-        },
+        Err(e) if e.is_builder() => Sent::permanent(error_text(&e)),
         Err(e) => {
             let error = if e.is_timeout() {
                 "timeout".to_owned()
@@ -111,11 +180,7 @@ pub async fn send(
             } else {
                 error_text(&e)
             };
-            Sent::Retry {
-                status: None,
-                error,
-                retry_after: None,
-            }
+            Sent::retry(error)
         }
     }
 }

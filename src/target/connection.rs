@@ -2,18 +2,21 @@
 //! first use, shared by every delivery to the target, and forgotten after
 //! a failed publish so that the next attempt connects anew (a broker that
 //! went away and came back, a connection that hangs).
+//!
+//! Rule: one connect at a time per target; a failed attempt forgets only
+//! the connection it used.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::Mutex;
 
-pub struct Shared<T> {
+pub struct LazyConnection<T> {
     slot: Mutex<Option<(u64, Arc<T>)>>,
     generations: AtomicU64,
 }
 
-impl<T> Default for Shared<T> {
+impl<T> Default for LazyConnection<T> {
     fn default() -> Self {
         Self {
             slot: Mutex::new(None),
@@ -22,11 +25,11 @@ impl<T> Default for Shared<T> {
     }
 }
 
-impl<T> Shared<T> {
+impl<T> LazyConnection<T> {
     /// The current connection while `alive` says it is usable, else a new
     /// one from `connect` (one connect at a time: concurrent attempts wait
     /// for it and share it). Also returns the connection's generation, for
-    /// [`Shared::forget`].
+    /// [`LazyConnection::forget`].
     pub async fn get<F, Fut>(
         &self,
         alive: impl Fn(&T) -> bool,
@@ -68,7 +71,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_until_forgotten_and_a_stale_forget_is_ignored() {
-        let shared: Shared<u32> = Shared::default();
+        let shared: LazyConnection<u32> = LazyConnection::default();
         let (g1, c) = shared.get(|_| true, || async { Ok(7) }).await.unwrap();
         assert_eq!(*c, 7);
         let (again, _) = shared

@@ -1,4 +1,4 @@
--- Same model as migrations/postgres/0015_handshake_secrets.sql.
+-- Same model as migrations/postgres/0017_handshake_secrets.sql.
 CREATE TABLE hookgate_handshake_secrets (
     source     TEXT    NOT NULL,
     secret     TEXT    NOT NULL,

@@ -15,19 +15,115 @@
 //! longer than `delivery.lease` for that to cover a crash. See
 //! https://docs.nats.io/using-nats/developer/develop_jetstream/model_deep_dive#message-deduplication
 //! and https://docs.rs/async-nats/0.50.0/async_nats/jetstream/context/struct.Context.html#method.send_publish.
+//!
+//! Rule: the URL's credentials are login options, never part of the URL the
+//! client sees; every error is shown with the password redacted.
 
-use super::broker::Shared;
-use super::sink::{Sent, message_headers, percent_decoded, redact, render};
-use crate::config::{NatsSpec, Target};
-use crate::store::DueDelivery;
+use super::connection::LazyConnection;
+use super::kind::{
+    Check, Endpoint, KindDef, Message, RawKeys, Sent, check_template, render, set_keys,
+};
+use crate::primitives::url::{Credentials, percent_decode_lossy, redact_in, split_credentials};
 use async_nats::jetstream::{self, context::PublishErrorKind};
 use async_nats::{HeaderMap, HeaderName, HeaderValue};
+use serde::de::MapAccess;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// `kind = "nats"`.
+pub struct NatsKind;
+
+/// The keys only a nats target takes.
+#[derive(Debug, Default)]
+pub struct Raw {
+    /// The subject events are published to; `{source}` and `{type}` are
+    /// filled in. A JetStream stream must capture it. Required.
+    pub subject: Option<String>,
+}
+
+impl RawKeys for Raw {
+    const KEYS: &'static [&'static str] = &["subject"];
+
+    fn take<'de, A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<bool, A::Error> {
+        match key {
+            "subject" => self.subject = Some(map.next_value()?),
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    fn set(&self) -> Vec<&'static str> {
+        set_keys([("subject", self.subject.is_some())])
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Spec {
+    /// Subject template (`{source}`, `{type}`).
+    pub subject: String,
+}
+
+impl KindDef for NatsKind {
+    const NAME: &'static str = "nats";
+    type Raw = Raw;
+    type Spec = Spec;
+    type Sink = Nats;
+
+    fn check_url(url: &str) -> Result<(), String> {
+        super::kind::needs_scheme(Self::NAME, &["nats://", "tls://"], url)
+    }
+
+    fn validate(raw: Raw, check: &mut Check<'_>) -> Spec {
+        let subject = raw.subject.clone().unwrap_or_default();
+        if raw.subject.is_none() {
+            check.problem(
+                "subject",
+                "a nats target needs `subject` (e.g. \"hooks.{source}.{type}\")".into(),
+            );
+        } else if let Err(e) = check_template(&subject).and_then(|()| check_subject(&subject)) {
+            check.problem("subject", e);
+        }
+        Spec { subject }
+    }
+
+    fn describe(spec: &Spec) -> String {
+        format!(" kind=nats subject={}", spec.subject)
+    }
+
+    fn sink(spec: &Spec, _: &reqwest::Client) -> Nats {
+        Nats {
+            spec: spec.clone(),
+            conn: LazyConnection::default(),
+        }
+    }
+
+    async fn send(sink: &Nats, to: &Endpoint<'_>, message: &Message<'_>) -> Sent {
+        sink.send(to, message).await
+    }
+}
+
+/// A NATS subject template: dot-separated tokens, none empty, no
+/// whitespace, and no wildcard (`*`, `>`): one publishes to one subject.
+/// See https://docs.nats.io/nats-concepts/subjects.
+fn check_subject(template: &str) -> Result<(), String> {
+    if template.chars().any(char::is_whitespace) {
+        return Err(format!("`{template}`: a subject has no whitespace"));
+    }
+    if template
+        .split('.')
+        .any(|token| token.is_empty() || token == "*" || token == ">")
+    {
+        return Err(format!(
+            "`{template}`: a subject is dot-separated tokens, none empty and none a \
+             wildcard (`*`, `>`)"
+        ));
+    }
+    Ok(())
+}
+
 pub struct Nats {
-    spec: NatsSpec,
-    conn: Shared<jetstream::Context>,
+    spec: Spec,
+    conn: LazyConnection<jetstream::Context>,
 }
 
 /// Why an attempt failed, and whether the connection is suspect.
@@ -37,23 +133,13 @@ struct Failure {
 }
 
 impl Nats {
-    pub fn new(spec: NatsSpec) -> Self {
-        Self {
-            spec,
-            conn: Shared::default(),
-        }
-    }
-
-    pub async fn send(&self, target: &Target, d: &DueDelivery, attempt: i32) -> Sent {
+    async fn send(&self, target: &Endpoint<'_>, d: &Message<'_>) -> Sent {
         let subject = render(&self.spec.subject, d);
         if let Err(error) = valid_subject(&subject) {
-            return Sent::Permanent {
-                status: None,
-                error,
-            };
+            return Sent::permanent(error);
         }
         let used = AtomicU64::new(0);
-        let attempt = self.attempt(target, d, attempt, &subject, &used);
+        let attempt = self.attempt(target, d, &subject, &used);
         let failure = match tokio::time::timeout(target.timeout, attempt).await {
             Ok(Ok(())) => return Sent::Delivered { status: None },
             Ok(Err(failure)) => failure,
@@ -69,19 +155,14 @@ impl Nats {
         if failure.drop_connection && generation != 0 {
             self.conn.forget(generation).await;
         }
-        Sent::Retry {
-            status: None,
-            error: redact(&failure.error, &target.url),
-            retry_after: None,
-        }
+        Sent::retry(redact_in(&failure.error, target.url))
     }
 
     /// Connects when needed, publishes, waits for the PubAck.
     async fn attempt(
         &self,
-        target: &Target,
-        d: &DueDelivery,
-        attempt: i32,
+        target: &Endpoint<'_>,
+        d: &Message<'_>,
         subject: &str,
         used: &AtomicU64,
     ) -> Result<(), Failure> {
@@ -104,7 +185,7 @@ impl Nats {
         used.store(generation, Ordering::Relaxed);
         let message = jetstream::message::PublishMessage::build()
             .payload(d.body.clone())
-            .headers(nats_headers(target, d, attempt)?);
+            .headers(nats_headers(d)?);
         let ack = js
             .send_publish(subject.to_owned(), message)
             .await
@@ -120,11 +201,11 @@ impl Nats {
     }
 }
 
-async fn connect(target: &Target) -> Result<jetstream::Context, String> {
+async fn connect(target: &Endpoint<'_>) -> Result<jetstream::Context, String> {
     // async-nats does not log in with a URL's user:password; they are
     // passed as options, and the client never sees them in the URL (which
     // it may log at debug level).
-    let (url, user, password) = split_userinfo(&target.url);
+    let (url, user, password) = split_userinfo(target.url);
     let options = match (user, password) {
         (Some(user), Some(password)) => {
             async_nats::ConnectOptions::with_user_and_password(user, password)
@@ -150,26 +231,19 @@ async fn connect(target: &Target) -> Result<jetstream::Context, String> {
 /// The URL without its `user[:password]@`, and the user and password
 /// (percent-decoded).
 fn split_userinfo(url: &str) -> (String, Option<String>, Option<String>) {
-    let Some(start) = url.find("://").map(|i| i + 3) else {
-        return (url.to_owned(), None, None);
+    let (bare, credentials) = split_credentials(url);
+    let Some(Credentials { user, password }) = credentials else {
+        return (bare, None, None);
     };
-    let authority_end = url[start..].find('/').map_or(url.len(), |i| start + i);
-    let Some(at) = url[start..authority_end].rfind('@').map(|i| start + i) else {
-        return (url.to_owned(), None, None);
-    };
-    let userinfo = &url[start..at];
-    let bare = format!("{}{}", &url[..start], &url[at + 1..]);
-    let (user, password) = match userinfo.split_once(':') {
-        Some((u, p)) => (percent_decoded(u), Some(percent_decoded(p))),
-        None => (percent_decoded(userinfo), None),
-    };
+    let user = percent_decode_lossy(user);
+    let password = password.map(percent_decode_lossy);
     (bare, (!user.is_empty()).then_some(user), password)
 }
 
 /// Provider headers and `hookgate-*` metadata, plus `Nats-Msg-Id`.
-fn nats_headers(target: &Target, d: &DueDelivery, attempt: i32) -> Result<HeaderMap, Failure> {
+fn nats_headers(d: &Message<'_>) -> Result<HeaderMap, Failure> {
     let mut headers = HeaderMap::new();
-    for (name, value) in message_headers(target, d, attempt) {
+    for (name, value) in d.broker_headers() {
         // `Nats-*` headers steer JetStream (expected stream or sequence,
         // message id): none may come from the provider's request.
         if name
@@ -180,7 +254,7 @@ fn nats_headers(target: &Target, d: &DueDelivery, attempt: i32) -> Result<Header
         }
         // A name or value NATS cannot carry (control characters, ':') is
         // left out rather than failing the event.
-        if let (Ok(n), Ok(v)) = (HeaderName::from_str(&name), HeaderValue::from_str(&value)) {
+        if let (Ok(n), Ok(v)) = (HeaderName::from_str(name), HeaderValue::from_str(value)) {
             headers.append(n, v);
         }
     }

@@ -3,14 +3,20 @@
 //! A target subscribes with `events` (globs over the provider's event
 //! type; default: every event) and an optional `filter` (locator =
 //! value, all must match). Decided once per event, when dedup may store it
-//! (`verify::Verified::take_facts`), so a retry answered from the cache
-//! costs nothing. A `filter` or `order_by` JSON pointer walks the body on
-//! its own; only the provider's own pointers share verification's walk.
-//! An event no target wants is still stored (counted `unrouted`); it just
-//! gets no delivery rows.
+//! (`verify::Verified::take_facts` asks the source's [`Routes`] through
+//! `verify::router::Router`), so a retry answered from the cache costs
+//! nothing. A `filter` or `order_by` JSON pointer walks the body on its
+//! own; only the provider's own pointers share verification's walk. An
+//! event no target wants is still stored (counted `unrouted`); it just gets
+//! no delivery rows.
+//!
+//! Rule: a route is the target's `events`, `filter` and `order_by`, nothing
+//! else; every replica with the same config decides the same way.
 
-use super::fields::Fields;
-use super::locator::{Locator, Lookup};
+use super::Target;
+use crate::verify::fields::Fields;
+use crate::verify::locator::{Locator, Lookup};
+use crate::verify::router::{Routed, Router};
 
 /// What one target accepts.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,9 +43,14 @@ pub struct Route {
 /// an index entry stays small).
 pub const MAX_ORDER_KEY: usize = 200;
 
-/// Parses a target's `order_by`: any locator routing accepts (header, json,
-/// form, query; alternatives with `|`), never a signature part.
+/// Parses a target's `order_by`: any locator routing accepts.
 pub fn parse_order_by(text: &str) -> Result<Lookup, String> {
+    routing_locator(text)
+}
+
+/// A locator routing accepts (`filter`, `order_by`): header, json, form or
+/// query, alternatives with `|`; never a signature part.
+fn routing_locator(text: &str) -> Result<Lookup, String> {
     let lookup = Lookup::parse(text)?;
     if lookup
         .alternatives
@@ -79,16 +90,7 @@ impl Rule {
         }
         let mut parsed = Vec::new();
         for (locator, value) in filter {
-            let lookup = Lookup::parse(&locator).map_err(|e| format!("filter: {e}"))?;
-            if lookup
-                .alternatives
-                .iter()
-                .any(|l| matches!(l, Locator::Signature(_)))
-            {
-                return Err(format!(
-                    "filter: `{locator}`: use a header, json, form or query locator"
-                ));
-            }
+            let lookup = routing_locator(&locator).map_err(|e| format!("filter: {e}"))?;
             parsed.push((lookup, value));
         }
         Ok(Self {
@@ -121,7 +123,7 @@ impl Rule {
             let f: Vec<String> = self
                 .filter
                 .iter()
-                .map(|(l, v)| format!("{} = {v:?}", show_lookup(l)))
+                .map(|(l, v)| format!("{} = {v:?}", l.show()))
                 .collect();
             parts.push(format!("filter={{{}}}", f.join(", ")));
         }
@@ -129,34 +131,37 @@ impl Rule {
     }
 }
 
-/// A locator as written in the config (`check-config`).
-pub fn show_lookup(l: &Lookup) -> String {
-    l.alternatives
-        .iter()
-        .map(|a| match a {
-            Locator::Header(h) => format!("header:{h}"),
-            Locator::Json(p) => format!("json:{p}"),
-            Locator::Form(f) => format!("form:{f}"),
-            Locator::Query(q) => format!("query:{q}"),
-            Locator::Signature(s) => format!("signature:{s}"),
-        })
-        .collect::<Vec<_>>()
-        .join("|")
+/// A source's routes: its targets with their rules, in its `targets` order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes(pub Vec<Route>);
+
+impl Routes {
+    /// The routes of a source whose `targets` are these names; a name
+    /// `target` does not know is left out (config validation reports it).
+    pub fn of<'a>(names: &[String], target: impl Fn(&str) -> Option<&'a Target>) -> Self {
+        Self(
+            names
+                .iter()
+                .filter_map(|n| target(n))
+                .map(|t| Route {
+                    target: t.name.clone(),
+                    rule: t.rule.clone(),
+                    order_by: t.order_by.clone(),
+                })
+                .collect(),
+        )
+    }
 }
 
-/// The targets whose routes want this event, in config order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Selected {
-    pub targets: Vec<String>,
-    /// Parallel to `targets`: `None` for a target without `order_by`;
-    /// for one with it, the event's ordering key, or `""` when the event
-    /// holds none (delivered unordered; see `store::NewEvent`).
-    pub order_keys: Vec<Option<String>>,
+impl Router for Routes {
+    fn select(&self, event_type: Option<&str>, fields: &Fields<'_>) -> Routed {
+        select(&self.0, event_type, fields)
+    }
 }
 
 /// The routes that want this event, with their ordering keys.
-pub fn select(routes: &[Route], event_type: Option<&str>, fields: &Fields<'_>) -> Selected {
-    let mut out = Selected::default();
+pub fn select(routes: &[Route], event_type: Option<&str>, fields: &Fields<'_>) -> Routed {
+    let mut out = Routed::default();
     for r in routes.iter().filter(|r| r.rule.matches(event_type, fields)) {
         out.targets.push(r.target.clone());
         out.order_keys.push(
