@@ -174,7 +174,9 @@ pub fn reject_reason(e: VerifyError) -> RejectReason {
     match e {
         VerifyError::MissingSignature => RejectReason::MissingSignature,
         VerifyError::MalformedSignature(_) => RejectReason::MalformedSignature,
-        VerifyError::InvalidSignature => RejectReason::InvalidSignature,
+        VerifyError::InvalidSignature | VerifyError::WrongVerifyToken => {
+            RejectReason::InvalidSignature
+        }
         VerifyError::MissingTimestamp | VerifyError::MalformedTimestamp => {
             RejectReason::BadTimestamp
         }

@@ -45,6 +45,8 @@ fn sources() -> &'static [Arc<Source>] {
                     public_url: Some("https://hooks.example.test/webhooks/fuzz".into()),
                     allow_ips: vec![],
                     settings: None,
+                    verify_token: None,
+                    split: None,
                     withheld,
                 }))
             })

@@ -57,6 +57,8 @@ pub struct Handles {
     pub answer_budget: ByteBudget,
     /// Wrong admin tokens per client address.
     pub admin_throttle: Arc<Throttle>,
+    /// Keys handshakes handed over, per source (`verify::learned`).
+    pub learned: Arc<crate::verify::learned::Learned>,
 }
 
 /// One loaded config with the handles built from it.
@@ -103,6 +105,7 @@ impl Handles {
             body_budget,
             answer_budget,
             admin_throttle: Default::default(),
+            learned: Default::default(),
             live: ArcSwap::from_pointee(live),
             store,
             dedup,

@@ -68,6 +68,7 @@ pub fn describe(c: &Config) -> String {
                 url::show(&r.api_base),
             );
         }
+        describe_handshakes(&mut o, s);
         describe_routes(&mut o, c, s);
     }
     let _ = writeln!(o, "targets:");
@@ -112,7 +113,7 @@ fn describe_routes(o: &mut String, c: &Config, s: &crate::verify::source::Source
     let _ = writeln!(o, "    event type: {typed}");
     // Whether a relay could change the id (dodging dedup) or the type
     // (rerouting) without breaking the signature.
-    let signed = crate::verify::signedness::of(&s.provider);
+    let signed = crate::verify::signedness::of_source(s);
     let _ = writeln!(o, "    signed: {}", signed.describe());
     let routes = Routes::of(&s.targets, |t| c.targets.get(t).map(|t| &**t));
     if routes.0.is_empty() {
@@ -154,5 +155,43 @@ fn describe_apis(o: &mut String, c: &Config) {
             show(a.lock_ttl),
             show(a.timeout),
         );
+    }
+}
+
+/// What a source answers before any event, and whether it splits batches.
+/// Says whether `verify_token` is set, never what it is.
+fn describe_handshakes(o: &mut String, s: &crate::verify::source::Source) {
+    use crate::verify::spec::ControlMethod;
+    let p = &s.provider;
+    let mut parts = Vec::new();
+    for c in &p.controls {
+        if c.method == ControlMethod::Get {
+            parts.push("GET challenge");
+        } else if c.learn.is_some() {
+            parts.push("handshake (secret stored)");
+        } else {
+            parts.push("POST challenge or ping");
+        }
+    }
+    if p.signature.scheme.handshake().is_some() {
+        parts.push("GET challenge");
+    }
+    parts.dedup();
+    if p.wants_verify_token() {
+        parts.push(if s.verify_token.is_some() {
+            "verify_token set"
+        } else {
+            "verify_token unset"
+        });
+    }
+    if let Some(split) = &s.split {
+        let _ = writeln!(
+            o,
+            "  {:<16} split: each item of json:{} is an event",
+            "", split.items
+        );
+    }
+    if !parts.is_empty() {
+        let _ = writeln!(o, "  {:<16} answers: {}", "", parts.join(", "));
     }
 }

@@ -9,7 +9,7 @@
 use crate::primitives::duration::Dur;
 use crate::target::{KindName, RawKinds};
 use crate::verify::schemes::{braintree, paypal, plaid, sns};
-use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides};
+use crate::verify::spec::{EventIdSpec, OneOrMany, SignatureOverrides, SplitSetting};
 use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use std::collections::BTreeMap;
@@ -285,6 +285,16 @@ pub struct RawSource {
     pub signature: Option<SignatureOverrides>,
     /// Replaces the provider's `[event_id]` rule.
     pub event_id: Option<EventIdSpec>,
+    /// The token a provider's URL-verification handshake carries (Meta's
+    /// `hub.verify_token`, chosen by you in the provider's dashboard):
+    /// `env:`, `file:` or a literal. Required by providers whose handshake
+    /// has one; a wrong token is refused with 403.
+    pub verify_token: Option<String>,
+    /// Admit a batch body's items one by one, each an event with its own
+    /// id: `true` / `false` turn the provider's `[split]` on or off (its
+    /// default applies when unset), `"json:/items"` names the array for a
+    /// provider without one (each item's id is then its hash).
+    pub split: Option<SplitSetting>,
     /// Replaces (or, for the generic providers, supplies) where the event
     /// type is: a locator, or a list whose values are joined with `.`.
     /// Routing (`events`) matches on it.

@@ -1,31 +1,37 @@
 //! `GET /webhooks/{source}`: the URL check some providers make before they
-//! send events (Braintree's `bt_challenge`). Answered from the source's
-//! settings; nothing is verified against a body, stored or forwarded.
+//! send events (Meta's `hub.challenge`, Dropbox's `challenge`, X's CRC,
+//! Okta's verification, Braintree's `bt_challenge`). Answered from the
+//! provider file's `GET` controls or the scheme; nothing is stored or
+//! forwarded, and the answer is counted as a handshake, not an event.
 
 use crate::error::ApiError;
+use crate::primitives::time::Millis;
 use crate::state::AppState;
 use crate::verify::{self, GetAnswer};
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Uri};
 use axum::response::{IntoResponse, Response};
 
 pub async fn answer(
     State(state): State<AppState>,
     Path(source): Path<String>,
     uri: Uri,
+    headers: HeaderMap,
 ) -> Response {
     let config = state.config();
     let Some(src) = config.sources.get(&source) else {
         return ApiError::UnknownSource.into_response();
     };
-    let (outcome, res) = match verify::answer_get(src, uri.query()) {
+    let now = Millis::now().as_secs();
+    let (outcome, res) = match verify::answer_get(src, &headers, uri.query(), now) {
         GetAnswer::Reply(r) => {
-            let mut res = (StatusCode::OK, r.body).into_response();
-            if let Some(ct) = r.content_type.and_then(|c| HeaderValue::from_str(&c).ok()) {
-                res.headers_mut().insert(header::CONTENT_TYPE, ct);
-            }
-            ("challenge_answered", res)
+            state.counters.handshake(&source);
+            ("challenge_answered", super::reply_response(r, None))
         }
+        GetAnswer::Refused(e) => (
+            "challenge_refused",
+            ApiError::rejected(e, None).into_response(),
+        ),
         GetAnswer::NotOffered => ("method_not_allowed", ApiError::UsePost.into_response()),
         GetAnswer::NotConfigured(why) => (
             "challenge_not_configured",

@@ -7,17 +7,20 @@ pub mod challenge;
 
 use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
+use crate::primitives::secret::Secret;
 use crate::primitives::time::Millis;
 use crate::serve;
 use crate::state::AppState;
 use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
+use crate::store::handshake_secrets::Learned;
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Response header telling the caller what dedup decided. A header name
@@ -116,29 +119,123 @@ async fn handle(
 
     let now = Millis::now();
     let verify_started = Instant::now();
+    // A source that learns keys in handshakes verifies with them too.
+    let learns = source.provider.learns();
+    let verifying = match learns {
+        true => learned_source(state, source).await?,
+        false => source.clone(),
+    };
+    let again = learns.then(|| (request.headers.clone(), bytes.clone()));
     let incoming = Incoming {
         headers: request.headers,
         body: bytes,
         query: request.query,
         client_ip: request.client,
     };
-    let checked = verify::check(source, incoming, now.as_secs()).await;
+    let mut checked = verify::check(&verifying, incoming, now.as_secs()).await;
+    // Another replica may have learned the key this request is signed with.
+    if let (Err(e), Some((headers, body))) = (&checked, again)
+        && e.is_authenticity()
+        && state.learned.due(source_name)
+        && let Ok(secrets) = state.store.handshake_secrets.secrets(source_name).await
+        && let (fresh, true) = state.learned.set(source, secrets)
+    {
+        let incoming = Incoming {
+            headers,
+            body,
+            query: request.query,
+            client_ip: request.client,
+        };
+        checked = verify::check(&fresh, incoming, now.as_secs()).await;
+    }
     let metrics = request.metrics;
     if let Some(m) = metrics {
         m.verified(verify_started.elapsed());
     }
     let reject_status = source.provider.response.reject_status;
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
-    let mut verified = match checked {
-        Checked::Event(v) => v,
-        // A challenge or ping: authentic, answered, nothing stored.
-        Checked::Answer(reply) => return Ok((Outcome::Answered, reply_response(reply, None))),
-    };
-    *event_id = Some(verified.event_id().as_str().to_owned());
-    let reply = verified.take_reply();
-
     let cache_ttl = config.cache_ttl(source);
-    let (outcome, dedup) = match state.dedup.admit(verified, cache_ttl, now).await {
+    let (events, reply) = match checked {
+        Checked::Event(mut v) => {
+            *event_id = Some(v.event_id().as_str().to_owned());
+            let reply = v.take_reply();
+            let outcome = admit(state, source_name, metrics, v, cache_ttl, now).await?;
+            return Ok((outcome, reply_response(reply, Some(dedup_label(outcome)))));
+        }
+        // A challenge or ping: authentic, answered, nothing stored.
+        Checked::Answer(mut reply) => {
+            if let Some(secret) = reply.learn.take() {
+                learn(state, source, &secret, now).await?;
+            }
+            return Ok((Outcome::Answered, reply_response(reply, None)));
+        }
+        Checked::Split { events, reply } => (events, reply),
+    };
+    // A split batch: every item admitted at once (they share group
+    // commits); the request is answered after all of them. The first
+    // item's outcome is the request's, the others are tallied beside it.
+    if events.is_empty() {
+        return Ok((Outcome::Answered, reply_response(reply, None)));
+    }
+    *event_id = Some(format!("{} items", events.len()));
+    let mut admitting = tokio::task::JoinSet::new();
+    for (i, v) in events.into_iter().enumerate() {
+        let (state, name) = (state.clone(), source_name.to_owned());
+        admitting.spawn(async move {
+            let live = state.live();
+            let metrics = live.request_metrics.source(&name);
+            (i, admit(&state, &name, metrics, v, cache_ttl, now).await)
+        });
+    }
+    let mut outcomes = Vec::new();
+    let mut failed = None;
+    while let Some(joined) = admitting.join_next().await {
+        match joined {
+            Ok((i, Ok(o))) => outcomes.push((i, o)),
+            // Unavailable outranks in flight: the retry must wait either way.
+            Ok((_, Err(e))) => {
+                if !matches!(failed, Some(ApiError::Unavailable)) {
+                    failed = Some(e);
+                }
+            }
+            Err(_) => failed = Some(ApiError::Unavailable),
+        }
+    }
+    outcomes.sort_by_key(|(i, _)| *i);
+    let (_, first) = *outcomes.first().unwrap_or(&(0, Outcome::Answered));
+    for (_, o) in outcomes.iter().skip(1) {
+        state.counters.tally(source_name, *o);
+    }
+    // Items stored before a failure stay stored: the provider's retry finds
+    // them duplicates and stores the rest.
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let any_new = outcomes.iter().any(|(_, o)| *o == Outcome::New);
+    let label = if any_new { "new" } else { "duplicate" };
+    Ok((first, reply_response(reply, Some(label))))
+}
+
+/// `Hookgate-Dedup` for one event's outcome.
+fn dedup_label(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::New => "new",
+        _ => "duplicate",
+    }
+}
+
+/// Dedupes and stores one verified event; counts its type, routing and
+/// arrival.
+async fn admit(
+    state: &AppState,
+    source_name: &str,
+    metrics: Option<&crate::stats::requests::SourceMetrics>,
+    verified: verify::Verified,
+    cache_ttl: std::time::Duration,
+    now: Millis,
+) -> Result<Outcome, ApiError> {
+    let id = verified.event_id().as_str().to_owned();
+    match state.dedup.admit(verified, cache_ttl, now).await {
         // The writer handed the new event's deliveries to their loops, or
         // woke them (dedup::writer).
         Ok(dedup::Outcome::New {
@@ -153,26 +250,68 @@ async fn handle(
                     m.unrouted();
                 }
             }
-            (Outcome::New, "new")
+            Ok(Outcome::New)
         }
         Ok(dedup::Outcome::Duplicate { layer, conflict }) => {
             // A body duplicate's id has no row to count an arrival on.
             if layer != Layer::Body {
                 // Queued in memory only; see `dedup::arrivals`.
-                let id = event_id.as_deref().unwrap_or_default();
-                state.arrivals.push(source_name, id, now, conflict);
+                state.arrivals.push(source_name, &id, now, conflict);
             }
-            (Outcome::Duplicate { layer, conflict }, "duplicate")
+            Ok(Outcome::Duplicate { layer, conflict })
         }
-        Err(DedupError::InFlight) => return Err(ApiError::InFlight),
-        Err(DedupError::Unavailable(_)) => return Err(ApiError::Unavailable),
-    };
-    Ok((outcome, reply_response(reply, Some(dedup))))
+        Err(DedupError::InFlight) => Err(ApiError::InFlight),
+        Err(DedupError::Unavailable(_)) => Err(ApiError::Unavailable),
+    }
+}
+
+/// `source` with the keys its handshakes handed over, read from the ledger
+/// the first time (`verify::learned`).
+async fn learned_source(
+    state: &AppState,
+    source: &Arc<verify::source::Source>,
+) -> Result<Arc<verify::source::Source>, ApiError> {
+    if let Some(s) = state.learned.get(source) {
+        return Ok(s);
+    }
+    let secrets = state
+        .store
+        .handshake_secrets
+        .secrets(&source.name)
+        .await
+        .map_err(|_| ApiError::Unavailable)?;
+    Ok(state.learned.set(source, secrets).0)
+}
+
+/// Stores a secret a handshake handed over (Asana's `X-Hook-Secret`) before
+/// the handshake is answered, so no event signed with it can come first.
+async fn learn(
+    state: &AppState,
+    source: &Arc<verify::source::Source>,
+    secret: &Secret,
+    now: Millis,
+) -> Result<(), ApiError> {
+    let secrets = &state.store.handshake_secrets;
+    match secrets.learn(&source.name, secret.expose(), now).await {
+        Ok(Learned::Stored) => {}
+        Ok(Learned::Full) => {
+            return Err(ApiError::BadRequest(
+                "this source keeps no more handshake secrets".into(),
+            ));
+        }
+        Err(_) => return Err(ApiError::Unavailable),
+    }
+    let all = secrets
+        .secrets(&source.name)
+        .await
+        .map_err(|_| ApiError::Unavailable)?;
+    state.learned.set(source, all);
+    Ok(())
 }
 
 /// The provider's required answer; identical for new events and duplicates
 /// (only `Hookgate-Dedup` differs).
-fn reply_response(r: Reply, dedup: Option<&'static str>) -> Response {
+pub(crate) fn reply_response(r: Reply, dedup: Option<&'static str>) -> Response {
     let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
     let mut res = (status, r.body).into_response();
     let h = res.headers_mut();
@@ -185,6 +324,11 @@ fn reply_response(r: Reply, dedup: Option<&'static str>) -> Response {
         .and_then(|c| HeaderValue::from_str(c).ok())
     {
         h.insert(header::CONTENT_TYPE, ct);
+    }
+    for (name, value) in r.headers {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            h.insert(name, v);
+        }
     }
     res
 }

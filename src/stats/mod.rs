@@ -37,9 +37,10 @@ enum Counter {
     InFlight,
     Unavailable,
     Unrouted,
+    Handshakes,
 }
 
-const COUNTERS: [(Counter, &str); 9] = [
+const COUNTERS: [(Counter, &str); 10] = [
     (Counter::Received, "received"),
     (Counter::Unique, "unique"),
     (Counter::DuplicateCache, "duplicates.cache"),
@@ -49,6 +50,7 @@ const COUNTERS: [(Counter, &str); 9] = [
     (Counter::InFlight, "inflight_rejected"),
     (Counter::Unavailable, "unavailable"),
     (Counter::Unrouted, "unrouted"),
+    (Counter::Handshakes, "handshakes"),
 ];
 
 #[derive(Default)]
@@ -163,7 +165,23 @@ impl Counters {
             return;
         };
         let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
+        // A handshake or ping is not an event received: counted apart.
+        if outcome == Outcome::Answered {
+            add(Counter::Handshakes);
+            return;
+        }
         add(Counter::Received);
+        self.tally(source, outcome);
+    }
+
+    /// Counts what became of one more event of a request already counted
+    /// as received (the further items of a split batch).
+    pub fn tally(&self, source: &str, outcome: Outcome) {
+        let sources = self.sources.load();
+        let Some(s) = sources.get(source) else {
+            return;
+        };
+        let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
         match outcome {
             Outcome::New => {
                 add(Counter::Unique);
@@ -189,6 +207,13 @@ impl Counters {
             }
             Outcome::Answered | Outcome::UnknownSource | Outcome::Timeout | Outcome::BadRequest => {
             }
+        }
+    }
+
+    /// Counts a handshake answered outside `POST` (a `GET` challenge).
+    pub fn handshake(&self, source: &str) {
+        if let Some(s) = self.sources.load().get(source) {
+            s.fixed[Counter::Handshakes as usize].fetch_add(1, Ordering::Relaxed);
         }
     }
 

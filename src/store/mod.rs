@@ -25,6 +25,7 @@ pub mod body_hashes;
 pub const PURGE_BATCH: i64 = 1000;
 pub mod console;
 pub mod event_log;
+pub mod handshake_secrets;
 pub mod idempotency;
 pub mod outbox;
 mod portable;
@@ -37,6 +38,7 @@ pub mod tallies;
 
 pub use console::Console;
 pub use event_log::{EventFacts, EventLog, HandoffLease, LeasedRow, NewEvent, Recorded, Written};
+pub use handshake_secrets::HandshakeSecrets;
 pub use idempotency::IdempotencyStore;
 pub use outbox::{
     AttemptRecord, DueDelivery, LeaseRequest, NextState, OnCommit, Outbox, RateGrant,
@@ -139,6 +141,7 @@ pub struct Store {
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
+    pub handshake_secrets: Arc<dyn HandshakeSecrets>,
     pub provider_keys: Arc<dyn ProviderKeys>,
 }
 
@@ -149,7 +152,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore + ProviderKeys,
+        Portable<DB>: Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -160,6 +163,7 @@ impl Store {
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),
+            handshake_secrets: portable.clone(),
             provider_keys: portable,
         }
     }

@@ -81,7 +81,7 @@ fn row(p: &Provider, raw: &ProviderFile, preset: Option<&str>) -> String {
         format!("{title} `{}`", p.name),
         sig,
         algorithm(p, raw),
-        event_id(raw),
+        event_id(p, raw),
         event_type(p, raw),
         tolerance(p, raw),
         answer(p, raw),
@@ -205,8 +205,28 @@ fn algorithm(p: &Provider, raw: &ProviderFile) -> String {
     format!("{alg} → {enc}, `{content}`{key}")
 }
 
-fn event_id(raw: &ProviderFile) -> String {
-    let e = &raw.event_id;
+fn event_id(p: &Provider, raw: &ProviderFile) -> String {
+    let whole = id_rule(&raw.event_id);
+    let Some(split) = &p.split else {
+        return whole;
+    };
+    let items = format!(
+        "body `{}`",
+        split.items.trim_start_matches('/').replace('/', ".")
+    );
+    let item_id = match raw.split.as_ref().and_then(|s| s.event_id.as_ref()) {
+        Some(e) => format!("{} within it", id_rule(e)),
+        None => "the item's hash".into(),
+    };
+    let when = if split.default {
+        "split (default): each item of"
+    } else {
+        "with `split = true`: each item of"
+    };
+    format!("{when} {items}, id {item_id}; unsplit: {whole}")
+}
+
+fn id_rule(e: &super::spec::EventIdSpec) -> String {
     let mut parts = Vec::new();
     if let Some(from) = &e.from {
         parts.push(place(from));
@@ -258,22 +278,33 @@ fn answer(p: &Provider, raw: &ProviderFile) -> String {
     if let Some(s) = r.reject_status {
         out.push(format!("{s} on a bad signature"));
     }
-    for c in &raw.control {
-        let when = match &c.equals {
-            Some(v) => format!("{} = `{v}`", place(&c.when)),
-            None => format!("{} present", place(&c.when)),
+    for (c, checked) in raw.control.iter().zip(&p.controls) {
+        let when = match (&c.equals, c.absent) {
+            (_, true) => format!("{} absent", place(&c.when)),
+            (Some(v), _) => format!("{} = `{v}`", place(&c.when)),
+            (None, _) => format!("{} present", place(&c.when)),
         };
         let reply = if c.reply.is_empty() {
             format!("{}", c.status)
         } else {
             format!("`{}`", c.reply)
         };
-        let order = if c.signed {
-            "after the signature"
-        } else {
-            "when unsigned"
+        let get = checked.method == super::spec::ControlMethod::Get;
+        let order = match (checked.signed, &c.token) {
+            (_, Some(t)) => format!("{} must equal `verify_token`", place(t)),
+            (true, None) if get => "its headers checked like an event's".to_owned(),
+            (true, None) => "after the signature".to_owned(),
+            (false, None) if get => "unauthenticated".to_owned(),
+            (false, None) => "when unsigned".to_owned(),
         };
-        out.push(format!("{when} → {reply} ({order}), not stored"));
+        let method = if get { "GET " } else { "" };
+        let learn = match &c.learn {
+            Some(l) => format!(", {} stored as a secret of the source", place(l)),
+            None => String::new(),
+        };
+        out.push(format!(
+            "{method}{when} → {reply} ({order}){learn}; no event stored"
+        ));
     }
     if let Some(h) = p.signature.scheme.handshake() {
         out.push(h.to_owned());

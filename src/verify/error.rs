@@ -30,6 +30,10 @@ pub enum VerifyError {
     IpNotAllowed,
     #[error("signing certificate unavailable")]
     CertificateUnavailable,
+    /// A handshake's verify token (Meta's `hub.verify_token`) is missing or
+    /// not the source's.
+    #[error("wrong verify token")]
+    WrongVerifyToken,
 }
 
 impl VerifyError {
@@ -39,7 +43,7 @@ impl VerifyError {
     pub fn status(self) -> u16 {
         match self {
             Self::MissingEventId | Self::InvalidEventId(_) | Self::BadBody(_) => 400,
-            Self::IpNotAllowed => 403,
+            Self::IpNotAllowed | Self::WrongVerifyToken => 403,
             Self::CertificateUnavailable => 503,
             _ => 401,
         }

@@ -42,7 +42,7 @@ impl EventId {
 
 /// `sha256:<hex>` of `bytes`: the form of every derived id that would be too
 /// long (or is a body hash).
-fn hashed(bytes: &[u8]) -> String {
+pub(crate) fn hashed(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Algorithm::Sha256.digest(&[bytes])))
 }
 

@@ -6,7 +6,7 @@
 //! acceptance. A missing or odd value is simply absent.
 
 use super::fields::Fields;
-use super::provider::Provider;
+use super::provider::{Provider, TypeRule};
 use super::schemes::hmac::signature_values_of;
 
 /// Longest event type kept, in characters.
@@ -18,21 +18,23 @@ pub const MAX_EVENT_TYPE: usize = 128;
 /// scheme's own reading of its envelope (Braintree's `<kind>`). Trimmed,
 /// control characters dropped, at most [`MAX_EVENT_TYPE`] characters.
 pub fn event_type(provider: &Provider, fields: &Fields<'_>) -> Option<String> {
-    let raw = match &provider.event_type {
-        Some(rule) => {
-            let (first, rest) = rule.parts.split_first()?;
-            let mut t = fields.lookup(first, &[])?;
-            for part in rest {
-                if let Some(v) = fields.lookup(part, &[]).filter(|v| !v.trim().is_empty()) {
-                    t.push('.');
-                    t.push_str(v.trim());
-                }
-            }
-            t
+    match &provider.event_type {
+        Some(rule) => type_by(rule, fields),
+        None => clean(provider.signature.scheme.event_type(fields)?),
+    }
+}
+
+/// The type `rule` finds in `fields` (a split item's, by the split's rule).
+pub fn type_by(rule: &TypeRule, fields: &Fields<'_>) -> Option<String> {
+    let (first, rest) = rule.parts.split_first()?;
+    let mut t = fields.lookup(first, &[])?;
+    for part in rest {
+        if let Some(v) = fields.lookup(part, &[]).filter(|v| !v.trim().is_empty()) {
+            t.push('.');
+            t.push_str(v.trim());
         }
-        None => provider.signature.scheme.event_type(fields)?,
-    };
-    clean(raw)
+    }
+    clean(t)
 }
 
 fn clean(raw: String) -> Option<String> {
@@ -162,9 +164,13 @@ mod tests {
         // Airtable's notification is a typeless ping; Mandrill's events are a
         // JSON array inside one form field; a Telegram update and a Sinch
         // callback name their kind by which member they carry, not by a
-        // value; the generic providers leave the type to the source
+        // value; a Dropbox notification only lists accounts that changed;
+        // an X delivery names its kind by which `*_events` member it
+        // carries; the generic providers leave the type to the source
         // (`event_type`).
         let untyped = [
+            "dropbox",
+            "twitter",
             "robokassa",
             "airtable",
             "mandrill",

@@ -278,6 +278,27 @@ impl<'a> Fields<'a> {
         })
     }
 
+    /// Every value a `*` JSON pointer of `lookup` finds, each apart (not
+    /// joined); any other lookup gives its one value. Empty when absent.
+    pub fn lookup_each(&self, lookup: &Lookup) -> Vec<String> {
+        for l in &lookup.alternatives {
+            if let Locator::Json(pointer) = l
+                && pointer.contains("/*")
+            {
+                let mut out = Vec::new();
+                if let Some(part) = self.json_part(pointer) {
+                    collect(&part, pointer, &mut out);
+                }
+                if !out.is_empty() {
+                    return out;
+                }
+            } else if let Some(v) = self.locate(l, &[]) {
+                return vec![v];
+            }
+        }
+        Vec::new()
+    }
+
     fn locate(&self, locator: &Locator, pairs: &[(&str, &str)]) -> Option<String> {
         match locator {
             Locator::Header(name) => self

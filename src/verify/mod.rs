@@ -3,8 +3,8 @@
 //! Rule: [`Verified`] can only be built here, and dedup accepts only a
 //! `Verified`, so a request with a bad signature can never consume an event
 //! id. Order inside: source IP allowlist → (unsigned pings) → signature →
-//! timestamp → (signed challenges) → event id → reply. Nothing here is
-//! logged: bodies, signatures and keys stay inside.
+//! timestamp → (signed challenges) → event id (per item for `split`) →
+//! reply. Nothing here is logged: bodies, signatures and keys stay inside.
 //!
 //! Layering: `verify` imports only `primitives`; `config` builds each
 //! [`source::Source`] with the checks the schemes provide here.
@@ -21,6 +21,7 @@ pub mod json_depth;
 pub mod json_pointer;
 pub mod json_subset;
 pub mod key_cache;
+pub mod learned;
 pub mod locator;
 pub mod provider;
 pub mod registry;
@@ -31,6 +32,7 @@ pub mod sign;
 pub mod signedness;
 pub mod source;
 pub mod spec;
+pub mod split;
 
 use crate::primitives::headers::StoredHeaders;
 use bytes::Bytes;
@@ -42,6 +44,7 @@ pub use reply::Reply;
 use schemes::Ctx;
 pub use schemes::FetchedKey;
 use source::Source;
+use spec::ControlMethod;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -94,6 +97,10 @@ struct RequestParts {
     query: String,
     /// The body's JSON walk done during verification, reused.
     json: fields::JsonWalk,
+    /// One item of a split batch: its type is read by the split's rule,
+    /// and the provider's signature headers (over the whole batch) are
+    /// not kept.
+    item: bool,
 }
 
 /// Header names only: the values may hold credentials (`Authorization`,
@@ -109,12 +116,32 @@ impl std::fmt::Debug for RequestParts {
 
 impl RequestParts {
     fn facts(self, source: &Source, body: &[u8]) -> Facts {
+        if self.item {
+            return self.item_facts(source, body);
+        }
         let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
         let routed = source.routes.select(event_type.as_deref(), &fields);
         drop(fields);
         Facts {
             headers: forwarded_headers::forwardable(self.headers, &source.withheld),
+            event_type,
+            routed,
+        }
+    }
+}
+
+impl RequestParts {
+    fn item_facts(self, source: &Source, body: &[u8]) -> Facts {
+        let fields = Fields::with_query(&self.headers, body, &self.query);
+        let rule = source.split.as_ref().and_then(|s| s.event_type.as_ref());
+        let event_type = rule.and_then(|r| facts::type_by(r, &fields));
+        let routed = source.routes.select(event_type.as_deref(), &fields);
+        drop(fields);
+        let mut withheld = source.withheld.clone();
+        withheld.extend(source.provider.signature.headers.iter().cloned());
+        Facts {
+            headers: forwarded_headers::forwardable(self.headers, &withheld),
             event_type,
             routed,
         }
@@ -179,8 +206,7 @@ impl Verified {
             body,
             reply: Reply {
                 status: 200,
-                body: String::new(),
-                content_type: None,
+                ..Reply::default()
             },
             key_index: None,
             provider_timestamp,
@@ -241,6 +267,9 @@ pub enum Checked {
     Event(Verified),
     /// A challenge or ping answered directly; nothing is stored.
     Answer(Reply),
+    /// A batch admitted item by item (`split`): each item an event, the
+    /// request answered once with `reply`. No items: nothing to store.
+    Split { events: Vec<Verified>, reply: Reply },
 }
 
 /// One incoming request, as verification sees it.
@@ -283,8 +312,20 @@ pub(crate) fn check_with(
     let query = incoming.query.unwrap_or_default();
     let fields = fields_of(source, &incoming.headers, &body, query);
 
-    let unsigned = !sig.headers.is_empty() && !sig.present_in(&incoming.headers);
-    if unsigned && let Some(answer) = reply::control(provider, &fields, false, None) {
+    // A request without the provider's signature header may be one of its
+    // unsigned controls (a ping, a handshake); a provider without such a
+    // header has its unsigned controls looked for on every request.
+    let unsigned = sig.headers.is_empty() || !sig.present_in(&incoming.headers);
+    if unsigned
+        && let Some(answer) = reply::control(
+            provider,
+            &fields,
+            ControlMethod::Post,
+            false,
+            first_key(source),
+            source.verify_token.as_ref(),
+        )?
+    {
         return Ok(Checked::Answer(answer));
     }
 
@@ -304,8 +345,23 @@ pub(crate) fn check_with(
     let key = key_index.map(|i| (&source.keys[i], sig));
     fields.refuse_repeated(read_lookups(provider))?;
 
-    if let Some(answer) = reply::control(provider, &fields, true, key) {
+    if let Some(answer) = reply::control(
+        provider,
+        &fields,
+        ControlMethod::Post,
+        true,
+        key,
+        source.verify_token.as_ref(),
+    )? {
         return Ok(Checked::Answer(answer));
+    }
+    if let Some(split) = &source.split {
+        let reply = reply::render(&provider.response, &fields, key);
+        let signed_at = facts::provider_timestamp(provider, &fields);
+        drop(fields);
+        let request = (&incoming.headers, query, key_index, signed_at);
+        let events = split_events(source, split, &body, request)?;
+        return Ok(Checked::Split { events, reply });
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
     let reply = reply::render(&provider.response, &fields, key);
@@ -323,6 +379,7 @@ pub(crate) fn check_with(
             headers: incoming.headers,
             query: query.to_owned(),
             json,
+            item: false,
         })),
     }))
 }
@@ -348,6 +405,52 @@ fn read_lookups(provider: &provider::Provider) -> Vec<&locator::Lookup> {
     out
 }
 
+/// The source's first key with the provider's MAC settings, for a reply
+/// that is a MAC made without a verified request (X's CRC answer).
+fn first_key(source: &Source) -> reply::MacKey<'_> {
+    source.keys.first().map(|k| (k, &source.provider.signature))
+}
+
+/// Each item of a verified batch as an event of its own: its id from the
+/// split's rule within the item (or the item's hash), its body the item's
+/// bytes as sent.
+/// `request`: its headers, query string, the key that verified it and its
+/// signed timestamp, which every item shares.
+fn split_events(
+    source: &Arc<Source>,
+    split: &provider::Split,
+    body: &Bytes,
+    request: (&HeaderMap, &str, Option<usize>, Option<i64>),
+) -> Result<Vec<Verified>, VerifyError> {
+    let (headers, query, key_index, provider_timestamp) = request;
+    let items = split::items(body, &split.items)?;
+    let mut events = Vec::with_capacity(items.len());
+    for item in items {
+        let fields = Fields::with_query(headers, &item, query);
+        let event_id = match &split.event_id {
+            Some(rule) => event_id::resolve(&fields, rule)?,
+            None => EventId::parse(&event_id::hashed(&item))?,
+        };
+        drop(fields);
+        events.push(Verified {
+            source: source.clone(),
+            event_id,
+            body: item,
+            reply: Reply::default(),
+            key_index,
+            provider_timestamp,
+            recovered: false,
+            facts: FactsSource::FromRequest(Box::new(RequestParts {
+                headers: headers.clone(),
+                query: query.to_owned(),
+                json: None,
+                item: true,
+            })),
+        });
+    }
+    Ok(events)
+}
+
 /// A request's fields as `source` reads them: its provider's pointers in
 /// one walk of the body. Verification and [`RequestParts::facts`] build theirs
 /// here, so the walk one leaves the other can reuse.
@@ -361,7 +464,8 @@ fn fields_of<'a>(
 }
 
 /// What a `GET /webhooks/<source>` gets: only providers that verify the
-/// URL with a GET challenge (Braintree's `bt_challenge`) answer one.
+/// URL with a GET (Meta's `hub.challenge`, Dropbox's `challenge`, X's CRC,
+/// Okta's verification, Braintree's `bt_challenge`) answer one.
 #[derive(Debug, PartialEq, Eq)]
 pub enum GetAnswer {
     /// The challenge answered; nothing is stored.
@@ -372,11 +476,54 @@ pub enum GetAnswer {
     NotConfigured(&'static str),
     /// A malformed challenge (400).
     Bad(&'static str),
+    /// A wrong token or signature (403 / 401).
+    Refused(VerifyError),
 }
 
-/// Answers a GET challenge for `source` from its query string.
-pub fn answer_get(source: &Source, query: Option<&str>) -> GetAnswer {
-    source.provider.signature.scheme.answer_get(source, query)
+/// Answers a GET for `source` from its headers and query string: the
+/// provider file's `GET` controls, else its scheme's own challenge.
+pub fn answer_get(
+    source: &Source,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    now: i64,
+) -> GetAnswer {
+    let provider = &source.provider;
+    if !provider
+        .controls
+        .iter()
+        .any(|c| c.method == ControlMethod::Get)
+    {
+        return provider.signature.scheme.answer_get(source, query);
+    }
+    let query = query.unwrap_or_default();
+    let fields = Fields::with_query(headers, &[], query);
+    let token = source.verify_token.as_ref();
+    let get = ControlMethod::Get;
+    let answered = match reply::control(provider, &fields, get, false, first_key(source), token) {
+        Ok(Some(r)) => return GetAnswer::Reply(r),
+        Err(e) => return GetAnswer::Refused(e),
+        Ok(None) => reply::matching(provider, &fields, get, true).map(|_| {
+            // A GET the scheme authenticates by its headers (Okta's
+            // `Authorization`): verified like an event, with an empty body.
+            let ctx = Ctx {
+                source,
+                sig: &provider.signature,
+                fields: &fields,
+                now,
+                url: None,
+                fetched: None,
+            };
+            let i = provider.signature.scheme.verify(&ctx)?;
+            let key = i.map(|i| (&source.keys[i], &provider.signature));
+            reply::control(provider, &fields, get, true, key, token)
+        }),
+    };
+    match answered {
+        Some(Ok(Some(r))) => GetAnswer::Reply(r),
+        Some(Err(e)) => GetAnswer::Refused(e),
+        Some(Ok(None)) | None => GetAnswer::Bad("not a verification request this provider sends"),
+    }
 }
 
 /// Rejects `ts` outside `now ± tolerance` (future side only if asked).
@@ -409,4 +556,4 @@ pub fn effective_url(public_url: &str, query: Option<&str>) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

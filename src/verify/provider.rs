@@ -11,8 +11,8 @@ use super::fields::JsonWants;
 use super::locator::{Lookup, ReplyPart, Segment, parse_reply, parse_template};
 use super::schemes::Scheme;
 use super::spec::{
-    Category, EventIdSpec, HeaderFormat, OneOrMany, ProviderFile, SignatureOverrides,
-    SignatureSpec, TimeUnit,
+    Category, ControlMethod, EventIdSpec, HeaderFormat, OneOrMany, ProviderFile,
+    SignatureOverrides, SignatureSpec, SplitSpec, TimeUnit,
 };
 use crate::primitives::crypto::{Algorithm, Encoding, SecretEncoding, SigningKey};
 use crate::primitives::secret::Secret;
@@ -73,6 +73,9 @@ pub struct Provider {
     pub event_type: Option<TypeRule>,
     pub response: Response,
     pub controls: Vec<Control>,
+    /// Where a batch body's items are, for sources that admit them one by
+    /// one (`split`).
+    pub split: Option<Split>,
     /// The JSON pointers read from every request (event id, type,
     /// timestamp, controls), walked together (`fields::JsonWants`).
     pub json_wants: JsonWants,
@@ -155,7 +158,7 @@ pub struct Timestamp {
     pub checked: bool,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct EventIdRule {
     pub from: Option<Lookup>,
     pub composite: Vec<Lookup>,
@@ -181,10 +184,67 @@ pub struct Response {
 
 #[derive(Debug)]
 pub struct Control {
+    pub method: ControlMethod,
     pub when: Lookup,
     pub equals: Option<String>,
+    /// Matches when `when` finds nothing.
+    pub absent: bool,
     pub signed: bool,
+    /// Compared with the source's `verify_token`.
+    pub token: Option<Lookup>,
+    /// Stored as a verification secret of the source.
+    pub learn: Option<Lookup>,
     pub reply: Response,
+    /// Response headers: name and value template.
+    pub headers: Vec<(http::HeaderName, Vec<ReplyPart>)>,
+}
+
+/// A checked `[split]`.
+#[derive(Debug, Clone)]
+pub struct Split {
+    /// The JSON pointer of the items' array.
+    pub items: String,
+    pub default: bool,
+    /// Each item's id; `None`: a hash of the item's bytes.
+    pub event_id: Option<EventIdRule>,
+    pub event_type: Option<TypeRule>,
+}
+
+impl Split {
+    /// Items at `at` (`json:/…`), with the item-relative rules of `base`
+    /// when there is one.
+    pub fn at(at: &str, base: Option<&Split>) -> Result<Self, String> {
+        Ok(Self {
+            items: split_pointer(at)?,
+            default: true,
+            event_id: base.and_then(|b| b.event_id.clone()),
+            event_type: base.and_then(|b| b.event_type.clone()),
+        })
+    }
+
+    fn check(s: SplitSpec) -> Result<Self, String> {
+        Ok(Self {
+            items: split_pointer(&s.items)?,
+            default: s.default,
+            event_id: s.event_id.as_ref().map(check_event_id).transpose()?,
+            event_type: s
+                .event_type
+                .map(TypeRule::parse)
+                .transpose()
+                .map_err(|e| format!("event_type: {e}"))?,
+        })
+    }
+}
+
+/// The JSON pointer of a `split` locator (`json:/entry`; `json:` alone:
+/// the body is the array); no `*`.
+fn split_pointer(at: &str) -> Result<String, String> {
+    match at.trim().strip_prefix("json:") {
+        Some(p) if (p.is_empty() || p.starts_with('/')) && !p.contains('*') => Ok(p.to_owned()),
+        _ => Err(format!(
+            "split `{at}` must be a JSON pointer to an array, `json:/…` (or `json:` for the body) without `*`"
+        )),
+    }
 }
 
 impl Provider {
@@ -259,16 +319,61 @@ impl Provider {
         let mut controls = Vec::new();
         for (i, c) in f.control.into_iter().enumerate() {
             let at = |e: String| format!("control[{i}]: {e}");
-            if !c.signed && signature.headers.is_empty() {
-                return Err(at("unsigned controls need a signature header".into()));
+            let get = c.method == ControlMethod::Get;
+            let signed = c.signed.unwrap_or(!get);
+            // An unsigned POST control is told apart from an event by the
+            // missing signature header; a provider without one (a token in
+            // the body, Graph's `clientState`) has its controls answered
+            // before verification, so they may only echo request values.
+            if !signed
+                && !get
+                && c.learn.is_none()
+                && signature.headers.is_empty()
+                && c.token.is_none()
+            {
+                let echo_only = !c.reply.contains("${mac:")
+                    && c.headers.values().all(|v| !v.contains("${mac:"));
+                if !echo_only {
+                    return Err(at("an unsigned control of a provider without a signature header may only echo values".into()));
+                }
+            }
+            if c.learn.is_some() && (signed || signature.scheme != Scheme::Hmac) {
+                return Err(at(
+                    "`learn` is for unsigned handshakes of `hmac` providers".into()
+                ));
+            }
+            // Anyone can send an unsigned handshake: without a token only
+            // the operator knows, anyone could hand the source a key.
+            if c.learn.is_some() && c.token.is_none() {
+                return Err(at(
+                    "`learn` needs a `token` the source's verify_token must match".into(),
+                ));
+            }
+            let lookup =
+                |t: Option<String>| t.as_deref().map(Lookup::parse).transpose().map_err(at);
+            let mut headers = Vec::new();
+            for (name, value) in &c.headers {
+                let name = http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| at(format!("header name `{name}`")))?;
+                headers.push((name, parse_reply(value).map_err(at)?));
             }
             controls.push(Control {
+                method: c.method,
                 when: Lookup::parse(&c.when).map_err(at)?,
                 equals: c.equals,
-                signed: c.signed,
+                absent: c.absent,
+                signed,
+                token: lookup(c.token)?,
+                learn: lookup(c.learn)?,
                 reply: check_response(c.status, &c.reply, c.content_type, None).map_err(at)?,
+                headers,
             });
         }
+        let split = f
+            .split
+            .map(Split::check)
+            .transpose()
+            .map_err(|e| format!("split: {e}"))?;
         let json_wants = JsonWants::of(
             event_id
                 .from
@@ -291,6 +396,7 @@ impl Provider {
             event_type,
             response,
             controls,
+            split,
             json_wants,
             incomplete,
             text: text.to_owned(),
@@ -318,6 +424,16 @@ impl Provider {
 
     pub fn needs_public_url(&self) -> bool {
         self.signature.scheme.defaults().signs_url || self.signature.content.contains(&Segment::Url)
+    }
+
+    /// Whether a handshake hands this provider's secrets over (`learn`).
+    pub fn learns(&self) -> bool {
+        self.controls.iter().any(|c| c.learn.is_some())
+    }
+
+    /// Whether a handshake of this provider carries a verify token.
+    pub fn wants_verify_token(&self) -> bool {
+        self.controls.iter().any(|c| c.token.is_some())
     }
 
     /// Unsigned providers are only safe behind a source IP allowlist.
@@ -350,8 +466,11 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
         .map(Lookup::parse)
         .transpose()
         .map_err(|e| format!("signature.from: {e}"))?;
-    if from.is_some() && (s.scheme != Scheme::Hmac || !headers.is_empty()) {
-        return Err("signature.from is for the `hmac` scheme, instead of `header`".into());
+    if from.is_some() && (!matches!(s.scheme, Scheme::Hmac | Scheme::Token) || !headers.is_empty())
+    {
+        return Err(
+            "signature.from is for the `hmac` and `token` schemes, instead of `header`".into(),
+        );
     }
     if headers.iter().any(|h| h.ends_with('*')) && !s.every_header {
         return Err("a header name ending in `*` needs `every_header = true`".into());
@@ -367,8 +486,10 @@ fn check_signature(s: SignatureSpec) -> Result<(Signature, Option<String>), Stri
     if d.needs_header && headers.is_empty() && from.is_none() {
         incomplete = Some(need("header"));
     }
-    if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() {
-        incomplete = Some("signature.header or signature.query is required for `token`".into());
+    if s.scheme == Scheme::Token && headers.is_empty() && s.query.is_none() && from.is_none() {
+        incomplete = Some(
+            "signature.header, signature.query or signature.from is required for `token`".into(),
+        );
     }
     let algorithm = s.algorithm.or(d.algorithm);
     if algorithm.is_none() {

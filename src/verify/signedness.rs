@@ -9,9 +9,10 @@
 //! this module only asks it about every place the id and type are read
 //! from, and keeps the weakest answer.
 
-use super::locator::Lookup;
+use super::locator::{Locator, Lookup};
 use super::provider::Provider;
 use super::schemes::{Cover, Part};
+use super::source::Source;
 
 /// How one fact (the event id, the event type) is covered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +62,40 @@ pub fn of(provider: &Provider) -> Signedness {
         }
         (None, None) => None,
     };
+    Signedness {
+        event_id: id.fact(),
+        event_type,
+    }
+}
+
+/// What a source's signature covers: its provider's id and type, or, for
+/// a `split` source, each item's (read within the item, which is part of
+/// the body: as covered as the body).
+pub fn of_source(source: &Source) -> Signedness {
+    let provider = &source.provider;
+    let Some(split) = &source.split else {
+        return of(provider);
+    };
+    let body = provider.signature.scheme.covers(provider, Part::Body);
+    let mut id = Weakest::default();
+    match &split.event_id {
+        Some(rule) => {
+            for lookup in rule.from.iter().chain(&rule.composite) {
+                id.item(provider, lookup, body);
+            }
+            if rule.body_hash {
+                id.add(body, "the item's hash".into());
+            }
+        }
+        None => id.add(body, "the item's hash".into()),
+    }
+    let event_type = split.event_type.as_ref().map(|t| {
+        let mut w = Weakest::default();
+        for lookup in &t.parts {
+            w.item(provider, lookup, body);
+        }
+        w.fact()
+    });
     Signedness {
         event_id: id.fact(),
         event_type,
@@ -134,6 +169,21 @@ impl Weakest {
         }
     }
 
+    /// A lookup within a split item: its JSON values are the body's.
+    fn item(&mut self, provider: &Provider, lookup: &Lookup, body: Cover) {
+        for alt in &lookup.alternatives {
+            let one = Lookup {
+                alternatives: vec![alt.clone()],
+                ..Lookup::default()
+            };
+            let cover = match alt {
+                Locator::Json(_) => body,
+                _ => provider.signature.scheme.covers(provider, Part::At(alt)),
+            };
+            self.add(cover, format!("item {}", one.show()));
+        }
+    }
+
     fn add(&mut self, cover: Cover, at: String) {
         if cover < self.cover {
             (self.cover, self.at) = (cover, vec![]);
@@ -155,6 +205,20 @@ impl Weakest {
 mod tests {
     use super::*;
     use crate::verify::registry::Registry;
+
+    #[test]
+    fn a_split_source_is_judged_by_its_items() {
+        let p = Registry::builtin().get("microsoft-graph").unwrap();
+        let src = crate::verify::tests::source_with("microsoft-graph", &["cs"], |s| {
+            s.split = p.split.clone();
+        });
+        let s = of_source(&src);
+        assert_eq!(s.event_id, unsigned(&["the item's hash"]));
+        let p = Registry::builtin().get("xero").unwrap();
+        let src = crate::verify::tests::source_with("xero", &["k"], |s| s.split = p.split.clone());
+        let s = of_source(&src);
+        assert_eq!((s.event_id, s.event_type), (signed(), Some(signed())));
+    }
 
     fn of_builtin(name: &str) -> Signedness {
         of(&Registry::builtin().get(name).unwrap())

@@ -6,7 +6,7 @@
 //! Rule: no secret reaches `Debug` output; problems are reported with the
 //! key path they came from, never with a secret value.
 
-use super::provider::Provider;
+use super::provider::{Provider, Split};
 use super::schemes::{Scheme, SchemeSettings};
 use crate::primitives::crypto::SigningKey;
 use crate::primitives::secret::Secret;
@@ -41,6 +41,41 @@ pub struct Source {
     /// (`forward_credentials`, `forward_proxy_headers`); see
     /// `forwarded_headers::withheld`.
     pub withheld: Vec<String>,
+    /// What a handshake's verify token must be (Meta's `hub.verify_token`).
+    pub verify_token: Option<Secret>,
+    /// Where a batch body's items are when they are admitted one by one
+    /// (`split`); `None`: the request is one event.
+    pub split: Option<Split>,
+}
+
+impl Source {
+    /// This source with `learned` keys after its configured ones (secrets
+    /// a handshake handed over; `verify::learned`). Only `hmac` sources
+    /// learn keys, and they have no scheme settings to copy.
+    pub fn with_learned(&self, learned: Vec<SigningKey>) -> Self {
+        debug_assert!(
+            self.settings.is_none(),
+            "learning sources have no scheme settings"
+        );
+        let mut keys = self.keys.clone();
+        keys.extend(learned);
+        Self {
+            name: self.name.clone(),
+            provider: self.provider.clone(),
+            keys,
+            tolerance: self.tolerance,
+            dedup_window: self.dedup_window,
+            dedup_by_body: self.dedup_by_body,
+            targets: self.targets.clone(),
+            routes: self.routes.clone(),
+            public_url: self.public_url.clone(),
+            allow_ips: self.allow_ips.clone(),
+            settings: None,
+            withheld: self.withheld.clone(),
+            verify_token: self.verify_token.clone(),
+            split: self.split.clone(),
+        }
+    }
 }
 
 /// What building a scheme's settings needs from config validation:

@@ -40,9 +40,11 @@ pub(super) struct ProviderFile {
     pub(super) event_id: EventIdSpec,
     #[serde(default)]
     pub(super) response: ResponseSpec,
-    /// Requests answered without storing (challenges, pings).
+    /// Requests answered without storing (challenges, pings, handshakes).
     #[serde(default)]
     pub(super) control: Vec<ControlSpec>,
+    /// A batch body whose items may be admitted one by one (`split`).
+    pub(super) split: Option<SplitSpec>,
 }
 
 /// What a file does not take from its `preset`: it must say them itself.
@@ -367,18 +369,73 @@ impl Default for ResponseSpec {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ControlSpec {
+    /// `POST` (default) or `GET`: the method the exchange comes with.
+    #[serde(default)]
+    pub(super) method: ControlMethod,
     /// The value that marks a control request (`json:/type`).
     pub(super) when: String,
     /// The value it must have; unset = present with any value.
     pub(super) equals: Option<String>,
-    /// `true` (default): only after the signature verified. `false`: only
-    /// when the request carries no signature header at all (unsigned pings).
-    #[serde(default = "yes")]
-    pub(super) signed: bool,
+    /// Matches when `when` finds nothing instead (Xero's intent-to-receive
+    /// carries an empty `events` array).
+    #[serde(default)]
+    pub(super) absent: bool,
+    /// `true` (the default for `POST`): only after the request's signature
+    /// verified (a `GET`: the scheme's check of its headers and query, as
+    /// Okta's `Authorization`). `false` (the default for `GET`): answered
+    /// without the signature; a `POST` then only when the request carries
+    /// no signature header at all (unsigned pings).
+    pub(super) signed: Option<bool>,
+    /// A request value that must equal the source's `verify_token` (Meta's
+    /// `query:hub.verify_token`); a wrong or missing one is refused with 403.
+    pub(super) token: Option<String>,
+    /// A request value that becomes a verification secret of the source,
+    /// stored and shared by every replica (Asana's `header:X-Hook-Secret`).
+    pub(super) learn: Option<String>,
+    /// Response headers, as templates (`X-Hook-Secret = "${header:X-Hook-Secret}"`,
+    /// Dropbox's `X-Content-Type-Options = "nosniff"`).
+    #[serde(default)]
+    pub(super) headers: std::collections::BTreeMap<String, String>,
     #[serde(default = "ok")]
     pub(super) status: u16,
     /// Reply template (`${json:/challenge}`).
     #[serde(default)]
     pub(super) reply: String,
     pub(super) content_type: Option<String>,
+}
+
+/// The method a control request comes with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum ControlMethod {
+    #[default]
+    Post,
+    Get,
+}
+
+/// `[split]`: where a batch body's items are, and how each item is named
+/// when a source admits them one by one. Pointers are relative to the item.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SplitSpec {
+    /// The array of items (`json:/entry`).
+    pub(super) items: String,
+    /// Split unless the source says `split = false` (default false: only
+    /// when the source asks with `split = true` or `split = "json:/…"`).
+    #[serde(default)]
+    pub(super) default: bool,
+    /// Each item's id (within the item); default: a hash of the item's bytes.
+    #[serde(default)]
+    pub(super) event_id: Option<EventIdSpec>,
+    /// Each item's type (within the item).
+    pub(super) event_type: Option<OneOrMany>,
+}
+
+/// A source's `split`: `true`/`false` (the provider's `[split]` on or off)
+/// or the items' locator for a provider without one.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum SplitSetting {
+    On(bool),
+    At(String),
 }

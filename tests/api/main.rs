@@ -30,6 +30,7 @@ mod reload;
 mod retry_window;
 mod reverse_proxy;
 mod routing;
+mod split;
 mod topologies;
 mod upgrade;
 

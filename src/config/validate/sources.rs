@@ -7,9 +7,10 @@ use crate::target::Target;
 use crate::target::route::Routes;
 use crate::verify::client_ip::parse_net;
 use crate::verify::forwarded_headers::{Keep, withheld};
-use crate::verify::provider::{Provider, SourceOverrides};
+use crate::verify::provider::{Provider, SourceOverrides, Split};
 use crate::verify::registry::Registry;
 use crate::verify::source::{Resolve, Source, settings_from};
+use crate::verify::spec::SplitSetting;
 use ipnet::IpNet;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -83,7 +84,7 @@ fn source(
     if let Some(why) = &provider.incomplete {
         v.problem(&format!("{key}.signature"), why.clone());
     }
-    if s.secrets.is_empty() && provider.needs_secret() {
+    if s.secrets.is_empty() && provider.needs_secret() && !provider.learns() {
         v.problem(
             &format!("{key}.secrets"),
             "at least one secret is required".into(),
@@ -149,7 +150,53 @@ fn source(
     .into_iter()
     .flatten()
     .next();
+    let verify_token = match &s.verify_token {
+        Some(r) => v.secret(&format!("{key}.verify_token"), r),
+        None => {
+            if provider.wants_verify_token() {
+                v.problem(
+                    &format!("{key}.verify_token"),
+                    format!(
+                        "provider `{}` verifies the URL with a token you choose: set verify_token",
+                        provider.name
+                    ),
+                );
+            }
+            None
+        }
+    };
+    let split = match (&s.split, &provider.split) {
+        (None, Some(p)) if p.default => Some(p.clone()),
+        (Some(SplitSetting::On(true)), Some(p)) => Some(p.clone()),
+        (Some(SplitSetting::On(true)), None) => {
+            v.problem(
+                &format!("{key}.split"),
+                format!(
+                    "provider `{}` names no batch items: give the array, split = \"json:/…\"",
+                    provider.name
+                ),
+            );
+            None
+        }
+        (Some(SplitSetting::At(at)), p) => match Split::at(at, p.as_ref()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                v.problem(&format!("{key}.split"), e);
+                None
+            }
+        },
+        _ => None,
+    };
+    if split.is_some() && s.dedup_by_body {
+        v.problem(
+            &format!("{key}.split"),
+            "split and dedup_by_body do not combine: each item is deduplicated by its own id"
+                .into(),
+        );
+    }
     Some(Source {
+        verify_token,
+        split,
         withheld: withheld(&provider, keep),
         allow_ips,
         settings,

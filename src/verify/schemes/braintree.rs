@@ -76,6 +76,7 @@ impl SchemeDef for Braintree {
                 status: 200,
                 body,
                 content_type: Some("text/plain; charset=utf-8".into()),
+                ..Reply::default()
             }),
             Err(why) => GetAnswer::Bad(why),
         }

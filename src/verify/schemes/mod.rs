@@ -283,6 +283,8 @@ schemes! {
     Canonical => canonical::Canonical,
     /// A shared token in a header or query parameter.
     Token => token::Token,
+    /// An HS256 JWT with the shared secret in a header (monday.com).
+    Jwt => jwt::Jwt,
     /// HTTP Basic credentials.
     Basic => basic::Basic,
     /// No signature: the source must restrict `allow_ips`.

@@ -33,6 +33,9 @@ impl SchemeDef for Token {
     fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String> {
         let Signer { provider, key, .. } = *s;
         let sig = &provider.signature;
+        if sig.from.is_some() {
+            return Err("the token is part of the body: put it there (Graph's clientState)".into());
+        }
         match (sig.headers.first(), &sig.query) {
             (Some(h), _) => out
                 .headers
@@ -52,6 +55,26 @@ impl SchemeDef for Token {
 
 fn verify(ctx: &Ctx<'_, '_>) -> Result<usize, VerifyError> {
     let sig = ctx.sig;
+    // In the body (Microsoft Graph's `value[*].clientState`): every value
+    // must be the same configured secret, so one forged item cannot ride
+    // along with genuine ones.
+    if let Some(at) = &sig.from {
+        let values = ctx.fields.lookup_each(at);
+        let first = values.first().ok_or(VerifyError::MissingSignature)?;
+        if first.is_empty() {
+            return Err(VerifyError::MalformedSignature("empty token"));
+        }
+        let key = matching_secret(ctx, first.as_bytes())?;
+        let want = Algorithm::Sha256.digest(&[ctx.source.keys[key].bytes()]);
+        let all_match = values
+            .iter()
+            .all(|v| mac_eq(&Algorithm::Sha256.digest(&[v.as_bytes()]), &want));
+        return if all_match {
+            Ok(key)
+        } else {
+            Err(VerifyError::InvalidSignature)
+        };
+    }
     let from_header = sig
         .headers
         .iter()

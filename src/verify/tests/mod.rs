@@ -9,6 +9,7 @@ mod catalogue_payments;
 mod catalogue_saas;
 mod ecdsa;
 mod ed25519;
+mod handshakes;
 mod hardening;
 mod payments;
 mod paypal;
@@ -35,7 +36,11 @@ fn source(provider: &str, secrets: &[&str]) -> Arc<Source> {
     source_with(provider, secrets, |_| {})
 }
 
-fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source)) -> Arc<Source> {
+pub(crate) fn source_with(
+    provider: &str,
+    secrets: &[&str],
+    edit: impl FnOnce(&mut Source),
+) -> Arc<Source> {
     let p = Registry::builtin().get(provider).unwrap();
     let keys = secrets
         .iter()
@@ -53,6 +58,8 @@ fn source_with(provider: &str, secrets: &[&str], edit: impl FnOnce(&mut Source))
         public_url: None,
         allow_ips: vec![],
         settings: None,
+        verify_token: None,
+        split: None,
         withheld: vec![],
     };
     s.withheld = crate::verify::forwarded_headers::withheld(&s.provider, Default::default());
@@ -70,6 +77,7 @@ fn verify(
     match run(src, headers, body, None, now)? {
         Checked::Event(v) => Ok(v),
         Checked::Answer(r) => panic!("unexpected control answer {r:?}"),
+        Checked::Split { .. } => panic!("unexpected split"),
     }
 }
 

@@ -33,10 +33,18 @@ fn bad_provider_files_are_rejected_with_a_reason() {
     assert!(e.contains("every_header"), "{e}");
     let token = BASE.replace(
         "header = \"x-sig\"",
-        "scheme = \"token\"\nfrom = \"json:/s\"",
+        "scheme = \"basic\"\nfrom = \"json:/s\"",
     );
     let e = Provider::from_toml(&token).unwrap_err();
     assert!(e.contains("signature.from"), "{e}");
+    let open_learn = format!(
+        "{BASE}\n[[control]]\nwhen = \"header:x-hook-secret\"\nsigned = false\nlearn = \"header:x-hook-secret\"\n"
+    );
+    let e = Provider::from_toml(&open_learn).unwrap_err();
+    assert!(e.contains("`learn` needs a `token`"), "{e}");
+    let split = format!("{BASE}\n[split]\nitems = \"json:/a/*\"\n");
+    let e = Provider::from_toml(&split).unwrap_err();
+    assert!(e.contains("split"), "{e}");
 }
 
 #[test]

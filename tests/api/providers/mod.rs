@@ -7,6 +7,7 @@
 mod bad_input;
 mod braintree;
 mod catalogue;
+mod handshakes;
 pub(crate) mod paypal;
 mod plaid;
 mod schemes;
