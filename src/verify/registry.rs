@@ -198,11 +198,17 @@ mod tests {
         let body_mac =
             format!("{acme}[[control]]\nwhen = \"json:/ping\"\nreply = '${{mac:json:/ping}}'\n");
         assert!(load("acme", &body_mac).is_ok());
-        // Every built-in passes the oracle check.
+        // Every built-in passes the oracle check but X's CRC answer, which
+        // X's protocol defines as exactly that (an open question for the
+        // `twitter` provider: it MACs `crc_token` with the key that signs
+        // bodies).
         let r = Registry::builtin();
-        for (name, _) in BUILTIN {
-            assert_eq!(mac_oracle(&r.get(name).unwrap()), None, "{name}");
-        }
+        let flagged: Vec<&str> = BUILTIN
+            .iter()
+            .map(|(name, _)| *name)
+            .filter(|name| mac_oracle(&r.get(name).unwrap()).is_some())
+            .collect();
+        assert_eq!(flagged, ["twitter"]);
     }
 
     #[test]
