@@ -342,6 +342,15 @@ pub(crate) fn check_with(
         fetched,
     };
     let key_index = sig.scheme.verify(&ctx)?;
+    // A provider that MACs an unsigned value in a reply (X's CRC) has made
+    // that MAC for whoever asked: a body it could have been asked for (a
+    // challenge token) is not taken as signed.
+    if body.len() <= 256
+        && std::str::from_utf8(&body).is_ok_and(reply::is_challenge_token)
+        && registry::mac_oracle(provider).is_some()
+    {
+        return Err(VerifyError::InvalidSignature);
+    }
     let key = key_index.map(|i| (&source.keys[i], sig));
     fields.refuse_repeated(read_lookups(provider))?;
 

@@ -199,9 +199,9 @@ mod tests {
             format!("{acme}[[control]]\nwhen = \"json:/ping\"\nreply = '${{mac:json:/ping}}'\n");
         assert!(load("acme", &body_mac).is_ok());
         // Every built-in passes the oracle check but X's CRC answer, which
-        // X's protocol defines as exactly that (an open question for the
-        // `twitter` provider: it MACs `crc_token` with the key that signs
-        // bodies).
+        // X's protocol defines as exactly that: it MACs `crc_token` with the
+        // key that signs bodies. `reply::is_challenge_token` limits what is
+        // MACed to tokens, which no JSON body can be.
         let r = Registry::builtin();
         let flagged: Vec<&str> = BUILTIN
             .iter()

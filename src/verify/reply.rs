@@ -107,6 +107,18 @@ pub fn render(r: &Response, fields: &Fields<'_>, key: MacKey<'_>) -> Reply {
     }
 }
 
+/// Whether `v` may be MACed into a reply: a challenge token as providers
+/// send them (Zoom's `plainToken`, X's `crc_token`: short, URL-safe or
+/// base64 characters). X MACs its CRC token with the key that signs
+/// bodies, from an unsigned query parameter; a token of these characters
+/// can never be a JSON document, so the answer cannot serve as the
+/// signature of a forged event (every JSON body has `{`, `[` or `"`).
+pub fn is_challenge_token(v: &str) -> bool {
+    (1..=256).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.~+/=".contains(&b))
+}
+
 /// A template's text for this request; `json`: values escaped for a JSON
 /// string literal. Header values drop what a header may not hold.
 fn render_parts(parts: &[ReplyPart], fields: &Fields<'_>, key: MacKey<'_>, json: bool) -> String {
@@ -119,7 +131,7 @@ fn render_parts(parts: &[ReplyPart], fields: &Fields<'_>, key: MacKey<'_>, json:
             }
             ReplyPart::Value(l) => fields.lookup(l, &[]).unwrap_or_default(),
             ReplyPart::Mac(l) => match (key, fields.lookup(l, &[])) {
-                (Some((k, sig)), Some(v)) => sig
+                (Some((k, sig)), Some(v)) if is_challenge_token(&v) => sig
                     .encoding
                     .encode(&sig.algorithm.mac(k.bytes(), &[v.as_bytes()])),
                 _ => String::new(),

@@ -329,6 +329,23 @@ fn x_crc_answer_and_signature() {
         "sha256=UcccXobOE2mqpCXKFjLgQZLg6MPSAwg0pQWD13UvJwE=",
     )];
     assert!(vector("twitter", &[secret], &h, body, 0).starts_with("sha256:"));
+    // The CRC answer MACs an unsigned query value with the key that signs
+    // bodies: a token that is a JSON body gets no MAC, so the answer is
+    // never a signature of a forged event.
+    let forged = "crc_token=%7B%22for_user_id%22%3A%221%22%7D";
+    let GetAnswer::Reply(r) = get(&src, &[], forged) else {
+        panic!("not answered")
+    };
+    assert_eq!(r.body, r#"{"response_token":"sha256="}"#);
+    // What a CRC answer can sign (a token) is not an event X could send.
+    let token = "9b4507b3-9040-4669-9ca3-6b94edb50553";
+    let mac = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        Algorithm::HmacSha256.mac(secret.as_bytes(), &[token.as_bytes()]),
+    );
+    let sig = format!("sha256={mac}");
+    let got = check(&src, &[("x-twitter-webhooks-signature", &sig)], token, 0);
+    assert!(got.is_err(), "a token body was admitted: {got:?}");
 }
 
 #[test]
