@@ -717,3 +717,31 @@ fn a_target_refuses_an_unknown_key_with_its_path_and_lists_every_kinds_keys() {
     assert_eq!(p[0].0, "targets.billing", "{p:?}");
     assert!(p[0].1.contains("url"), "{p:?}");
 }
+
+#[test]
+fn a_broker_name_by_type_from_an_unsigned_header_is_warned_about() {
+    let config = |provider: &str, stream: &str| {
+        GOOD.replace(
+            "provider = \"stripe\"",
+            &format!("provider = \"{provider}\""),
+        )
+        .replace(
+            "url = \"http://127.0.0.1:9/hook\"\nsigning_secret = \"whsec_aGVsbG8=\"",
+            &format!(
+                "kind = \"redis-stream\"\nurl = \"redis://127.0.0.1:6379/0\"\nstream = \"{stream}\""
+            ),
+        )
+    };
+    let warned = |provider: &str, stream: &str| {
+        Config::from_toml_str(&config(provider, stream), Path::new("."))
+            .unwrap()
+            .warnings
+            .into_iter()
+            .any(|w| w.contains("targets.billing") && w.contains("{type}"))
+    };
+    // GitHub's type is the unsigned `X-GitHub-Event` header.
+    assert!(warned("github", "hooks:{source}:{type}"));
+    assert!(!warned("github", "hooks:{source}"));
+    // Stripe's type is in the signed body.
+    assert!(!warned("stripe", "hooks:{source}:{type}"));
+}

@@ -43,6 +43,13 @@ pub trait KindDef {
         false
     }
 
+    /// The name template (stream, subject, routing key) that holds
+    /// `{type}`, if any: each event type then makes its own name.
+    fn named_by_type(spec: &Self::Spec) -> Option<&str> {
+        let _ = spec;
+        None
+    }
+
     /// The bytes of the spec's secrets (a signing key), which its `Debug`
     /// prints redacted: a reload compares them to tell a changed target.
     fn secrets(spec: &Self::Spec) -> Vec<&[u8]> {

@@ -231,6 +231,13 @@ macro_rules! kinds {
                 }
             }
 
+            /// The name template holding `{type}` ([`KindDef::named_by_type`]).
+            pub fn named_by_type(&self) -> Option<&str> {
+                match self {
+                    $(Self::$variant(spec) => <$module::$def as KindDef>::named_by_type(spec),)*
+                }
+            }
+
             /// The bytes of the kind's secrets ([`KindDef::secrets`]).
             pub fn secrets(&self) -> Vec<&[u8]> {
                 match self {

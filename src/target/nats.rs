@@ -86,6 +86,10 @@ impl KindDef for NatsKind {
         Spec { subject }
     }
 
+    fn named_by_type(spec: &Spec) -> Option<&str> {
+        Some(spec.subject.as_str()).filter(|t| t.contains("{type}"))
+    }
+
     fn describe(spec: &Spec) -> String {
         format!(" kind=nats subject={}", spec.subject)
     }

@@ -127,6 +127,10 @@ impl KindDef for RabbitMqKind {
         }
     }
 
+    fn named_by_type(spec: &Spec) -> Option<&str> {
+        Some(spec.routing_key.as_str()).filter(|t| t.contains("{type}"))
+    }
+
     fn describe(spec: &Spec) -> String {
         format!(
             " kind=rabbitmq exchange={:?} routing_key={}",

@@ -115,6 +115,10 @@ impl KindDef for RedisStreamKind {
         }
     }
 
+    fn named_by_type(spec: &Spec) -> Option<&str> {
+        Some(spec.stream.as_str()).filter(|t| t.contains("{type}"))
+    }
+
     fn describe(spec: &Spec) -> String {
         format!(
             " kind=redis-stream stream={} maxlen={} duplicate_window={}",

@@ -12,6 +12,7 @@ use crate::primitives::secret::Secret;
 use crate::target::route::{Rule, parse_order_by};
 use crate::target::{Check, Target};
 use crate::verify::registry::Registry;
+use crate::verify::schemes::Cover;
 use crate::verify::source::Resolve;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -78,7 +79,7 @@ pub(super) fn config(
             );
         }
     }
-    operator_warnings(&server, &sources, &mut v);
+    operator_warnings(&server, &sources, &targets, &mut v);
 
     if v.problems.is_empty() {
         Ok(Config {
@@ -108,8 +109,30 @@ pub(super) fn config(
 fn operator_warnings(
     server: &Server,
     sources: &BTreeMap<String, Arc<crate::verify::source::Source>>,
+    targets: &BTreeMap<String, Arc<Target>>,
     v: &mut Validator<'_>,
 ) {
+    // A type read from outside the signature is the sender's to choose:
+    // replayed with made-up types, each one would make its own stream,
+    // subject or routing key at the broker.
+    for s in sources.values() {
+        let signed = crate::verify::signedness::of_source(s);
+        let Some(fact) = signed.event_type.filter(|f| f.cover != Cover::Signed) else {
+            continue;
+        };
+        for t in s.targets.iter().filter_map(|n| targets.get(n)) {
+            if let Some(template) = t.kind.named_by_type() {
+                v.warning(format!(
+                    "`targets.{}` names by `{{type}}` (`{template}`), and `sources.{}` reads its event type from {}: \
+                     anyone replaying a signed request with made-up types makes a new name each time; \
+                     name by `{{source}}` or route by type instead",
+                    t.name,
+                    s.name,
+                    fact.weakest.join(", ")
+                ));
+            }
+        }
+    }
     for s in sources.values().filter(|s| s.targets.is_empty()) {
         v.warning(format!(
             "`sources.{}.targets` is empty: its events are verified, deduplicated and stored, but forwarded nowhere",
