@@ -745,3 +745,12 @@ fn a_broker_name_by_type_from_an_unsigned_header_is_warned_about() {
     // Stripe's type is in the signed body.
     assert!(!warned("stripe", "hooks:{source}:{type}"));
 }
+
+#[test]
+fn apis_without_an_admin_listener_are_refused() {
+    let api = "\n[apis.pay]\nupstream = \"http://127.0.0.1:9/v1\"\n";
+    let p = problems(&format!("{GOOD}{api}"));
+    assert_eq!(p[0].0, "server.admin_listen", "{p:?}");
+    let with_admin = GOOD.replace("[server]\n", "[server]\nadmin_listen = \"127.0.0.1:0\"\n");
+    assert!(Config::from_toml_str(&format!("{with_admin}{api}"), Path::new(".")).is_ok());
+}
