@@ -55,6 +55,7 @@ async fn idle_http2_connections_and_trickling_api_bodies_from_one_address_do_not
                          request_timeout = \"3s\"\nidle_timeout = \"500ms\"\n"
         .into();
     opts.extra = format!("[apis.pay]\nupstream = \"{}\"\n", upstream.url);
+    opts.admin_listen = true;
     let app = spawn_app(opts).await;
 
     // 1,000 idle HTTP/2 connections from 127.0.0.1.
@@ -403,6 +404,7 @@ async fn a_trickling_api_body_is_cut_off_at_the_request_timeout() {
     let mut opts = Opts::new(Backend::Embedded);
     opts.server_extra = "request_timeout = \"1s\"\n".into();
     opts.extra = format!("[apis.pay]\nupstream = \"{}\"\n", upstream.url);
+    opts.admin_listen = true;
     let app = spawn_app(opts).await;
     let mut s = TcpStream::connect(app.addr).await.unwrap();
     s.write_all(b"POST /api/pay/x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n")

@@ -119,7 +119,7 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     let pending = tokio::spawn(async move { post_to(&c, &url, "evt_crash").await });
     // Kill only once the claim is really in Redis (the request is then
     // waiting in the hung ledger).
-    let claimed = eventually(Duration::from_secs(10), || async {
+    let claimed = eventually(Duration::from_secs(30), || async {
         !redis_keys(&prefix).await.is_empty()
     })
     .await;

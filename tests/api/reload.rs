@@ -558,7 +558,16 @@ async fn a_reload_applies_the_log_level() {
 async fn a_reload_adds_a_source_and_an_api_and_removes_a_source() {
     let upstream = TestTarget::start().await;
     let base_url = upstream.url.trim_end_matches("/hook").to_owned();
-    let opts = Opts::new(Backend::Embedded);
+    // An API needs the admin routes on their own listener (a restart-only
+    // setting): it is there from the start, on a port found free.
+    let admin_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let admin = |path: &str| format!("http://127.0.0.1:{admin_port}{path}");
+    let mut opts = Opts::new(Backend::Embedded);
+    opts.server_extra = format!("admin_listen = \"127.0.0.1:{admin_port}\"\n");
     let db = TestDb::create(Backend::Embedded).await;
     let (g, text) = gateway(&opts, &db, "reload-sources").await;
     let client = reqwest::Client::new();
@@ -585,7 +594,7 @@ async fn a_reload_adds_a_source_and_an_api_and_removes_a_source() {
     // `github` is renamed away: that source is gone after the reload.
     g.rewrite_config(&added);
     let r = client
-        .post(g.url("/admin/reload"))
+        .post(admin("/admin/reload"))
         .bearer_auth(ADMIN_TOKEN)
         .send()
         .await
@@ -608,7 +617,16 @@ async fn a_reload_adds_a_source_and_an_api_and_removes_a_source() {
         .unwrap();
     assert_eq!(r.status(), 404, "the removed source is gone");
     // The added source is counted in /stats.
-    let s = stats(&g).await;
+    let s: Value = client
+        .get(admin("/stats"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap();
     assert_eq!(s["sources"]["extra"]["unique"], 1, "{s}");
     assert!(s["sources"].get("github").is_none());
 }
