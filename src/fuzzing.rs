@@ -40,6 +40,7 @@ fn sources() -> &'static [Arc<Source>] {
                     keys,
                     dedup_window: Duration::from_secs(60),
                     dedup_by_body: false,
+                    silent_after: None,
                     targets: vec![],
                     routes: Arc::new(crate::verify::router::NoRoutes),
                     public_url: Some("https://hooks.example.test/webhooks/fuzz".into()),

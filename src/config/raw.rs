@@ -271,6 +271,9 @@ pub struct RawSource {
     /// docs/design.md "Dedup by body"). Default false.
     #[serde(default)]
     pub dedup_by_body: bool,
+    /// How long this source may go without an accepted event before it
+    /// counts as silent (the `source silent` alert and metric). Unset: never.
+    pub silent_after: Option<Dur>,
     /// Names of `[targets.*]` that receive this source's events.
     #[serde(default)]
     pub targets: Vec<String>,

@@ -26,6 +26,9 @@ pub struct Source {
     /// `dedup_by_body`: a body already seen under another id within the
     /// window is a duplicate (`store::body_hashes`).
     pub dedup_by_body: bool,
+    /// `silent_after`: how long without an accepted event before the source
+    /// counts as silent (alerts, `/metrics`); `None`: never.
+    pub silent_after: Option<Duration>,
     pub targets: Vec<String>,
     /// Which of `targets` want an event (each target's rule, in the same
     /// order; built by `target::route`).
@@ -66,6 +69,7 @@ impl Source {
             tolerance: self.tolerance,
             dedup_window: self.dedup_window,
             dedup_by_body: self.dedup_by_body,
+            silent_after: self.silent_after,
             targets: self.targets.clone(),
             routes: self.routes.clone(),
             public_url: self.public_url.clone(),

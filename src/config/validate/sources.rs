@@ -106,6 +106,9 @@ fn source(
         v.problem(&format!("{key}.tolerance"), "must be greater than 0".into());
     }
     v.positive(&format!("{key}.dedup_window"), s.dedup_window.0);
+    if let Some(d) = &s.silent_after {
+        v.positive(&format!("{key}.silent_after"), d.0);
+    }
     let tolerance = s.tolerance.map_or(provider.default_tolerance(), |d| d.0);
     if provider.timestamp.as_ref().is_some_and(|t| t.checked) {
         if tolerance > MAX_TOLERANCE {
@@ -207,6 +210,7 @@ fn source(
         dedup_window: s.dedup_window.0,
         routes: Arc::new(Routes::of(&s.targets, |t| targets.get(t))),
         dedup_by_body: s.dedup_by_body,
+        silent_after: s.silent_after.map(|d| d.0),
         targets: s.targets,
         public_url: s.public_url,
     })

@@ -53,6 +53,7 @@ pub(crate) fn source_with(
         keys,
         dedup_window: Duration::from_secs(60),
         dedup_by_body: false,
+        silent_after: None,
         targets: vec![],
         routes: Arc::new(crate::verify::router::NoRoutes),
         public_url: None,
