@@ -159,7 +159,7 @@ wait_tcp() { # port seconds name
 pg_start() {
   as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$work/pg.log" -w -t 60 \
     -o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pgsock -c max_connections=200" \
-    start >/dev/null
+    start >/dev/null 9>&-
 }
 mkdir -p "$PGDATA" "$work/pgsock"
 [[ $(id -u) == 0 ]] && chown postgres: "$PGDATA" "$work/pgsock" && touch "$work/pg.log" && chown postgres: "$work/pg.log"
@@ -172,8 +172,9 @@ log "PostgreSQL cluster on 127.0.0.1:$PGPORT ($PGBIN)"
 # ---- Redis (storage), Redis (stream target), NATS --------------------------
 redis_start() { # name port
   redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no --daemonize no \
-    >>"$work/$1.log" 2>&1 &
+    >>"$work/$1.log" 2>&1 9>&- &
   echo $! >"$work/$1.pid"
+  disown $!
   wait_tcp "$2" 20 "$1"
 }
 redis_start redis "$RPORT"
@@ -243,21 +244,28 @@ url = "$NATS_URL"
 subject = "chaos.{source}"
 TOML
 done
-start_replica() { # i
-  local i=$1 pre=()
+start_replica() { # i: starts it; a start that fails (its database is down
+  # in another fault) is tried again, for up to 2 minutes
+  local i=$1 pre=() try
   # libfaketime on this process only; its offset file is re-read every
   # second, so a clock step needs no restart. Monotonic time is left alone.
   [[ -n $FAKETIME_LIB ]] && pre=(LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$work/r$i.faketime"
     FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1)
-  env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
-    "$bin/hookgate" -c "$work/r$i.toml" serve >>"$work/r$i.log" 2>&1 &
-  echo $! >"$work/r$i.pid"
-  for _ in $(seq 1 600); do
-    curl -sf "http://127.0.0.1:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
-    kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null || { tail -n 20 "$work/r$i.log" >&2; die "replica r$i exited during start"; }
-    sleep 0.1
+  for try in $(seq 1 40); do
+    env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
+      "$bin/hookgate" -c "$work/r$i.toml" serve >>"$work/r$i.log" 2>&1 9>&- &
+    echo $! >"$work/r$i.pid"
+    disown $!
+    for _ in $(seq 1 600); do
+      curl -sf "http://127.0.0.1:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
+      kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null && die "replica r$i not healthy after 60 s"
+    log "replica r$i exited during start (try $try): $(tail -n 1 "$work/r$i.log")"
+    sleep 3
   done
-  die "replica r$i not healthy after 60 s"
+  die "replica r$i did not start in 40 tries"
 }
 for i in $(seq 1 "$REPLICAS"); do start_replica "$i"; done
 log "$REPLICAS replicas up (debug build): ports ${RP[*]}"
@@ -265,6 +273,7 @@ log "$REPLICAS replicas up (debug build): ports ${RP[*]}"
 # ---- faults -------------------------------------------------------------------
 # fault_log kind arg start_ms: one line per fault when it ends.
 fault_log() { echo "{\"kind\":\"$1\",\"arg\":\"$2\",\"start\":$3,\"end\":$(now_ms)}" >>"$work/faults.jsonl"; }
+# (What a fault starts closes fd 9, or it would hold the lock for its life.)
 locked() { # name cmd...: one fault at a time per resource (faults on others overlap)
   local name=$1; shift
   (flock 9; "$@") 9>"$work/lock.$name"
