@@ -8,7 +8,7 @@
 #                    [--replicas 2|3] [--resume-max S] [--out DIR]
 #
 #   --profile short   ~2 minutes of load, 5 faults (one of each main kind); CI runs it
-#   --profile long    --minutes of load (default 30), ~3.5 faults a minute, overlapping
+#   --profile long    --minutes of load (default 30), ~4 faults a minute, overlapping
 #   --seed N          the fault schedule and the load's choices (printed; replay with it)
 #   --minutes M       minutes of load (short: 1.5)
 #   --replicas R      hookgate replicas (default 3)

@@ -197,7 +197,7 @@ fn schedule(seed: u64, profile: &str, secs: u64, replicas: u32, skip: &str) -> R
                 out.push(format!("{at} {kind} {} {dur}", arg(&mut rng, kind)));
             }
         }
-        // Exponential gaps with a mean that gives ~3.5 faults a minute;
+        // Exponential gaps with a mean that gives ~4 faults a minute;
         // faults overlap whenever a gap is shorter than the previous one's
         // duration.
         "long" => {
@@ -205,7 +205,7 @@ fn schedule(seed: u64, profile: &str, secs: u64, replicas: u32, skip: &str) -> R
             let mut at = 5_000.0;
             let end = secs as f64 * 1000.0 - 10_000.0;
             loop {
-                at += -(1.0 - rng.unit()).ln() * 17_000.0;
+                at += -(1.0 - rng.unit()).ln() * 14_000.0;
                 if at >= end {
                     break;
                 }
