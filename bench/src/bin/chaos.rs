@@ -188,7 +188,13 @@ fn schedule(seed: u64, profile: &str, secs: u64, replicas: u32, skip: &str) -> R
         // A few faults, one of each main kind, spread over the load, the
         // kill early so the held deliveries' lease runs out within the drain.
         "short" => {
-            let plan = ["kill9", "target-flap", "redis-restart", "pg-restart", "rolling"];
+            let plan = [
+                "kill9",
+                "target-flap",
+                "redis-restart",
+                "pg-restart",
+                "rolling",
+            ];
             let plan: Vec<&str> = plan.into_iter().filter(|k| !skip.contains(k)).collect();
             let slot = secs * 1000 / (plan.len() as u64 + 1);
             for (i, kind) in plan.iter().enumerate() {
@@ -219,7 +225,11 @@ fn schedule(seed: u64, profile: &str, secs: u64, replicas: u32, skip: &str) -> R
                     pick -= w;
                 }
                 let dur = rng.range(2_000, 30_000);
-                out.push(format!("{} {kind} {} {dur}", at as u64, arg(&mut rng, kind)));
+                out.push(format!(
+                    "{} {kind} {} {dur}",
+                    at as u64,
+                    arg(&mut rng, kind)
+                ));
             }
         }
         other => bail!("unknown profile {other:?}: short or long"),
@@ -436,7 +446,14 @@ async fn send(s: &LoadShared, p: &Pending, kind: &str, replica: usize) -> bool {
 
 /// One worker: owns its ordering keys, so two events of one key are never in
 /// flight at once and "received order" is well defined.
-async fn load_worker(s: Arc<LoadShared>, w: usize, seed: u64, gap: Duration, end: Instant, settle: Instant) {
+async fn load_worker(
+    s: Arc<LoadShared>,
+    w: usize,
+    seed: u64,
+    gap: Duration,
+    end: Instant,
+    settle: Instant,
+) {
     let mut rng = Rng::new(seed);
     let mut seqs = [0u64; 4];
     let mut unacked: Vec<Pending> = Vec::new();
@@ -744,7 +761,11 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             }
         }
     }
-    let twice: Vec<&&str> = new_acks.iter().filter(|(_, v)| v.len() > 1).map(|(k, _)| k).collect();
+    let twice: Vec<&&str> = new_acks
+        .iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, _)| k)
+        .collect();
     let kinds = sent.iter().fold(BTreeMap::<&str, u64>::new(), |mut m, s| {
         *m.entry(s.kind.as_str()).or_default() += 1;
         m
@@ -764,7 +785,10 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
         result: format!(
             "{}{}",
             twice.len(),
-            twice.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default()
+            twice
+                .first()
+                .map(|id| format!(" (e.g. {id})"))
+                .unwrap_or_default()
         ),
         ok: twice.is_empty(),
     });
@@ -821,7 +845,10 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
                 "{} of {}{}",
                 missing.len(),
                 acked.len(),
-                missing.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default()
+                missing
+                    .first()
+                    .map(|id| format!(" (e.g. {id})"))
+                    .unwrap_or_default()
             ),
             ok: missing.is_empty(),
         });
@@ -848,9 +875,9 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             let (first, last) = (ts[0], *ts.last().unwrap_or(&ts[0]));
             // The window: from the first take to the resend, with a lease's
             // worth of slack before (the record may be lost just after).
-            let cause = faults.iter().find(|f| {
-                explains_duplicate(&f.kind) && f.start <= last && f.end + 5_000 >= first
-            });
+            let cause = faults
+                .iter()
+                .find(|f| explains_duplicate(&f.kind) && f.start <= last && f.end + 5_000 >= first);
             match cause {
                 Some(f) => *by_kind.entry(f.kind.clone()).or_default() += 1,
                 None => unexplained.push(*id),
@@ -861,7 +888,10 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             result: format!(
                 "{dups} {by_kind:?}; unexplained {}{}",
                 unexplained.len(),
-                unexplained.first().map(|id| format!(" (e.g. {id})")).unwrap_or_default()
+                unexplained
+                    .first()
+                    .map(|id| format!(" (e.g. {id})"))
+                    .unwrap_or_default()
             ),
             ok: unexplained.is_empty(),
         });
@@ -890,7 +920,9 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
                 if x.t1 > y.t0 {
                     continue;
                 }
-                if let (Some(px), Some(py)) = (first_pos.get(x.id.as_str()), first_pos.get(y.id.as_str())) {
+                if let (Some(px), Some(py)) =
+                    (first_pos.get(x.id.as_str()), first_pos.get(y.id.as_str()))
+                {
                     pairs += 1;
                     if px > py {
                         bad.push(format!("{} after {}", x.id, y.id));
@@ -903,7 +935,9 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             result: format!(
                 "{} out of order of {pairs}{}",
                 bad.len(),
-                bad.first().map(|b| format!(" (e.g. {b})")).unwrap_or_default()
+                bad.first()
+                    .map(|b| format!(" (e.g. {b})"))
+                    .unwrap_or_default()
             ),
             ok: bad.is_empty() && pairs > 0,
         });
@@ -1009,9 +1043,16 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             let mut m: Vec<u64> = xs.iter().map(|s| f(s)).collect();
             quantile_ms(&mut m, 0.5)
         };
-        let (r0, r1) = (med(&v[q..2 * q], |s| s.rss_kb), med(&v[3 * q..], |s| s.rss_kb));
+        let (r0, r1) = (
+            med(&v[q..2 * q], |s| s.rss_kb),
+            med(&v[3 * q..], |s| s.rss_kb),
+        );
         let (f0, f1) = (med(&v[q..2 * q], |s| s.fds), med(&v[3 * q..], |s| s.fds));
-        growth.push(format!("{what}/{pid}: rss {}→{} MB, fds {f0}→{f1}", r0 / 1024, r1 / 1024));
+        growth.push(format!(
+            "{what}/{pid}: rss {}→{} MB, fds {f0}→{f1}",
+            r0 / 1024,
+            r1 / 1024
+        ));
         if r1 > r0 + r0 / 2 + 32 * 1024 || f1 > f0 * 2 + 32 {
             bad.push(format!("{what}/{pid}"));
         }
@@ -1020,9 +1061,17 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
         check: "RSS and fds per replica process (2nd quarter → last quarter of its life)".into(),
         result: format!(
             "{}; max RSS {} MB, max fds {fds_max}{}",
-            if growth.is_empty() { "no process lived 12 samples".into() } else { growth.join("; ") },
+            if growth.is_empty() {
+                "no process lived 12 samples".into()
+            } else {
+                growth.join("; ")
+            },
             rss_max / 1024,
-            if bad.is_empty() { String::new() } else { format!("; growing: {bad:?}") }
+            if bad.is_empty() {
+                String::new()
+            } else {
+                format!("; growing: {bad:?}")
+            }
         ),
         ok: bad.is_empty(),
     });
@@ -1110,7 +1159,10 @@ mod tests {
     #[test]
     fn skipped_kinds_are_left_out() {
         let a = schedule(7, "long", 1800, 3, "clock-step,pg-restart").unwrap();
-        assert!(a.iter().all(|l| !l.contains("clock-step") && !l.contains("pg-restart")));
+        assert!(
+            a.iter()
+                .all(|l| !l.contains("clock-step") && !l.contains("pg-restart"))
+        );
         assert_eq!(schedule(1, "short", 120, 2, "").unwrap().len(), 5);
     }
 }
