@@ -611,6 +611,9 @@ fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>> {
 async fn redis_arrivals(url: &str, stream: &str) -> Result<Vec<(String, u64)>> {
     let client = redis::Client::open(url)?;
     let mut c = client.get_multiplexed_async_connection().await?;
+    // The crate's default response timeout is too short for a page of
+    // entries on a loaded machine (the long run's audit failed on it).
+    c.set_response_timeout(Duration::from_secs(30));
     let mut out = Vec::new();
     let mut start = "-".to_owned();
     loop {
@@ -619,7 +622,7 @@ async fn redis_arrivals(url: &str, stream: &str) -> Result<Vec<(String, u64)>> {
             .arg(&start)
             .arg("+")
             .arg("COUNT")
-            .arg(2000)
+            .arg(500)
             .query_async(&mut c)
             .await?;
         let Some((last, _)) = page.last() else { break };
@@ -701,7 +704,17 @@ struct Row {
 async fn audit(a: &AuditArgs) -> Result<bool> {
     let started = Instant::now();
     loop {
-        let (rows, missing) = audit_once(a).await?;
+        // A read that fails (a stream server slow to answer) is tried
+        // again until the wait is over.
+        let (rows, missing) = match audit_once(a).await {
+            Ok(r) => r,
+            Err(e) if started.elapsed().as_secs() < a.wait => {
+                eprintln!("audit: {e:#}; trying again");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let done = missing == 0 || started.elapsed().as_secs() >= a.wait;
         if done {
             let mut table = String::from("| check | result | verdict |\n|---|---|---|\n");
