@@ -19,7 +19,7 @@ pub mod retry;
 
 use crate::config::{self, Config};
 use crate::primitives::time::Millis;
-use crate::stats::{Counters, DeliveryOutcome};
+use crate::stats::{AttemptClass, Counters, DeliveryOutcome, Failure};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox, StoreError};
 use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
@@ -114,6 +114,9 @@ struct TargetCtx {
     duration: metrics::Histogram,
     /// Rows that came by hand-off (no claim query).
     handed: metrics::Counter,
+    /// `hookgate_delivery_attempt_results_total{target, class}`, indexed
+    /// by `AttemptClass as usize`.
+    results: [metrics::Counter; AttemptClass::ALL.len()],
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
     bucket: Option<rate::TargetBucket>,
@@ -154,6 +157,9 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
+            results: AttemptClass::ALL.map(|c| metrics::counter!(
+                "hookgate_delivery_attempt_results_total",
+                "target" => target.name.clone(), "class" => c.as_str())),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::TargetBucket::new),
@@ -463,6 +469,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
     drop(sending);
+    t.results[class(&sent) as usize].increment(1);
 
     let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
     ctx.health
@@ -491,6 +498,22 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
         NextState::RetryAt(_) => None,
         _ => row.order_key.filter(|_| t.target.order_by.is_some()),
     }
+}
+
+/// The attempt's class for `hookgate_delivery_attempt_results_total`.
+fn class(sent: &Sent) -> AttemptClass {
+    let (status, error) = match sent {
+        Sent::Delivered { status } => (*status, None),
+        Sent::Retry { status, error, .. } | Sent::Permanent { status, error } => {
+            (*status, Some(error.as_str()))
+        }
+    };
+    let failure = error.map(|e| match e {
+        crate::target::http::TIMEOUT => Failure::Timeout,
+        crate::target::http::CONNECT_FAILED => Failure::Connect,
+        _ => Failure::Other,
+    });
+    AttemptClass::of(status, failure)
 }
 
 /// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
