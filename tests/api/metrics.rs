@@ -331,7 +331,7 @@ async fn attempt_results_are_counted_by_class() {
 /// each with one delivery over four targets, 100,000 of them not
 /// delivered (75,000 pending, 20,000 retrying, 5,000 dead). Prints each
 /// uncached read's time (`hookgate_ledger_read_seconds`) and a whole
-/// scrape's. Run: `cargo test --release --test api scrape_cost -- --ignored --nocapture`
+/// scrape's. Run: `cargo test --test api scrape_cost -- --ignored --nocapture`
 /// (docs/operations.md, "Scrape cost").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "loads a million rows: a measurement, run by hand"]
