@@ -63,8 +63,10 @@ fn git_head(dir: &str) -> Option<String> {
     let mut watched = vec!["HEAD".to_owned()];
     watched.extend(git(dir, &["symbolic-ref", "-q", "HEAD"]));
     for name in watched {
-        if let Some(path) = git(dir, &["rev-parse", "--path-format=absolute", "--git-path", &name])
-            && std::path::Path::new(&path).exists()
+        if let Some(path) = git(
+            dir,
+            &["rev-parse", "--path-format=absolute", "--git-path", &name],
+        ) && std::path::Path::new(&path).exists()
         {
             println!("cargo:rerun-if-changed={path}");
         }

@@ -99,10 +99,7 @@ pub async fn render(State(state): State<AppState>) -> impl IntoResponse {
     state.metrics.run_upkeep();
     let mut text = state.metrics.render();
     text.push_str(&scraped(&state, Millis::now()).await);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
-    )
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
 }
 
 /// The families of [`SCRAPED`], in the text format.
@@ -174,7 +171,9 @@ async fn scraped(state: &AppState, now: Millis) -> String {
             .map(|(s, at)| (s.as_str(), *at))
             .collect();
         for source in config.sources.keys() {
-            let at = accepted.get(source.as_str()).map_or(0.0, |m| m.0 as f64 / 1000.0);
+            let at = accepted
+                .get(source.as_str())
+                .map_or(0.0, |m| m.0 as f64 / 1000.0);
             out.sample(&[("source", source)], at);
         }
     }
@@ -214,10 +213,7 @@ async fn scraped(state: &AppState, now: Millis) -> String {
             out.family("hookgate_reconcile_lag_seconds");
             for source in config.reconcile.keys() {
                 if let Some(ok) = by_source.get(source.as_str()).and_then(|s| s.last_success) {
-                    out.sample(
-                        &[("source", source)],
-                        (now.0 - ok.0).max(0) as f64 / 1000.0,
-                    );
+                    out.sample(&[("source", source)], (now.0 - ok.0).max(0) as f64 / 1000.0);
                 }
             }
             out.family("hookgate_reconcile_last_run_failed");
@@ -265,5 +261,41 @@ impl Text {
             self.out.push('}');
         }
         let _ = writeln!(self.out, " {value}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scraped_families_are_written_with_help_type_and_escaped_labels() {
+        let mut t = Text::default();
+        t.family("hookgate_target_deliveries");
+        t.sample(&[("target", "a\"b\\c"), ("state", "dead")], 3.0);
+        assert_eq!(
+            t.out,
+            "# HELP hookgate_target_deliveries Deliveries not delivered, by target and state: pending (not attempted yet), retrying (failed at least once), dead. Cluster-wide, from the ledger.\n\
+             # TYPE hookgate_target_deliveries gauge\n\
+             hookgate_target_deliveries{target=\"a\\\"b\\\\c\",state=\"dead\"} 3\n"
+        );
+    }
+
+    #[test]
+    fn scraped_names_follow_the_conventions_and_differ_from_recorded_ones() {
+        for (name, kind, help) in SCRAPED {
+            assert!(
+                name.starts_with("hookgate_") && !name.ends_with("_total"),
+                "{name}"
+            );
+            assert_eq!(*kind, "gauge", "{name}");
+            assert!(!help.is_empty(), "{name}");
+            assert!(
+                crate::stats::families::FAMILIES
+                    .iter()
+                    .all(|f| f.0 != *name),
+                "{name} is recorded and scraped"
+            );
+        }
     }
 }

@@ -157,9 +157,11 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
-            results: AttemptClass::ALL.map(|c| metrics::counter!(
+            results: AttemptClass::ALL.map(|c| {
+                metrics::counter!(
                 "hookgate_delivery_attempt_results_total",
-                "target" => target.name.clone(), "class" => c.as_str())),
+                "target" => target.name.clone(), "class" => c.as_str())
+            }),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::TargetBucket::new),

@@ -228,7 +228,11 @@ fn attempts_are_classed_by_status_then_by_how_they_failed() {
         (None, None, C::Confirmed),
     ];
     for (status, failure, class) in cases {
-        assert_eq!(AttemptClass::of(status, failure), class, "{status:?} {failure:?}");
+        assert_eq!(
+            AttemptClass::of(status, failure),
+            class,
+            "{status:?} {failure:?}"
+        );
     }
     for (i, c) in AttemptClass::ALL.iter().enumerate() {
         assert_eq!(*c as usize, i);

@@ -117,9 +117,7 @@ where
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()?;
-        let rows = sqlx::query(LAST_ACCEPTED_SQL)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(LAST_ACCEPTED_SQL).fetch_all(&self.pool).await?;
         let mut last_accepted = Vec::with_capacity(rows.len());
         for r in &rows {
             let at: Option<i64> = r.try_get(1usize)?;

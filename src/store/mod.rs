@@ -158,7 +158,8 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
+        Portable<DB>:
+            Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -166,10 +167,7 @@ impl Store {
             event_log: backend.clone(),
             outbox: backend.clone(),
             tallies: backend,
-            backlog: Arc::new(backlog::Cached::new(
-                portable.clone(),
-                backlog::FRESH_FOR,
-            )),
+            backlog: Arc::new(backlog::Cached::new(portable.clone(), backlog::FRESH_FOR)),
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),

@@ -102,7 +102,10 @@ async fn every_family_has_help_and_type_and_the_rules_and_dashboard_use_only_exp
         .send()
         .await
         .unwrap();
-    assert!(!reloaded.status().is_success(), "an inline config has no file to re-read");
+    assert!(
+        !reloaded.status().is_success(),
+        "an inline config has no file to re-read"
+    );
     assert!(
         eventually(Duration::from_secs(20), || async {
             let m = scrape(&app).await;
@@ -134,7 +137,10 @@ async fn every_family_has_help_and_type_and_the_rules_and_dashboard_use_only_exp
         assert!(exported.contains(base), "{line}: no # TYPE");
     }
     // What the rules and the dashboard query exists.
-    for file in ["deploy/prometheus/alerts.yml", "deploy/grafana/hookgate.json"] {
+    for file in [
+        "deploy/prometheus/alerts.yml",
+        "deploy/grafana/hookgate.json",
+    ] {
         let names = referenced(&repo_file(file));
         assert!(names.len() >= 10, "{file}: {names:?}");
         let missing: Vec<_> = names.difference(&exported).collect();
@@ -154,17 +160,38 @@ async fn every_family_has_help_and_type_and_the_rules_and_dashboard_use_only_exp
         "{build}"
     );
     // silent_after, only where set; reconciliation settings.
-    assert_eq!(value(&m, "hookgate_source_silent_after_seconds{source=\"github\"}"), Some(3600.0));
-    assert_eq!(value(&m, "hookgate_source_silent_after_seconds{source=\"stripe\"}"), None);
-    assert_eq!(value(&m, "hookgate_reconcile_interval_seconds{source=\"stripe\"}"), Some(1.0));
+    assert_eq!(
+        value(
+            &m,
+            "hookgate_source_silent_after_seconds{source=\"github\"}"
+        ),
+        Some(3600.0)
+    );
+    assert_eq!(
+        value(
+            &m,
+            "hookgate_source_silent_after_seconds{source=\"stripe\"}"
+        ),
+        None
+    );
+    assert_eq!(
+        value(&m, "hookgate_reconcile_interval_seconds{source=\"stripe\"}"),
+        Some(1.0)
+    );
     // Last received (this process, any outcome) is now-ish; the rejection
     // is counted by reason.
-    let received = value(&m, "hookgate_source_last_received_timestamp_seconds{source=\"stripe\"}")
-        .expect("last received");
+    let received = value(
+        &m,
+        "hookgate_source_last_received_timestamp_seconds{source=\"stripe\"}",
+    )
+    .expect("last received");
     assert!((received - now() as f64).abs() < 30.0, "{received}");
     assert!(
-        value(&m, "hookgate_rejections_total{source=\"stripe\",reason=\"invalid_signature\"}")
-            .unwrap_or(0.0)
+        value(
+            &m,
+            "hookgate_rejections_total{source=\"stripe\",reason=\"invalid_signature\"}"
+        )
+        .unwrap_or(0.0)
             >= 1.0
     );
     // The refused reload is counted; `applied` exists at 0 or more.
@@ -195,10 +222,14 @@ async fn backlog_gauges_are_read_from_the_ledger(backend: Backend) {
     let app = spawn_app(opts.clone()).await;
     let before = Millis::now();
     for i in 0..3 {
-        assert_eq!(app.post_stripe(&format!("evt_backlog_{i}")).await.status(), 200);
+        assert_eq!(
+            app.post_stripe(&format!("evt_backlog_{i}")).await.status(),
+            200
+        );
     }
     let after = Millis::now();
-    let line = |t: &str, s: &str| format!("hookgate_target_deliveries{{target=\"{t}\",state=\"{s}\"}}");
+    let line =
+        |t: &str, s: &str| format!("hookgate_target_deliveries{{target=\"{t}\",state=\"{s}\"}}");
     let settled = eventually(Duration::from_secs(20), || async {
         let m = scrape(&app).await;
         value(&m, &line("gone", "dead")) == Some(3.0)
@@ -221,35 +252,63 @@ async fn backlog_gauges_are_read_from_the_ledger(backend: Backend) {
     }
     // The same numbers as /stats (both from the ledger).
     let stats = app.stats().await;
-    assert_eq!(stats["sources"]["stripe"]["targets"]["gone"]["dead"], 3, "{stats}");
-    assert_eq!(stats["sources"]["stripe"]["targets"]["down"]["retrying"], 3, "{stats}");
-    // Oldest pending: the first event's age (retrying counts as pending).
-    let age = value(&m, "hookgate_target_oldest_pending_age_seconds{target=\"down\"}").unwrap();
-    let waited = (Millis::now().0 - before.0) as f64 / 1000.0;
-    assert!(age > 0.0 && age <= waited + 1.0, "age {age}, waited {waited}");
     assert_eq!(
-        value(&m, "hookgate_target_oldest_pending_age_seconds{target=\"ok\"}"),
+        stats["sources"]["stripe"]["targets"]["gone"]["dead"], 3,
+        "{stats}"
+    );
+    assert_eq!(
+        stats["sources"]["stripe"]["targets"]["down"]["retrying"], 3,
+        "{stats}"
+    );
+    // Oldest pending: the first event's age (retrying counts as pending).
+    let age = value(
+        &m,
+        "hookgate_target_oldest_pending_age_seconds{target=\"down\"}",
+    )
+    .unwrap();
+    let waited = (Millis::now().0 - before.0) as f64 / 1000.0;
+    assert!(
+        age > 0.0 && age <= waited + 1.0,
+        "age {age}, waited {waited}"
+    );
+    assert_eq!(
+        value(
+            &m,
+            "hookgate_target_oldest_pending_age_seconds{target=\"ok\"}"
+        ),
         Some(0.0)
     );
     // Last accepted: the newest event's receipt; github has none stored.
-    let accepted = value(&m, "hookgate_source_last_accepted_timestamp_seconds{source=\"stripe\"}")
-        .unwrap();
+    let accepted = value(
+        &m,
+        "hookgate_source_last_accepted_timestamp_seconds{source=\"stripe\"}",
+    )
+    .unwrap();
     assert!(
         accepted >= (before.0 / 1000) as f64 && accepted <= after.0 as f64 / 1000.0 + 1.0,
         "{accepted} not within the posts"
     );
     assert_eq!(
-        value(&m, "hookgate_source_last_accepted_timestamp_seconds{source=\"github\"}"),
+        value(
+            &m,
+            "hookgate_source_last_accepted_timestamp_seconds{source=\"github\"}"
+        ),
         Some(0.0)
     );
     // Health: `down` fails in this process, `ok` is healthy.
     assert_eq!(
-        value(&m, "hookgate_target_health{target=\"down\",state=\"failing\"}"),
+        value(
+            &m,
+            "hookgate_target_health{target=\"down\",state=\"failing\"}"
+        ),
         Some(1.0),
         "{m}"
     );
     assert_eq!(
-        value(&m, "hookgate_target_health{target=\"ok\",state=\"healthy\"}"),
+        value(
+            &m,
+            "hookgate_target_health{target=\"ok\",state=\"healthy\"}"
+        ),
         Some(1.0)
     );
 
@@ -301,14 +360,17 @@ async fn attempt_results_are_counted_by_class() {
     let mut opts = Opts::new(Backend::Embedded);
     for (name, url, _) in &targets {
         let name = format!("{name}_{tag}");
-        opts.extra
-            .push_str(&format!("[targets.{name}]\nurl = \"{url}\"\ntimeout = \"300ms\"\n"));
+        opts.extra.push_str(&format!(
+            "[targets.{name}]\nurl = \"{url}\"\ntimeout = \"300ms\"\n"
+        ));
         opts.stripe_targets.push(name);
     }
     let app = spawn_app(opts).await;
     assert_eq!(app.post_stripe("evt_classes").await.status(), 200);
     let series = |name: &str, class: &str| {
-        format!("hookgate_delivery_attempt_results_total{{target=\"{name}_{tag}\",class=\"{class}\"}}")
+        format!(
+            "hookgate_delivery_attempt_results_total{{target=\"{name}_{tag}\",class=\"{class}\"}}"
+        )
     };
     let all_counted = eventually(Duration::from_secs(20), || async {
         let m = scrape(&app).await;
@@ -381,7 +443,10 @@ async fn scrape_cost_on_a_large_ledger() {
         let read = value(&m, "hookgate_ledger_read_seconds").unwrap();
         println!("scrape {whole:?}, ledger read {:.1} ms", read * 1000.0);
         assert_eq!(
-            value(&m, "hookgate_target_deliveries{target=\"t0\",state=\"retrying\"}"),
+            value(
+                &m,
+                "hookgate_target_deliveries{target=\"t0\",state=\"retrying\"}"
+            ),
             Some(5000.0),
             "{m}"
         );
