@@ -172,6 +172,33 @@ pub async fn stop(traces: Option<Arc<Traces>>) {
 #[cfg(test)]
 mod tests {
     use super::endpoint;
+    use crate::config::Config;
+
+    fn load(telemetry: &str) -> Result<Config, String> {
+        Config::from_toml_str(&format!("[telemetry]\n{telemetry}"), std::path::Path::new("."))
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn telemetry_settings_are_checked_by_key() {
+        let off = load("sample_ratio = 0.5").unwrap();
+        assert_eq!(off.traces, None, "no endpoint: no traces");
+        let on = load("otlp_endpoint = \"http://127.0.0.1:4318\"\nsample_ratio = 0.01").unwrap();
+        let t = on.traces.unwrap();
+        assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!((t.sample_ratio, t.service_name.as_str()), (0.01, "hookgate"));
+
+        let e = load("otlp_endpoint = \"http://c:4318\"\nsample_ratio = 1.5").unwrap_err();
+        assert!(e.contains("telemetry.sample_ratio") && e.contains("between 0 and 1"), "{e}");
+        let e = load("otlp_endpoint = \"grpc://c:4317\"").unwrap_err();
+        assert!(e.contains("telemetry.otlp_endpoint") && e.contains("gRPC"), "{e}");
+        let e = load("otlp_endpoint = \"http://u:pw-in-url@c:4318\"").unwrap_err();
+        assert!(e.contains("telemetry.otlp_endpoint") && !e.contains("pw-in-url"), "{e}");
+        let e = load("service_name = \"\"").unwrap_err();
+        assert!(e.contains("telemetry.service_name"), "{e}");
+        let e = load("sampel_ratio = 1").unwrap_err();
+        assert!(e.contains("sampel_ratio"), "{e}");
+    }
 
     #[test]
     fn the_endpoint_gets_the_otlp_path_and_refuses_what_it_cannot_use() {
