@@ -175,8 +175,11 @@ mod tests {
     use crate::config::Config;
 
     fn load(telemetry: &str) -> Result<Config, String> {
-        Config::from_toml_str(&format!("[telemetry]\n{telemetry}"), std::path::Path::new("."))
-            .map_err(|e| e.to_string())
+        Config::from_toml_str(
+            &format!("[telemetry]\n{telemetry}"),
+            std::path::Path::new("."),
+        )
+        .map_err(|e| e.to_string())
     }
 
     #[test]
@@ -186,14 +189,26 @@ mod tests {
         let on = load("otlp_endpoint = \"http://127.0.0.1:4318\"\nsample_ratio = 0.01").unwrap();
         let t = on.traces.unwrap();
         assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
-        assert_eq!((t.sample_ratio, t.service_name.as_str()), (0.01, "hookgate"));
+        assert_eq!(
+            (t.sample_ratio, t.service_name.as_str()),
+            (0.01, "hookgate")
+        );
 
         let e = load("otlp_endpoint = \"http://c:4318\"\nsample_ratio = 1.5").unwrap_err();
-        assert!(e.contains("telemetry.sample_ratio") && e.contains("between 0 and 1"), "{e}");
+        assert!(
+            e.contains("telemetry.sample_ratio") && e.contains("between 0 and 1"),
+            "{e}"
+        );
         let e = load("otlp_endpoint = \"grpc://c:4317\"").unwrap_err();
-        assert!(e.contains("telemetry.otlp_endpoint") && e.contains("gRPC"), "{e}");
+        assert!(
+            e.contains("telemetry.otlp_endpoint") && e.contains("gRPC"),
+            "{e}"
+        );
         let e = load("otlp_endpoint = \"http://u:pw-in-url@c:4318\"").unwrap_err();
-        assert!(e.contains("telemetry.otlp_endpoint") && !e.contains("pw-in-url"), "{e}");
+        assert!(
+            e.contains("telemetry.otlp_endpoint") && !e.contains("pw-in-url"),
+            "{e}"
+        );
         let e = load("service_name = \"\"").unwrap_err();
         assert!(e.contains("telemetry.service_name"), "{e}");
         let e = load("sampel_ratio = 1").unwrap_err();
