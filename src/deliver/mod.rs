@@ -71,6 +71,8 @@ struct Ctx {
     grace: Duration,
     /// Per-target health (`/stats`, the failing/recovered log lines).
     health: health::Health,
+    /// Attempt spans, when tracing is on.
+    traces: Option<Arc<crate::traces::Traces>>,
 }
 
 impl Ctx {
@@ -180,6 +182,7 @@ pub fn start(
     counters: Arc<Counters>,
     lanes: Lanes,
     health: health::Health,
+    traces: Option<Arc<crate::traces::Traces>>,
     stop: CancellationToken,
 ) -> fleet::Fleet {
     let client = reqwest::Client::builder()
@@ -199,6 +202,7 @@ pub fn start(
         token,
         grace: config.server.shutdown_grace,
         health,
+        traces,
     });
     let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
@@ -466,7 +470,7 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = send(t, &row, shown, started_at).await;
+    let (sent, traced) = send(t, &row, shown, started_at, ctx.traces.as_deref()).await;
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
@@ -474,6 +478,9 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     t.results[class(&sent) as usize].increment(1);
 
     let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
+    if let Some(span) = traced {
+        span.end(rec.status, rec.error.as_deref(), rec.next);
+    }
     ctx.health
         .record(&t.target.name, rec.error.as_deref(), Millis::now());
     let recovered = t.count(rec.next, latency_ms);
@@ -518,8 +525,15 @@ fn class(sent: &Sent) -> AttemptClass {
     AttemptClass::of(status, failure)
 }
 
-/// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
-async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis) -> Sent {
+/// Sends `row` as attempt `number` (as the target sees it) through the
+/// target's sink; with tracing on, as a span that the message carries.
+async fn send(
+    t: &TargetCtx,
+    row: &DueDelivery,
+    number: i32,
+    started_at: Millis,
+    traces: Option<&crate::traces::Traces>,
+) -> (Sent, Option<crate::traces::attempt::Attempt>) {
     let event = Event {
         source: &row.source,
         event_id: &row.event_id,
@@ -527,8 +541,13 @@ async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis)
         body: &row.body,
         headers: &row.headers,
     };
-    let message = t.target.message(event, number, started_at.as_secs());
-    t.sink.send(&t.target.endpoint(), &message).await
+    let mut message = t.target.message(event, number, started_at.as_secs());
+    let traced = traces.map(|tr| tr.attempt(&t.target, &message, number));
+    if let Some(a) = &traced {
+        message.trace = a.headers();
+    }
+    let sent = t.sink.send(&t.target.endpoint(), &message).await;
+    (sent, traced)
 }
 
 /// The attempt as recorded: where the row goes next (delivered; else as

@@ -130,10 +130,16 @@ fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::Reques
         if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
+        if m.replaces(name.as_str()) {
+            continue;
+        }
         req = req.header(*name, *value);
     }
     for (name, value) in m.hookgate_headers() {
         req = req.header(name, value);
+    }
+    for (name, value) in m.trace {
+        req = req.header(*name, value);
     }
     if let Some(key) = &http.signing_key {
         let id = message_id(m.source, m.event_id);

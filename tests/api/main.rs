@@ -33,6 +33,7 @@ mod reverse_proxy;
 mod routing;
 mod split;
 mod topologies;
+mod traces;
 mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed
