@@ -84,7 +84,11 @@ fn zero_durations_that_mean_nothing_are_refused() {
 #[test]
 fn a_heartbeat_too_long_for_the_delivery_lease_is_refused() {
     let text = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2001ms\"\n{BASE}");
-    refused(&text, "delivery.heartbeat", "at most a third of delivery.lease (6s)");
+    refused(
+        &text,
+        "delivery.heartbeat",
+        "at most a third of delivery.lease (6s)",
+    );
     let ok = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2s\"\n{BASE}");
     assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
     refused(

@@ -197,7 +197,10 @@ impl LeaseGuard {
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
         let mut map = self.leases.map();
-        if map.get(&self.id).is_some_and(|h| Arc::ptr_eq(h, &self.held)) {
+        if map
+            .get(&self.id)
+            .is_some_and(|h| Arc::ptr_eq(h, &self.held))
+        {
             map.remove(&self.id);
         }
     }

@@ -72,7 +72,11 @@ async fn hold_eight(gw: &Gateway, target: &TestTarget, db: &TestDb, tag: &str) -
         leased_rows(db).await == 8
     })
     .await;
-    assert!(leased, "all eight rows are leased: {}", leased_rows(db).await);
+    assert!(
+        leased,
+        "all eight rows are leased: {}",
+        leased_rows(db).await
+    );
     ids
 }
 
