@@ -82,14 +82,26 @@ fn zero_durations_that_mean_nothing_are_refused() {
 }
 
 #[test]
-fn a_target_timeout_that_could_outlive_the_delivery_lease_is_refused() {
-    let text = format!("[delivery]\nlease = \"30s\"\n{BASE}timeout = \"26s\"\n");
+fn a_heartbeat_too_long_for_the_delivery_lease_is_refused() {
+    let text = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2001ms\"\n{BASE}");
     refused(
         &text,
-        "targets.billing.timeout",
-        "shorter than delivery.lease",
+        "delivery.heartbeat",
+        "at most a third of delivery.lease (6s)",
     );
-    let ok = format!("[delivery]\nlease = \"30s\"\n{BASE}timeout = \"25s\"\n");
+    let ok = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2s\"\n{BASE}");
+    assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
+    refused(
+        &format!("[delivery]\nheartbeat = \"0s\"\n{BASE}"),
+        "delivery.heartbeat",
+        "greater than 0",
+    );
+}
+
+#[test]
+fn a_target_timeout_may_outlast_the_delivery_lease() {
+    // The lease is renewed while an attempt runs (deliver::lease).
+    let ok = format!("{BASE}timeout = \"30s\"\n");
     assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
 }
 

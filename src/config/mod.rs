@@ -240,7 +240,10 @@ pub struct Delivery {
     pub poll_interval: Duration,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// How long a lease runs unrenewed (see `deliver::lease`).
     pub lease: Duration,
+    /// How often held leases are renewed; at most a third of `lease`.
+    pub heartbeat: Duration,
     /// Default retry window of every target.
     pub retry_for: Duration,
     /// Default permanent-failure statuses of every target.

@@ -262,8 +262,17 @@ pub struct RawDelivery {
     pub backoff_base: Dur,
     /// Largest retry delay (also caps a target's Retry-After). Default 1h.
     pub backoff_max: Dur,
-    /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
+    /// How long a delivery's lease runs without a renewal: a process that
+    /// dies (or stops renewing) loses its deliveries to the other workers
+    /// this long after its last renewal at most. Renewed every `heartbeat`
+    /// while the process holds the row, so an attempt may take longer than
+    /// this. At least three heartbeats. Default 10s.
     pub lease: Dur,
+    /// How often a delivering process renews the leases of every delivery it
+    /// holds (one statement for them all). It stops sending a delivery one
+    /// heartbeat before that delivery's lease could run out unrenewed.
+    /// Default 2s.
+    pub heartbeat: Dur,
     /// How long a delivery is retried, from when its event was received: a
     /// failed attempt whose next retry would fall later is the last (the
     /// final retry is made at the window's end), then the delivery is dead.
@@ -283,7 +292,8 @@ impl Default for RawDelivery {
             poll_interval: Dur(Duration::from_secs(1)),
             backoff_base: Dur(Duration::from_secs(1)),
             backoff_max: Dur(Duration::from_secs(3600)),
-            lease: Dur(Duration::from_secs(120)),
+            lease: Dur(Duration::from_secs(10)),
+            heartbeat: Dur(Duration::from_secs(2)),
             retry_for: Dur(DEFAULT_RETRY_FOR),
             permanent_statuses: vec![410],
         }

@@ -115,9 +115,20 @@ impl Config {
         // The retry settings live on in each target (`Target::retry`), so
         // a target whose retry settings change gets a new loop.
         keep(
-            "delivery.enabled / max_in_flight / poll_interval / lease",
-            (d.enabled, d.max_in_flight, d.poll_interval, d.lease)
-                == (o.enabled, o.max_in_flight, o.poll_interval, o.lease),
+            "delivery.enabled / max_in_flight / poll_interval / lease / heartbeat",
+            (
+                d.enabled,
+                d.max_in_flight,
+                d.poll_interval,
+                d.lease,
+                d.heartbeat,
+            ) == (
+                o.enabled,
+                o.max_in_flight,
+                o.poll_interval,
+                o.lease,
+                o.heartbeat,
+            ),
         );
         // Put back what the running process was built with.
         let tls = self.server.tls.take();

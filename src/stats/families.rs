@@ -141,6 +141,11 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Unix time of the source's last successful reconciliation run, by any replica (from the ledger).",
     ),
     (
+        "hookgate_delivery_leases_lost_total",
+        Kind::Counter,
+        "Delivery attempts abandoned because this process could not renew the row's lease in time (paused, or cut off from the ledger); another worker sends the row. By target.",
+    ),
+    (
         "hookgate_connections_refused_total",
         Kind::Counter,
         "Connections refused at accept, by reason (per_client: the client's connection cap).",

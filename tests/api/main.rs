@@ -9,6 +9,7 @@ mod backup;
 mod body_dedup;
 mod cli;
 mod cli_events;
+mod crash_recovery;
 mod dedup;
 mod delivery;
 mod faults;

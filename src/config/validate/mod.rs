@@ -458,9 +458,24 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         ("delivery.backoff_base", raw.backoff_base.0),
         ("delivery.backoff_max", raw.backoff_max.0),
         ("delivery.lease", raw.lease.0),
+        ("delivery.heartbeat", raw.heartbeat.0),
         ("delivery.retry_for", raw.retry_for.0),
     ] {
         v.positive(key, d);
+    }
+    // A process stops sending a delivery one heartbeat before its lease
+    // could run out; with three heartbeats to a lease, one renewal may fail
+    // and the next still comes before that point.
+    if raw.heartbeat.0.saturating_mul(LEASE_HEARTBEATS) > raw.lease.0 {
+        v.problem(
+            "delivery.heartbeat",
+            format!(
+                "must be at most a third of delivery.lease ({}): a process stops sending one \
+                 heartbeat before its leases run out, so a shorter ratio leaves no renewal to \
+                 spare (raise delivery.lease or lower delivery.heartbeat)",
+                humantime::format_duration(raw.lease.0)
+            ),
+        );
     }
     if raw.backoff_max.0 < raw.backoff_base.0 {
         v.problem(
@@ -475,15 +490,14 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         backoff_base: raw.backoff_base.0,
         backoff_max: raw.backoff_max.0,
         lease: raw.lease.0,
+        heartbeat: raw.heartbeat.0,
         retry_for: raw.retry_for.0,
         permanent_statuses: raw.permanent_statuses,
     }
 }
 
-/// Time a lease must outlast a target's `timeout`: recording the attempt
-/// (retried for about 3 s) must finish while the row is still ours, or
-/// another worker could take it and send it again concurrently.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// Heartbeats a lease must last at least (`delivery.heartbeat`).
+pub const LEASE_HEARTBEATS: u32 = 3;
 
 fn targets(
     raw: BTreeMap<String, raw::RawTarget>,
@@ -529,17 +543,6 @@ fn targets(
             );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
-        if t.timeout.0 + LEASE_MARGIN > delivery.lease {
-            v.problem(
-                &format!("{key}.timeout"),
-                format!(
-                    "must be at least {}s shorter than delivery.lease ({}), or a slow attempt \
-                     could outlive its lease and be sent twice at once",
-                    LEASE_MARGIN.as_secs(),
-                    humantime::format_duration(delivery.lease)
-                ),
-            );
-        }
         let filter = t.filter.iter().map(|(k, v)| (k.clone(), v.text()));
         let rule = Rule::parse(t.events.clone(), filter).unwrap_or_else(|e| {
             let field = if e.starts_with("filter") {

@@ -61,6 +61,8 @@ pub struct Opts {
     pub redis_url: Option<String>,
     pub poll_interval: &'static str,
     pub lease: &'static str,
+    /// `delivery.heartbeat`; `None` keeps the default.
+    pub heartbeat: Option<&'static str>,
     pub shutdown_grace: &'static str,
     /// Largest retry delay (also caps Retry-After).
     pub backoff_max: &'static str,
@@ -98,6 +100,7 @@ impl Opts {
             poll_interval: "200ms",
             // Above the default target timeout (10s) plus the lease margin.
             lease: "20s",
+            heartbeat: None,
             shutdown_grace: "5s",
             backoff_max: "200ms",
             admin_listen: false,
@@ -151,6 +154,7 @@ poll_interval = "{poll_interval}"
 backoff_base = "20ms"
 backoff_max = "{backoff_max}"
 lease = "{lease}"
+{heartbeat}
 
 [sources.stripe]
 provider = "stripe"
@@ -177,6 +181,10 @@ secrets = ["{SHOPIFY_SECRET}"]
             delivery = self.delivery,
             poll_interval = self.poll_interval,
             lease = self.lease,
+            heartbeat = self
+                .heartbeat
+                .map(|h| format!("heartbeat = \"{h}\""))
+                .unwrap_or_default(),
             shutdown_grace = self.shutdown_grace,
             backoff_max = self.backoff_max,
             extra = self.extra,
