@@ -1,0 +1,410 @@
+#!/usr/bin/env bash
+# The chaos harness (docs/reliability.md): hookgate replicas on their own
+# throwaway PostgreSQL cluster and Redis, under a steady mixed load, with a
+# seeded random fault schedule, then an independent audit of every
+# acknowledged event. Loopback only; bounded in time.
+#
+#   scripts/chaos.sh --profile short|long [--seed N] [--minutes M]
+#                    [--replicas 2|3] [--resume-max S] [--out DIR]
+#
+#   --profile short   ~2 minutes of load, 5 faults (one of each main kind); CI runs it
+#   --profile long    --minutes of load (default 30), ~4 faults a minute, overlapping
+#   --seed N          the fault schedule and the load's choices (printed; replay with it)
+#   --minutes M       minutes of load (short: 1.5)
+#   --replicas R      hookgate replicas (default 3)
+#   --resume-max S    longest allowed kill -9 → resumed delivery (default 180: the
+#                     2-minute delivery lease of today; tighten when leases are short)
+#   --rate R          requests per second of load (default 40)
+#   --out DIR         where the verdict, the fault log and the logs are kept
+#                     (default target/chaos/<seed>)
+#
+# Installs what is missing from Debian packages (PostgreSQL, Redis, NATS,
+# libfaketime, jq, curl, iproute2). Builds hookgate and the bench crate's
+# `chaos` and `queue` binaries (debug profile, the CI's build). Starts, and at
+# the end (also on failure or Ctrl-C) stops by PID, only what it started: a
+# PostgreSQL cluster under a temp dir (never the shared :5432 one), two
+# redis-servers (storage; the stream target), a nats-server with JetStream,
+# two HTTP targets, the replicas, the load. Exit 0 only when every audit
+# check passes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+PROFILE=short SEED="" MINUTES="" REPLICAS=3 RESUME_MAX=180 RATE=40 OUT=""
+while (($#)); do
+  case $1 in
+    --profile) PROFILE=$2; shift 2 ;;
+    --seed) SEED=$2; shift 2 ;;
+    --minutes) MINUTES=$2; shift 2 ;;
+    --replicas) REPLICAS=$2; shift 2 ;;
+    --resume-max) RESUME_MAX=$2; shift 2 ;;
+    --rate) RATE=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "chaos: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+case $PROFILE in
+  short) MINUTES=${MINUTES:-1.5} ;;
+  long) MINUTES=${MINUTES:-30} ;;
+  *) echo "chaos: --profile short|long" >&2; exit 2 ;;
+esac
+[[ $REPLICAS =~ ^[23]$ ]] || { echo "chaos: --replicas 2 or 3" >&2; exit 2; }
+SEED=${SEED:-$(( (RANDOM << 15) | RANDOM ))}
+LOAD_SECS=$(awk -v m="$MINUTES" 'BEGIN {printf "%d", m * 60}')
+OUT=${OUT:-$root/target/chaos/$SEED}
+
+log() { echo "chaos: $(date -u +%T) $*" >&2; }
+die() { log "$*"; exit 1; }
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+# PostgreSQL refuses to run as root: its cluster runs as user postgres then.
+as_pg() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+now_ms() { date +%s%3N; }
+
+# ---- what it needs --------------------------------------------------------
+export PATH="$PATH:/usr/sbin"
+missing=()
+ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || missing+=(postgresql)
+command -v redis-server >/dev/null || missing+=(redis-server)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
+command -v nats-server >/dev/null || missing+=(nats-server)
+command -v jq >/dev/null || missing+=(jq)
+command -v curl >/dev/null || missing+=(curl)
+command -v ss >/dev/null || missing+=(iproute2)
+command -v flock >/dev/null || missing+=(util-linux)
+FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
+[[ -n $FAKETIME_LIB ]] || missing+=(libfaketime)
+if ((${#missing[@]})); then
+  log "installing ${missing[*]}"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
+fi
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+SKIP=""
+[[ -n $FAKETIME_LIB ]] || { SKIP+="clock-step,"; log "libfaketime missing: no clock steps"; }
+
+log "building (cargo build --locked: hookgate, bench chaos + queue; debug profile)"
+cargo build --locked -q -p hookgate --bin hookgate
+cargo build --locked -q -p hookgate-bench --bin chaos --bin queue
+bin=$root/target/debug
+
+# ---- state and cleanup ----------------------------------------------------
+work=$(mktemp -d /tmp/hg-chaos.XXXXXX)
+chmod 755 "$work"
+PIDS=()         # long-lived helpers (targets, nats, load, sampler)
+FAULT_PIDS=()   # fault subshells
+PGDATA=$work/pg
+PG_STARTED=0
+DONE=0
+
+kill_pid() { # pid: TERM, up to 5 s, then KILL
+  local p=$1
+  [[ -n $p ]] || return 0
+  kill -TERM "$p" 2>/dev/null || return 0
+  for _ in $(seq 1 50); do kill -0 "$p" 2>/dev/null || return 0; sleep 0.1; done
+  kill -KILL "$p" 2>/dev/null || true
+}
+cleanup() {
+  local st=$?
+  trap - EXIT INT TERM
+  ((DONE)) || log "stopping everything this run started (exit $st)"
+  for p in "${FAULT_PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for f in "$work"/r*.pid "$work"/redis*.pid; do
+    [[ -f $f ]] && kill_pid "$(cat "$f")"
+  done
+  for p in "${PIDS[@]}"; do kill_pid "$p"; done
+  if ((PG_STARTED)) && [[ -f $PGDATA/postmaster.pid ]]; then
+    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
+  fi
+  mkdir -p "$OUT"
+  cp "$work"/*.jsonl "$work"/*.log "$work"/schedule "$work"/verdict.md "$OUT"/ 2>/dev/null || true
+  rm -rf "$work"
+  if ((st != 0)); then
+    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES; logs in $OUT"
+  fi
+  exit "$st"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 20000))
+    [[ -z $(ss -Htln "sport = :$p") && " ${USED_PORTS:-} " != *" $p "* ]] && { USED_PORTS+=" $p"; echo "$p"; return; }
+  done
+  die "no free port"
+}
+USED_PORTS=""
+PGPORT=$(free_port); USED_PORTS+=" $PGPORT"
+RPORT=$(free_port); USED_PORTS+=" $RPORT"
+RTPORT=$(free_port); USED_PORTS+=" $RTPORT"
+NPORT=$(free_port); USED_PORTS+=" $NPORT"
+TPORT_plain=$(free_port); USED_PORTS+=" $TPORT_plain"
+TPORT_ordered=$(free_port); USED_PORTS+=" $TPORT_ordered"
+declare -a RP
+for i in $(seq 1 "$REPLICAS"); do RP[i]=$(free_port); USED_PORTS+=" ${RP[i]}"; done
+SECRET="whsec_chaos_$SEED"
+ADMIN="chaos-admin-token-$SEED-0000"
+DB=hookgate
+PREFIX="chaos$SEED"
+
+wait_tcp() { # port seconds name
+  for _ in $(seq 1 $(($2 * 10))); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+  die "$3 not listening on $1 after $2 s"
+}
+
+# ---- PostgreSQL: its own cluster ------------------------------------------
+pg_start() {
+  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$work/pg.log" -w -t 60 \
+    -o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pgsock -c max_connections=200" \
+    start >/dev/null 9>&-
+}
+mkdir -p "$PGDATA" "$work/pgsock"
+[[ $(id -u) == 0 ]] && chown postgres: "$PGDATA" "$work/pgsock" && touch "$work/pg.log" && chown postgres: "$work/pg.log"
+as_pg "$PGBIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 >/dev/null
+PG_STARTED=1
+pg_start
+psql -h 127.0.0.1 -p "$PGPORT" -U postgres -XAtqc "CREATE DATABASE $DB" >/dev/null
+log "PostgreSQL cluster on 127.0.0.1:$PGPORT ($PGBIN)"
+
+# ---- Redis (storage), Redis (stream target), NATS --------------------------
+redis_start() { # name port
+  redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no --daemonize no \
+    >>"$work/$1.log" 2>&1 9>&- &
+  echo $! >"$work/$1.pid"
+  disown $!
+  wait_tcp "$2" 20 "$1"
+}
+redis_start redis "$RPORT"
+redis_start redis-target "$RTPORT"
+mkdir -p "$work/nats"
+nats-server -a 127.0.0.1 -p "$NPORT" -js -sd "$work/nats" >>"$work/nats.log" 2>&1 &
+PIDS+=($!)
+wait_tcp "$NPORT" 20 nats-server
+NATS_URL="nats://127.0.0.1:$NPORT"
+JS_STREAM="CHAOS_$SEED"
+for _ in $(seq 1 50); do
+  "$bin/queue" create --url "$NATS_URL" --stream "$JS_STREAM" --subject "chaos.>" 2>/dev/null && break
+  sleep 0.2
+done
+
+# ---- HTTP targets -----------------------------------------------------------
+for t in plain ordered; do
+  port_var=TPORT_$t
+  "$bin/chaos" target --listen "127.0.0.1:${!port_var}" --log "$work/t-$t.jsonl" >>"$work/target-$t.log" 2>&1 &
+  PIDS+=($!)
+  wait_tcp "${!port_var}" 20 "target $t"
+done
+target_mode() { curl -sf -X POST "http://127.0.0.1:$1/mode/$2" >/dev/null || true; }
+
+# ---- replicas ---------------------------------------------------------------
+for i in $(seq 1 "$REPLICAS"); do
+  echo "+0" >"$work/r$i.faketime"
+  cat >"$work/r$i.toml" <<TOML
+[server]
+listen = "127.0.0.1:${RP[i]}"
+admin_token = "$ADMIN"
+log_level = "warn"
+shutdown_grace = "5s"
+
+[storage]
+database_url = "postgres://postgres@127.0.0.1:$PGPORT/$DB"
+redis_url = "redis://127.0.0.1:$RPORT"
+key_prefix = "$PREFIX"
+
+[delivery]
+backoff_base = "200ms"
+backoff_max = "2s"
+
+[sources.stripe]
+provider = "stripe"
+secrets = ["$SECRET"]
+tolerance = "5m"
+targets = ["plain", "ordered", "stream", "bus"]
+
+[targets.plain]
+url = "http://127.0.0.1:$TPORT_plain/hook"
+timeout = "3s"
+
+[targets.ordered]
+url = "http://127.0.0.1:$TPORT_ordered/hook"
+timeout = "3s"
+order_by = "json:/data/object/key"
+
+[targets.stream]
+kind = "redis-stream"
+url = "redis://127.0.0.1:$RTPORT"
+stream = "chaos:{source}"
+
+[targets.bus]
+kind = "nats"
+url = "$NATS_URL"
+subject = "chaos.{source}"
+TOML
+done
+start_replica() { # i: starts it; a start that fails (its database is down
+  # in another fault) is tried again, for up to 2 minutes
+  local i=$1 pre=() try
+  # libfaketime on this process only; its offset file is re-read every
+  # second, so a clock step needs no restart. Monotonic time is left alone.
+  [[ -n $FAKETIME_LIB ]] && pre=(LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$work/r$i.faketime"
+    FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1)
+  for try in $(seq 1 40); do
+    env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
+      "$bin/hookgate" -c "$work/r$i.toml" serve >>"$work/r$i.log" 2>&1 9>&- &
+    echo $! >"$work/r$i.pid"
+    disown $!
+    for _ in $(seq 1 600); do
+      curl -sf "http://127.0.0.1:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
+      kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null && die "replica r$i not healthy after 60 s"
+    log "replica r$i exited during start (try $try): $(tail -n 1 "$work/r$i.log")"
+    sleep 3
+  done
+  die "replica r$i did not start in 40 tries"
+}
+for i in $(seq 1 "$REPLICAS"); do start_replica "$i"; done
+log "$REPLICAS replicas up (debug build): ports ${RP[*]}"
+
+# ---- faults -------------------------------------------------------------------
+# fault_log kind arg start_ms: one line per fault when it ends.
+fault_log() { echo "{\"kind\":\"$1\",\"arg\":\"$2\",\"start\":$3,\"end\":$(now_ms)}" >>"$work/faults.jsonl"; }
+# (What a fault starts closes fd 9, or it would hold the lock for its life.)
+locked() { # name cmd...: one fault at a time per resource (faults on others overlap)
+  local name=$1; shift
+  (flock 9; "$@") 9>"$work/lock.$name"
+}
+stop_wait() { # pid secs: true when it exited in time
+  for _ in $(seq 1 $(($2 * 10))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  return 1
+}
+f_kill9() { # rN dur_ms
+  local i=${1#r} t; t=$(now_ms)
+  kill -KILL "$(cat "$work/r$i.pid")" 2>/dev/null || true
+  log "fault: kill -9 r$i (back in $(($2 / 1000)) s)"
+  sleep "$(($2 / 1000))"
+  start_replica "$i"
+  fault_log kill9 "r$i" "$t"
+}
+f_rolling() {
+  local t; t=$(now_ms)
+  log "fault: rolling SIGTERM restart of all replicas"
+  for i in $(seq 1 "$REPLICAS"); do
+    (
+      flock 9
+      local p; p=$(cat "$work/r$i.pid")
+      kill -TERM "$p" 2>/dev/null || true
+      stop_wait "$p" 20 || { log "r$i did not stop within 20 s of SIGTERM: killed"; kill -KILL "$p" 2>/dev/null || true; }
+      start_replica "$i"
+    ) 9>"$work/lock.r$i"
+  done
+  fault_log rolling - "$t"
+}
+f_redis_restart() { # dur_ms
+  local t; t=$(now_ms)
+  kill -KILL "$(cat "$work/redis.pid")" 2>/dev/null || true
+  log "fault: Redis killed, back empty in $(($1 / 1000)) s"
+  sleep "$(($1 / 1000))"
+  redis_start redis "$RPORT"
+  fault_log redis-restart - "$t"
+}
+f_pg_restart() { # dur_ms
+  local t; t=$(now_ms) mode=fast
+  (($1 % 2)) && mode=immediate
+  log "fault: PostgreSQL stopped ($mode), back in $(($1 / 1000)) s"
+  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m "$mode" -w stop >/dev/null 2>&1 || true
+  sleep "$(($1 / 1000))"
+  pg_start
+  fault_log pg-restart "$mode" "$t"
+}
+f_target() { # mode name dur_ms
+  local t port_var=TPORT_$2; t=$(now_ms)
+  log "fault: target $2 $1 for $(($3 / 1000)) s"
+  target_mode "${!port_var}" "$1"
+  sleep "$(($3 / 1000))"
+  target_mode "${!port_var}" ok
+  fault_log "target-$1" "$2" "$t"
+}
+f_clock() { # rN dur_ms
+  local i=${1#r} t step; t=$(now_ms)
+  step=$(((RANDOM % 2) ? 90 : -90))
+  log "fault: clock of r$i stepped ${step} s for $(($2 / 1000)) s"
+  printf '%+ds\n' "$step" >"$work/r$i.faketime"
+  sleep "$(($2 / 1000))"
+  echo "+0" >"$work/r$i.faketime"
+  sleep 1.2 # the cache duration: the step is undone
+  fault_log clock-step "r$i" "$t"
+}
+run_fault() { # kind arg dur_ms
+  case $1 in
+    kill9) locked "$2" f_kill9 "$2" "$3" ;;
+    rolling) f_rolling ;;
+    redis-restart) locked redis f_redis_restart "$3" ;;
+    pg-restart) locked pg f_pg_restart "$3" ;;
+    target-flap) locked "t$2" f_target flap "$2" "$3" ;;
+    target-slow) locked "t$2" f_target slow "$2" "$3" ;;
+    target-hang) locked "t$2" f_target hang "$2" "$3" ;;
+    clock-step) locked "clock$2" f_clock "$2" "$3" ;;
+    *) die "unknown fault $1" ;;
+  esac
+}
+
+# ---- resource samples ---------------------------------------------------------
+sampler() {
+  while :; do
+    local t; t=$(now_ms)
+    for i in $(seq 1 "$REPLICAS"); do
+      local p; p=$(cat "$work/r$i.pid" 2>/dev/null) || continue
+      local rss; rss=$(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null) || continue
+      [[ -n $rss ]] || continue
+      local fds; fds=$(ls "/proc/$p/fd" 2>/dev/null | wc -l)
+      echo "{\"t\":$t,\"what\":\"r$i\",\"pid\":$p,\"rss_kb\":$rss,\"fds\":$fds}"
+    done
+    local c
+    c=$(psql -h 127.0.0.1 -p "$PGPORT" -U postgres -XAtqc \
+      "SELECT count(*) FROM pg_stat_activity WHERE datname = '$DB'" 2>/dev/null) &&
+      echo "{\"t\":$t,\"what\":\"db\",\"conns\":$c}"
+    sleep 2
+  done >>"$work/samples.jsonl"
+}
+sampler &
+PIDS+=($!)
+
+# ---- the run --------------------------------------------------------------------
+"$bin/chaos" schedule --seed "$SEED" --profile "$PROFILE" --secs "$LOAD_SECS" \
+  --replicas "$REPLICAS" --skip "$SKIP" >"$work/schedule"
+log "seed $SEED, profile $PROFILE, $LOAD_SECS s of load at $RATE/s, $(wc -l <"$work/schedule") faults (schedule in $OUT/schedule)"
+urls=$(for i in $(seq 1 "$REPLICAS"); do printf 'http://127.0.0.1:%s,' "${RP[i]}"; done)
+"$bin/chaos" load --urls "${urls%,}" --out "$work/load.jsonl" --secs "$LOAD_SECS" --rate "$RATE" \
+  --secret "$SECRET" --seed "$SEED" --prefix "$PREFIX" --settle-secs 90 >>"$work/load.log" 2>&1 &
+LOAD_PID=$!
+PIDS+=("$LOAD_PID")
+t0=$(now_ms)
+while read -r at kind arg dur; do
+  wait_ms=$((t0 + at - $(now_ms)))
+  ((wait_ms > 0)) && sleep "$(awk -v w="$wait_ms" 'BEGIN {printf "%.3f", w / 1000}')"
+  run_fault "$kind" "$arg" "$dur" &
+  FAULT_PIDS+=($!)
+done <"$work/schedule"
+for p in "${FAULT_PIDS[@]}"; do wait "$p" || die "a fault failed (log above)"; done
+FAULT_PIDS=()
+log "faults done; load finishing (unacknowledged events are retried for up to 90 s)"
+wait "$LOAD_PID" || die "the load failed: $(tail -n 5 "$work/load.log")"
+log "load done; auditing (waiting up to $((RESUME_MAX + 30)) s for the last deliveries)"
+
+set +e
+"$bin/chaos" audit --dir "$work" --redis-url "redis://127.0.0.1:$RTPORT" --redis-stream "chaos:stripe" \
+  --nats-url "$NATS_URL" --nats-stream "$JS_STREAM" --http plain,ordered --ordered ordered \
+  --wait "$((RESUME_MAX + 30))" --resume-max-s "$RESUME_MAX" --verdict "$work/verdict.md"
+st=$?
+set -e
+DONE=1
+if ((st == 0)); then
+  log "PASS (seed $SEED); verdict and logs in $OUT"
+else
+  die "AUDIT FAILED (seed $SEED)"
+fi
