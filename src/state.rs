@@ -59,6 +59,9 @@ pub struct Handles {
     pub admin_throttle: Arc<Throttle>,
     /// Keys handshakes handed over, per source (`verify::learned`).
     pub learned: Arc<crate::verify::learned::Learned>,
+    /// Cancelled when the servers start draining: long-lived answers (the
+    /// `hookgate listen` stream) end so the drain does not wait for them.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// One loaded config with the handles built from it.
@@ -106,6 +109,7 @@ impl Handles {
             answer_budget,
             admin_throttle: Default::default(),
             learned: Default::default(),
+            draining: Default::default(),
             live: ArcSwap::from_pointee(live),
             store,
             dedup,

@@ -104,6 +104,21 @@ pub struct RawServer {
     pub max_buffered_answer_bytes: u64,
     /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
     pub protect_metrics: bool,
+    /// Named bearer tokens (`[server.tokens.<name>]`), each with its scopes,
+    /// besides `admin_token` (which acts as a token named `admin` with the
+    /// `admin` scope). The name is what the audit log records. Default none.
+    pub tokens: BTreeMap<String, RawToken>,
+}
+
+/// `[server.tokens.<name>]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    /// The bearer token (secret: `env:`, `file:` or literal; at least 16 characters).
+    pub secret: String,
+    /// `admin` (everything behind the token, listening included) and/or
+    /// `listen` (only `GET /admin/listen/<source>`, for `hookgate listen`).
+    pub scopes: Vec<String>,
 }
 
 impl Default for RawServer {
@@ -130,6 +145,7 @@ impl Default for RawServer {
             max_buffered_body_bytes_per_client: None,
             max_buffered_answer_bytes: 64 * 1024 * 1024,
             protect_metrics: false,
+            tokens: BTreeMap::new(),
         }
     }
 }
