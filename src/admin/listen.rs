@@ -1,6 +1,6 @@
 //! `GET /admin/listen/{source}`: a source's stored events as a stream of
 //! JSON lines (`application/x-ndjson`), from a cursor and then live, for
-//! `hookgate listen`. Needs the `listen` scope (or `admin`).
+//! `hookgate listen`. Needs the `listen` scope.
 //!
 //! Rule: read-only. A listener is not a delivery target: nothing here
 //! touches delivery rows, so any number of listeners may watch a source

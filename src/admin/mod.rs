@@ -30,7 +30,7 @@ pub async fn require_token(state: State<AppState>, req: Request, next: Next) -> 
     require_scope(state, req, next, Scope::Admin).await
 }
 
-/// Route layer of `GET /admin/listen/*`: the `listen` scope (or `admin`).
+/// Route layer of `GET /admin/listen/*`: the `listen` scope.
 pub async fn require_listen(state: State<AppState>, req: Request, next: Next) -> Response {
     require_scope(state, req, next, Scope::Listen).await
 }

@@ -108,9 +108,11 @@ pub struct Server {
 /// What a bearer token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
-    /// Everything behind the token (stats, events, replay, reload, listen).
+    /// Everything behind the token: stats, events, replay, reload, console.
     Admin,
-    /// Only the event stream of `hookgate listen`.
+    /// The event stream of `hookgate listen`. Not implied by `admin`: the
+    /// stream carries the provider's signature headers, which the events
+    /// API redacts.
     Listen,
 }
 
@@ -143,22 +145,22 @@ pub struct AdminToken {
 }
 
 impl AdminToken {
-    /// `admin` grants every scope.
     pub fn allows(&self, scope: Scope) -> bool {
-        self.scopes.contains(&Scope::Admin) || self.scopes.contains(&scope)
+        self.scopes.contains(&scope)
     }
 }
 
 impl Server {
     /// Every token the gateway accepts: `admin_token` (named
-    /// [`DEFAULT_TOKEN_NAME`], scope `admin`) first, then the named ones.
+    /// [`DEFAULT_TOKEN_NAME`], scopes `admin` and `listen`, as the single
+    /// token of earlier releases could do everything) first, then the named ones.
     pub fn all_tokens(&self) -> Vec<AdminToken> {
         self.admin_token
             .iter()
             .map(|s| AdminToken {
                 name: DEFAULT_TOKEN_NAME.to_owned(),
                 secret: s.clone(),
-                scopes: vec![Scope::Admin],
+                scopes: vec![Scope::Admin, Scope::Listen],
             })
             .chain(self.tokens.iter().cloned())
             .collect()

@@ -106,7 +106,7 @@ pub struct RawServer {
     pub protect_metrics: bool,
     /// Named bearer tokens (`[server.tokens.<name>]`), each with its scopes,
     /// besides `admin_token` (which acts as a token named `admin` with the
-    /// `admin` scope). The name is what the audit log records. Default none.
+    /// `admin` and `listen` scopes). The name is what the audit log records. Default none.
     pub tokens: BTreeMap<String, RawToken>,
 }
 
@@ -116,8 +116,9 @@ pub struct RawServer {
 pub struct RawToken {
     /// The bearer token (secret: `env:`, `file:` or literal; at least 16 characters).
     pub secret: String,
-    /// `admin` (everything behind the token, listening included) and/or
-    /// `listen` (only `GET /admin/listen/<source>`, for `hookgate listen`).
+    /// `admin` (stats, events, replay, reload, the console's API) and/or
+    /// `listen` (`GET /admin/listen/<source>`, for `hookgate listen`; not
+    /// implied by `admin`, as the stream carries unredacted headers).
     pub scopes: Vec<String>,
 }
 

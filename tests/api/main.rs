@@ -16,6 +16,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod listen;
 mod operations;
 mod ordering;
 mod pg_crash;
