@@ -227,8 +227,8 @@ async fn stream(
                 full = page.len() as i64 == PAGE;
                 for e in &page {
                     cursor = e.pk;
-                    let wanted =
-                        types.is_empty() || e.event_type.as_ref().is_some_and(|t| types.contains(t));
+                    let wanted = types.is_empty()
+                        || e.event_type.as_ref().is_some_and(|t| types.contains(t));
                     if wanted {
                         if !say(&tx, event_line(e), &mut last_line).await {
                             return;

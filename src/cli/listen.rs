@@ -149,11 +149,7 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
                 q.append_pair("type", t);
             }
         }
-        let res = client
-            .get(url)
-            .bearer_auth(token.expose())
-            .send()
-            .await;
+        let res = client.get(url).bearer_auth(token.expose()).send().await;
         let mut res = match res {
             Ok(r) if r.status().is_success() => r,
             Ok(r) if matches!(r.status().as_u16(), 400 | 401 | 403 | 404) => {
@@ -167,7 +163,10 @@ pub async fn run(args: ListenArgs) -> anyhow::Result<()> {
                 continue;
             }
             Err(e) => {
-                eprintln!("gateway unreachable ({}); retrying in {backoff:?}", short(&e));
+                eprintln!(
+                    "gateway unreachable ({}); retrying in {backoff:?}",
+                    short(&e)
+                );
                 wait(&mut backoff).await;
                 continue;
             }
@@ -258,7 +257,10 @@ async fn forward(
         if ok {
             return;
         }
-        eprintln!("  local URL did not take {}; retrying in {backoff:?}", e.event_id);
+        eprintln!(
+            "  local URL did not take {}; retrying in {backoff:?}",
+            e.event_id
+        );
         wait(&mut backoff).await;
     }
 }

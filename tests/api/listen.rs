@@ -94,7 +94,10 @@ async fn the_stream_needs_the_listen_scope() {
         r.send()
     };
     assert_eq!(get(None).await.unwrap().status(), 401);
-    assert_eq!(get(Some("wrong-token-0123456789")).await.unwrap().status(), 401);
+    assert_eq!(
+        get(Some("wrong-token-0123456789")).await.unwrap().status(),
+        401
+    );
     // A valid token without the scope: 403, named.
     let r = get(Some(OPS_TOKEN)).await.unwrap();
     assert_eq!(r.status(), 403);
@@ -163,7 +166,10 @@ async fn forwards_byte_exact_with_headers_and_resigns(backend: Backend) {
     assert_eq!(h["hookgate-event-id"], "evt_exact");
     assert_eq!(h["hookgate-source"], "stripe");
     assert_eq!(h["hookgate-event-type"], "charge.succeeded");
-    assert!(h.contains_key("stripe-signature"), "provider headers: {h:?}");
+    assert!(
+        h.contains_key("stripe-signature"),
+        "provider headers: {h:?}"
+    );
     assert_eq!(h["content-type"], "application/json");
     // The Standard Webhooks signature verifies with the local secret.
     let id = h["webhook-id"].to_str().unwrap();

@@ -5,9 +5,10 @@
 //! the dialect the text was built in.
 
 use super::sql::{
-    ARRIVALS_SQL, ATTEMPTS_SQL, LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    REDELIVER_ALL_SQL, REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments,
-    begin_write, deliveries_sql, list_sql, lock_rows, replay_ordered_sql, replay_sql,
+    ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
+    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL,
+    REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql, list_sql,
+    lock_rows, replay_ordered_sql, replay_sql,
 };
 use super::{
     ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,
@@ -208,7 +209,9 @@ where
     }
 
     async fn listen_horizon(&self) -> Result<i64, StoreError> {
-        let r = sqlx::query(LISTEN_HORIZON_SQL).fetch_one(&self.pool).await?;
+        let r = sqlx::query(LISTEN_HORIZON_SQL)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(r.try_get(0)?)
     }
 
