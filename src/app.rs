@@ -234,6 +234,12 @@ impl App {
         };
         startup_line(&config, scheme, addr, admin_addr);
         let mut servers = JoinSet::new();
+        let draining = self.state.draining.clone();
+        let stopping = shutdown.clone();
+        tokio::spawn(async move {
+            stopping.cancelled().await;
+            draining.cancel();
+        });
         let public = http::router(self.state.clone());
         let certs = self.certs.clone();
         servers.spawn(serve::serve(

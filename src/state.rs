@@ -61,6 +61,9 @@ pub struct Handles {
     pub learned: Arc<crate::verify::learned::Learned>,
     /// The trace exporter; `None`: tracing is off and costs nothing.
     pub traces: Option<Arc<crate::traces::Traces>>,
+    /// Cancelled when the servers start draining: long-lived answers (the
+    /// `hookgate listen` stream) end so the drain does not wait for them.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// One loaded config with the handles built from it.
@@ -108,6 +111,7 @@ impl Handles {
             answer_budget,
             admin_throttle: Default::default(),
             learned: Default::default(),
+            draining: Default::default(),
             live: ArcSwap::from_pointee(live),
             store,
             dedup,

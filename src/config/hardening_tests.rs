@@ -298,3 +298,64 @@ fn a_source_signed_content_without_the_body_is_refused() {
     );
     assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
 }
+
+/// Named tokens: names, scopes, lengths and clashes are checked, and no
+/// secret shows in a problem.
+#[test]
+fn named_tokens_are_checked() {
+    let tok = |name: &str, secret: &str, scopes: &str| {
+        format!("[server.tokens.{name}]\nsecret = \"{secret}\"\nscopes = {scopes}\n")
+    };
+    let ok = format!(
+        "[server]\nadmin_token = \"{}\"\n{}{}{BASE}",
+        "a".repeat(16),
+        tok("laptop", &"b".repeat(16), "[\"listen\"]"),
+        tok("ops", &"c".repeat(16), "[\"admin\", \"listen\"]"),
+    );
+    let c = Config::from_toml_str(&ok, Path::new(".")).unwrap();
+    let all = c.server.all_tokens();
+    assert_eq!(
+        all.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        ["admin", "laptop", "ops"]
+    );
+    assert!(all[0].allows(Scope::Admin) && all[0].allows(Scope::Listen));
+    assert!(!all[1].allows(Scope::Admin) && all[1].allows(Scope::Listen));
+    refused(
+        &format!("{}{BASE}", tok("laptop", "short-secret", "[\"listen\"]")),
+        "server.tokens.laptop.secret",
+        "at least 16",
+    );
+    let p = problems(&format!(
+        "{}{BASE}",
+        tok("laptop", "short-secret", "[\"listen\"]")
+    ));
+    assert!(!format!("{p:?}").contains("short-secret"), "{p:?}");
+    refused(
+        &format!("{}{BASE}", tok("laptop", &"b".repeat(16), "[\"root\"]")),
+        "server.tokens.laptop.scopes",
+        "unknown scope `root`",
+    );
+    refused(
+        &format!("{}{BASE}", tok("laptop", &"b".repeat(16), "[]")),
+        "server.tokens.laptop.scopes",
+        "at least one scope",
+    );
+    refused(
+        &format!(
+            "{}{}{BASE}",
+            tok("a", &"b".repeat(16), "[\"listen\"]"),
+            tok("b", &"b".repeat(16), "[\"admin\"]")
+        ),
+        "server.tokens.b.secret",
+        "same as another",
+    );
+    refused(
+        &format!(
+            "[server]\nadmin_token = \"{}\"\n{}{BASE}",
+            "a".repeat(16),
+            tok("admin", &"b".repeat(16), "[\"listen\"]")
+        ),
+        "server.tokens.admin",
+        "name of server.admin_token",
+    );
+}

@@ -75,6 +75,8 @@ pub struct Server {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
     pub admin_token: Option<Secret>,
+    /// `[server.tokens.*]`: named tokens with scopes (besides `admin_token`).
+    pub tokens: Vec<AdminToken>,
     pub log_format: LogFormat,
     pub log_level: String,
     pub request_timeout: Duration,
@@ -103,6 +105,68 @@ pub struct Server {
     /// Native HTTPS on the listeners: certificate chain and key files (PEM),
     /// re-read on reload. `None`: plain HTTP.
     pub tls: Option<Tls>,
+}
+
+/// What a bearer token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything behind the token: stats, events, replay, reload, console.
+    Admin,
+    /// The event stream of `hookgate listen`. Not implied by `admin`: the
+    /// stream carries the provider's signature headers, which the events
+    /// API redacts.
+    Listen,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "admin" => Some(Self::Admin),
+            "listen" => Some(Self::Listen),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Listen => "listen",
+        }
+    }
+}
+
+/// The name `server.admin_token` goes by (audit log, `/stats`).
+pub const DEFAULT_TOKEN_NAME: &str = "admin";
+
+/// One named token of `[server.tokens.<name>]`.
+#[derive(Debug, Clone)]
+pub struct AdminToken {
+    pub name: String,
+    pub secret: Secret,
+    pub scopes: Vec<Scope>,
+}
+
+impl AdminToken {
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+impl Server {
+    /// Every token the gateway accepts: `admin_token` (named
+    /// [`DEFAULT_TOKEN_NAME`], scopes `admin` and `listen`, as the single
+    /// token of earlier releases could do everything) first, then the named ones.
+    pub fn all_tokens(&self) -> Vec<AdminToken> {
+        self.admin_token
+            .iter()
+            .map(|s| AdminToken {
+                name: DEFAULT_TOKEN_NAME.to_owned(),
+                secret: s.clone(),
+                scopes: vec![Scope::Admin, Scope::Listen],
+            })
+            .chain(self.tokens.iter().cloned())
+            .collect()
+    }
 }
 
 /// `server.tls_cert` and `server.tls_key`, resolved against the config

@@ -141,6 +141,22 @@ pub struct RawServer {
     pub max_buffered_answer_bytes: u64,
     /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
     pub protect_metrics: bool,
+    /// Named bearer tokens (`[server.tokens.<name>]`), each with its scopes,
+    /// besides `admin_token` (which acts as a token named `admin` with the
+    /// `admin` and `listen` scopes). The name is what the audit log records. Default none.
+    pub tokens: BTreeMap<String, RawToken>,
+}
+
+/// `[server.tokens.<name>]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    /// The bearer token (secret: `env:`, `file:` or literal; at least 16 characters).
+    pub secret: String,
+    /// `admin` (stats, events, replay, reload, the console's API) and/or
+    /// `listen` (`GET /admin/listen/<source>`, for `hookgate listen`; not
+    /// implied by `admin`, as the stream carries unredacted headers).
+    pub scopes: Vec<String>,
 }
 
 impl Default for RawServer {
@@ -167,6 +183,7 @@ impl Default for RawServer {
             max_buffered_body_bytes_per_client: None,
             max_buffered_answer_bytes: 64 * 1024 * 1024,
             protect_metrics: false,
+            tokens: BTreeMap::new(),
         }
     }
 }

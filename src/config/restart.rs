@@ -134,6 +134,7 @@ impl Config {
         let tls = self.server.tls.take();
         let server = Server {
             admin_token: self.server.admin_token.take(),
+            tokens: std::mem::take(&mut self.server.tokens),
             max_body_bytes: self.server.max_body_bytes,
             log_level: std::mem::take(&mut self.server.log_level),
             trusted_proxies: std::mem::take(&mut self.server.trusted_proxies),

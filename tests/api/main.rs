@@ -18,6 +18,7 @@ mod idempotency;
 mod ingest;
 mod ledger_faults;
 mod metrics;
+mod listen;
 mod operations;
 mod ordering;
 mod pg_crash;

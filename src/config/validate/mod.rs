@@ -224,6 +224,7 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
             ),
         );
     }
+    let tokens = tokens(&raw.tokens, admin_token.is_some(), v);
     let trusted_proxies = nets(&raw.trusted_proxies, "server.trusted_proxies", v);
     let admin_listen = raw.admin_listen.as_deref().and_then(|a| {
         let parsed = a.parse::<SocketAddr>().map_err(|_| {
@@ -332,11 +333,80 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
         listen,
         max_body_bytes: raw.max_body_bytes as usize,
         admin_token,
+        tokens,
         log_format: raw.log_format,
         log_level: raw.log_level,
         request_timeout: raw.request_timeout.0,
         shutdown_grace: raw.shutdown_grace.0,
     }
+}
+
+/// `[server.tokens.<name>]`: names of letters, digits, `-` and `_`; at
+/// least one known scope; secrets as long as `admin_token`'s and distinct
+/// from every other token's (compared, never shown).
+fn tokens(
+    raw: &BTreeMap<String, raw::RawToken>,
+    has_admin_token: bool,
+    v: &mut Validator<'_>,
+) -> Vec<super::AdminToken> {
+    let mut out: Vec<super::AdminToken> = Vec::new();
+    for (name, t) in raw {
+        let key = format!("server.tokens.{name}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            v.problem(&key, "a token name is letters, digits, `-` and `_`".into());
+        }
+        if has_admin_token && name == super::DEFAULT_TOKEN_NAME {
+            v.problem(
+                &key,
+                format!(
+                    "`{}` is the name of server.admin_token; choose another name",
+                    super::DEFAULT_TOKEN_NAME
+                ),
+            );
+        }
+        let mut scopes = Vec::new();
+        for s in &t.scopes {
+            match super::Scope::parse(s) {
+                Some(sc) if !scopes.contains(&sc) => scopes.push(sc),
+                Some(_) => {}
+                None => v.problem(
+                    &format!("{key}.scopes"),
+                    format!("unknown scope `{s}` (known: admin, listen)"),
+                ),
+            }
+        }
+        if t.scopes.is_empty() {
+            v.problem(
+                &format!("{key}.scopes"),
+                "name at least one scope (admin, listen)".into(),
+            );
+        }
+        let Some(secret) = v.secret(&format!("{key}.secret"), &t.secret) else {
+            continue;
+        };
+        if secret.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS {
+            v.problem(
+                &format!("{key}.secret"),
+                format!("must be at least {MIN_ADMIN_TOKEN_CHARS} characters: a short token can be guessed"),
+            );
+        }
+        if out.iter().any(|o| o.secret.expose() == secret.expose()) {
+            v.problem(
+                &format!("{key}.secret"),
+                "is the same as another token's: each token needs its own secret".into(),
+            );
+        }
+        out.push(super::AdminToken {
+            name: name.clone(),
+            secret,
+            scopes,
+        });
+    }
+    out
 }
 
 fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
