@@ -16,10 +16,15 @@
 #     the reference's Redis duplicate path
 #   3 unique events with one loopback target: ingest events/s and p99, events/s
 #     delivered (counted by the target), backlog at the end of the load, and an
-#     exactly-once check after a bounded drain wait
+#     exactly-once check after a bounded drain wait; beside it, in the same run,
+#     the stateless verify-and-forward server (bench/src/bin/forwarder.rs: no
+#     dedup, no storage, answers after the target's answer) under the same load:
+#     the ceiling of forwarding without durability
 #   4 backlog drain: DRAIN_N pending deliveries (ingested with delivery off),
 #     then a gateway with delivery on: deliveries/s until the target has all
-#   5 embedded default (SQLite + in-process cache): unique, duplicates, drain
+#   5 embedded default (SQLite + in-process cache): unique, duplicates, drain,
+#     and end to end: one target, the most ingest it takes, delivered/s
+#     (counted by the target during the load) against acked/s
 #   6 (SCALE=1) unique events/s with SCALE_ROWS stored event ids vs an empty ledger
 #   7 queue targets, in the style of 4: QUEUE_N events ingested with delivery off
 #     into a gateway whose source targets a `redis-stream` target (a stream under
@@ -50,13 +55,20 @@
 #   OUTAGE_RATE=500 OUTAGE_LEAD=5 OUTAGE_S=10  figure 8's load (events/s),
 #                     seconds before the outage, its length (QUICK: 3 s, 5 s)
 #   DRAIN_WAIT=120    most seconds to wait for the target (or stream) to receive everything
-#   TARGET_CONC=64    the bench target's `concurrency`
+#   TARGET_CONC=      the bench target's `concurrency`; empty (the default) =
+#                     the target's default settings, as an operator runs it
 #   BODY_SIZE=1536    bytes per event
 #   PGURL=postgres://postgres@127.0.0.1:5432   server for the bench database
 #   REDIS=redis://127.0.0.1:6379
 #   NATS=nats://127.0.0.1:4222    NATS server with JetStream, for figure 7
 #   BIN=<dir>         use the binaries in <dir> (hookgate, loadgen, target,
-#                     reference, queue) instead of building: A/B of two builds
+#                     reference, forwarder, queue) instead of building: A/B of two builds
+#
+# The "quiet" column: the share of the whole machine's CPU (all cores) used
+# during the measured window by processes outside the bench (everything but the
+# server under test, the target, this script and its children such as loadgen,
+# PostgreSQL and Redis), from /proc/stat and /proc/<pid>/stat. A run with a
+# high figure there shared the machine and is not comparable.
 #
 # Needs: cargo, psql, redis-cli, curl, jq, a running PostgreSQL and Redis
 # (and, for figure 7's NATS half, nats-server with JetStream).
@@ -90,7 +102,7 @@ FIGURES=${FIGURES:-1 2 3 4 5 6 7 8}
 OUTAGE_RATE=${OUTAGE_RATE:-500}
 OUTAGE_LEAD=${OUTAGE_LEAD:-5}
 OUTAGE_S=${OUTAGE_S:-10}
-TARGET_CONC=${TARGET_CONC:-64}
+TARGET_CONC=${TARGET_CONC:-}
 BODY_SIZE=${BODY_SIZE:-1536}
 PGURL=${PGURL:-postgres://postgres@127.0.0.1:5432}
 REDIS=${REDIS:-redis://127.0.0.1:6379}
@@ -116,7 +128,7 @@ else
   cargo build --release --locked --workspace -q || die "build failed"
   bin=$root/target/release
 fi
-for b in hookgate loadgen target reference queue; do [[ -x $bin/$b ]] || die "missing $bin/$b"; done
+for b in hookgate loadgen target reference forwarder queue; do [[ -x $bin/$b ]] || die "missing $bin/$b"; done
 
 work=$(mktemp -d)
 db="hg_bench_$$"
@@ -166,9 +178,12 @@ free_port() {
   done
   die "no free port found"
 }
-GW_PORT=$(free_port); REF_PORT=$(free_port); T_PORT=$(free_port)
+GW_PORT=$(free_port); REF_PORT=$(free_port); T_PORT=$(free_port); FW_PORT=$(free_port)
 while [[ $REF_PORT == "$GW_PORT" ]]; do REF_PORT=$(free_port); done
 while [[ $T_PORT == "$GW_PORT" || $T_PORT == "$REF_PORT" ]]; do T_PORT=$(free_port); done
+while [[ $FW_PORT == "$GW_PORT" || $FW_PORT == "$REF_PORT" || $FW_PORT == "$T_PORT" ]]; do
+  FW_PORT=$(free_port)
+done
 
 psql "$PGURL/postgres" -XAtqc "CREATE DATABASE $db" >/dev/null || die "cannot create database $db"
 q() { psql "$DBURL" -XAtq -v ON_ERROR_STOP=1 -c "$1"; }
@@ -197,8 +212,8 @@ targets = ["sink"]
 
 [targets.sink]
 url = "http://127.0.0.1:$T_PORT/hook"
-concurrency = $TARGET_CONC
 TOML
+      if [[ -n $TARGET_CONC ]]; then echo "concurrency = $TARGET_CONC"; fi
     fi
   } >"$1"
 }
@@ -216,7 +231,7 @@ write_queue_config() { # file kind
     else
       printf 'kind = "nats"\nurl = "%s"\nsubject = "%s.{source}"\n' "$NATS" "$JS_SUBJECT"
     fi
-    echo "concurrency = $TARGET_CONC"
+    if [[ -n $TARGET_CONC ]]; then echo "concurrency = $TARGET_CONC"; fi
   } >>"$1"
 }
 write_queue_config "$work/q-redis.toml" redis
@@ -262,6 +277,13 @@ start_reference() { # sets REF
   PIDS+=("$REF")
   wait_health "$REF_PORT" "$REF" reference "$work/reference.log"
 }
+start_forwarder() { # sets FW
+  "$bin/forwarder" --listen "127.0.0.1:$FW_PORT" --secret "$SECRET" \
+    --target "http://127.0.0.1:$T_PORT/hook" >>"$work/forwarder.log" 2>&1 &
+  FW=$!
+  PIDS+=("$FW")
+  wait_health "$FW_PORT" "$FW" forwarder "$work/forwarder.log"
+}
 "$bin/target" --listen "127.0.0.1:$T_PORT" >>"$work/target.log" 2>&1 &
 TGT=$!
 PIDS+=("$TGT")
@@ -274,23 +296,39 @@ ticks() { # pid -> utime+stime in clock ticks (empty if gone)
   s=${s##*) }
   awk '{print $12 + $13}' <<<"$s"
 }
+selfticks() { # this script: own CPU + that of every child it waited for (loadgen, curl, ...)
+  local s; s=$(<"/proc/$$/stat"); s=${s##*) }
+  awk '{print $12 + $13 + $14 + $15}' <<<"$s"
+}
 snap() { # file server_pid
   {
     local p
+    awk '/^cpu / {print "all 0", $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat
+    awk -v hz="$CLK_TCK" '{printf "up 0 %.0f\n", $1 * hz}' /proc/uptime
+    echo "tgt $TGT $(ticks "$TGT")"
+    echo "sh $$ $(selfticks)"
     for p in $(pgrep -x postgres || true); do echo "pg $p $(ticks "$p")"; done
     [[ -n $REDIS_PID ]] && echo "redis $REDIS_PID $(ticks "$REDIS_PID")"
     echo "srv $2 $(ticks "$2")"
   } >"$1"
 }
 # cpu KEY BEFORE AFTER EVENTS: records KEY.cpu_{srv,pg,redis} in µs per event
+# and KEY.quiet, the % of the machine's CPU used outside the bench meanwhile
 cpu() {
   local vals
-  vals=$(awk -v n="$4" -v hz="$CLK_TCK" '
+  vals=$(awk -v n="$4" -v hz="$CLK_TCK" -v cores="$(nproc)" '
     NR == FNR { if ($3 != "") before[$1 " " $2] = $3; next }
     $3 != "" { d[$1] += $3 - ((($1 " " $2) in before) ? before[$1 " " $2] : 0) }
-    END { for (k in d) if (n > 0) printf "%s %.1f\n", k, d[k] * 1e6 / hz / n }' "$2" "$3")
+    END {
+      for (k in d) if (n > 0 && (k == "srv" || k == "pg" || k == "redis"))
+        printf "cpu_%s %.1f\n", k, d[k] * 1e6 / hz / n
+      if (d["up"] > 0) {
+        o = d["all"] - d["srv"] - d["pg"] - d["redis"] - d["tgt"] - d["sh"]
+        printf "quiet %.0f\n", (o > 0 ? o : 0) * 100 / (d["up"] * cores)
+      }
+    }' "$2" "$3")
   local k v
-  while read -r k v; do [[ -n $k ]] && rec "$1.cpu_$k" "$v"; done <<<"$vals"
+  while read -r k v; do [[ -n $k ]] && rec "$1.$k" "$v"; done <<<"$vals"
 }
 rss_mb() { awk '/^VmHWM:/ {printf "%.0f", $2 / 1024}' "/proc/$1/status" 2>/dev/null || true; }
 rec() { echo "$1 $2" >>"$results"; }
@@ -421,6 +459,23 @@ if want 3; then
     rec f3.rss "$(rss_mb "$GW")"
     exactly_once "figure 3 run $r" "$(report "$work/acked3")"
     stop "$GW"
+    # The stateless forwarder under the same load: delivered/s as the target counts it.
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    start_forwarder
+    snap "$work/b" "$FW"
+    load "$work/l.json" "http://127.0.0.1:$FW_PORT/webhooks/stripe" --duration "$DURATION" \
+      --id-prefix "f3fw_$r"
+    snap "$work/a" "$FW"
+    delivered=$(report | jq -r .distinct)
+    record_load f3fw "$work/l.json"
+    rec f3fw.delivered_rps "$(awk -v d="$delivered" -v e="$(jq -r .elapsed_s "$work/l.json")" \
+      'BEGIN {printf "%.1f", d / e}')"
+    cpu f3fw "$work/b" "$work/a" "$(jq -r .ok "$work/l.json")"
+    rec f3fw.rss "$(rss_mb "$FW")"
+    stop "$FW"
+    hg=$(awk '$1 == "f3.delivered_rps" {v = $2} END {print v}' "$results")
+    fw=$(awk '$1 == "f3fw.delivered_rps" {v = $2} END {print v}' "$results")
+    rec f3.fw_ratio "$(awk -v a="$hg" -v b="$fw" 'BEGIN {printf "%.3f", (b > 0 ? a / b : 0)}')"
   done
   WALL[3]=$((SECONDS - t0))
 fi
@@ -478,6 +533,26 @@ if want 5; then
     log "figure 5 run $r/$RUNS"
     emb_run f5u 0 "$r"
     emb_run f5d 0.99 "$r"
+    # End to end: one target, delivery on, as much ingest as it takes.
+    rm -f "$work"/embedded.db*
+    curl -sf -X POST "http://127.0.0.1:$T_PORT/reset" >/dev/null
+    start_gateway embedded "$work/target.toml" true
+    snap "$work/b" "$GW"
+    load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --duration "$DURATION" \
+      --id-prefix "f5e_$r" --acked-ids "$work/acked5e"
+    snap "$work/a" "$GW"
+    delivered=$(report | jq -r .distinct)
+    acked=$(jq -r .acked_unique "$work/l.json")
+    elapsed=$(jq -r .elapsed_s "$work/l.json")
+    record_load f5e "$work/l.json"
+    rec f5e.delivered_rps "$(awk -v d="$delivered" -v e="$elapsed" 'BEGIN {printf "%.1f", d / e}')"
+    rec f5e.deliv_ratio "$(awk -v d="$delivered" -v a="$acked" 'BEGIN {printf "%.3f", (a > 0 ? d / a : 0)}')"
+    cpu f5e "$work/b" "$work/a" "$acked"
+    rec f5e.rss "$(rss_mb "$GW")"
+    wait_delivered "$acked" || true
+    sleep 1
+    exactly_once "figure 5 end to end run $r" "$(report "$work/acked5e")"
+    stop "$GW"
     rm -f "$work"/embedded.db*
     start_gateway embedded "$work/target.toml" false
     load "$work/l.json" "http://127.0.0.1:$GW_PORT/webhooks/stripe" --count "$EMBED_DRAIN_N" --duration 0 \
@@ -665,42 +740,50 @@ med() { # KEY [printf format] -> median of the recorded values, or "-"
   if [[ -z $v ]]; then echo "-"; else printf "${2:-%.0f}" "$v"; fi
 }
 cpus() { echo "$(med "$1.cpu_srv" %.0f)/$(med "$1.cpu_pg" %.0f)/$(med "$1.cpu_redis" %.0f)"; }
-row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
+# quiet KEY [KEY2]: median % of the machine used outside the bench (hookgate/other run)
+quiet() { if [[ -n ${2:-} ]]; then echo "$(med "$1.quiet")/$(med "$2.quiet")"; else med "$1.quiet"; fi; }
+# the goals of issue 38, judged on the median of three whole runs
+row() { printf '%-40s %-14s %-14s %-6s %-16s %-14s %-14s %-11s %s\n' "$@"; }
 {
   echo
-  echo "hookgate bench $(date -u +%Y-%m-%d), $(nproc) cores, runs=$RUNS duration=${DURATION}s conns=$CONNS body=${BODY_SIZE}B (medians)"
-  row "figure" "hookgate" "reference" "ratio" "hg cpu µs/ev" "ref cpu µs/ev" "RSS MB hg/ref"
-  row "" "" "" "" "gw/pg/redis" "srv/pg/redis" ""
+  echo "hookgate bench $(date -u +%Y-%m-%d), $(nproc) cores, runs=$RUNS duration=${DURATION}s conns=$CONNS body=${BODY_SIZE}B target concurrency=${TARGET_CONC:-default} (medians)"
+  row "figure" "hookgate" "reference" "ratio" "goal" "hg cpu µs/ev" "ref cpu µs/ev" "RSS MB" "quiet %"
+  row "" "" "" "" "" "gw/pg/redis" "srv/pg/redis" "hg/ref" "hg/ref"
   if want 1; then
-    row "1 unique, no targets: events/s" "$(med f1hg.rps)" "$(med f1ref.rps)" "$(med f1.ratio %.2f)" \
-      "$(cpus f1hg)" "$(cpus f1ref)" "$(med f1hg.rss)/$(med f1ref.rss)"
-    row "  p50 / p99 ms" "$(med f1hg.p50 %.1f) / $(med f1hg.p99 %.1f)" "$(med f1ref.p50 %.1f) / $(med f1ref.p99 %.1f)"
+    row "1 unique, no targets: events/s" "$(med f1hg.rps)" "$(med f1ref.rps)" "$(med f1.ratio %.2f)" "ratio ≥ 0.75" \
+      "$(cpus f1hg)" "$(cpus f1ref)" "$(med f1hg.rss)/$(med f1ref.rss)" "$(quiet f1hg f1ref)"
+    row "  p50 / p99 ms" "$(med f1hg.p50 %.1f) / $(med f1hg.p99 %.1f)" "$(med f1ref.p50 %.1f) / $(med f1ref.p99 %.1f)" "" "p99 < 10"
     row "  ledger writer busy (share of load)" "$(med f1hg.busy %.2f)"
   fi
   if want 2; then
-    row "2 99% retries: events/s" "$(med f2hg.rps)" "$(med f2ref.rps)" "$(med f2.ratio %.2f)" \
-      "$(cpus f2hg)" "$(cpus f2ref)" "$(med f2hg.rss)/$(med f2ref.rss)"
-    row "  p99 ms" "$(med f2hg.p99 %.1f)" "$(med f2ref.p99 %.1f)"
+    row "2 99% retries: events/s" "$(med f2hg.rps)" "$(med f2ref.rps)" "$(med f2.ratio %.2f)" "ratio ≥ 0.85" \
+      "$(cpus f2hg)" "$(cpus f2ref)" "$(med f2hg.rss)/$(med f2ref.rss)" "$(quiet f2hg f2ref)"
+    row "  p99 ms" "$(med f2hg.p99 %.1f)" "$(med f2ref.p99 %.1f)" "" "p99 < 10"
   fi
   if want 3; then
-    row "3 unique + 1 target: ingest events/s" "$(med f3.rps)" "-" "-" "$(cpus f3)" "-" "$(med f3.rss)/-"
+    row "3 unique + 1 target: ingest events/s" "$(med f3.rps)" "-" "-" "≥ 10000" "$(cpus f3)" "-" "$(med f3.rss)/-" "$(quiet f3)"
     row "  ingest p99 ms" "$(med f3.p99 %.1f)"
-    row "  delivered events/s (ratio: /acked)" "$(med f3.delivered_rps)" "-" "$(med f3.deliv_ratio %.2f)"
-    row "  backlog at end of load / drain s" "$(med f3.pending_end) / $(med f3.drain_tail_s)"
+    row "  delivered events/s (ratio: /acked)" "$(med f3.delivered_rps)" "-" "$(med f3.deliv_ratio %.2f)" "ratio ≥ 0.95"
+    row "  backlog at end of load / drain s" "$(med f3.pending_end) / $(med f3.drain_tail_s)" "" "" "no growth"
+    row "  vs stateless forwarder: delivered/s" "$(med f3.delivered_rps)" "$(med f3fw.delivered_rps)" "$(med f3.fw_ratio %.2f)" \
+      "ratio ≥ 0.6 *" "$(cpus f3)" "$(cpus f3fw)" "$(med f3.rss)/$(med f3fw.rss)" "$(quiet f3 f3fw)"
+    row "  forwarder acked/s, p99 ms" "" "$(med f3fw.rps) / $(med f3fw.p99 %.1f)"
   fi
-  want 4 && row "4 drain $DRAIN_N backlog: deliveries/s" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
+  want 4 && row "4 drain $DRAIN_N backlog: deliveries/s" "$(med f4.rps)" "-" "-" "≥ 15000" "$(cpus f4)" "-" "$(med f4.rss)/-" "$(quiet f4)"
   if want 5; then
-    row "5 embedded unique: events/s" "$(med f5u.rps)" "-" "-" "$(cpus f5u)" "-" "$(med f5u.rss)/-"
+    row "5 embedded unique: events/s" "$(med f5u.rps)" "-" "-" "" "$(cpus f5u)" "-" "$(med f5u.rss)/-" "$(quiet f5u)"
     row "  p50 / p99 ms" "$(med f5u.p50 %.1f) / $(med f5u.p99 %.1f)"
-    row "  embedded 99% retries: events/s" "$(med f5d.rps)" "-" "-" "$(cpus f5d)" "-" "$(med f5d.rss)/-"
+    row "  embedded 99% retries: events/s" "$(med f5d.rps)" "-" "-" "" "$(cpus f5d)" "-" "$(med f5d.rss)/-" "$(quiet f5d)"
     row "  p99 ms" "$(med f5d.p99 %.1f)"
-    row "  embedded drain $EMBED_DRAIN_N: deliveries/s" "$(med f5dr.rps)"
+    row "  embedded + 1 target: acked/s" "$(med f5e.rps)" "-" "-" "" "$(cpus f5e)" "-" "$(med f5e.rss)/-" "$(quiet f5e)"
+    row "    delivered/s (ratio: /acked)" "$(med f5e.delivered_rps)" "-" "$(med f5e.deliv_ratio %.2f)" "ratio ≥ 0.9"
+    row "  embedded drain $EMBED_DRAIN_N: deliveries/s" "$(med f5dr.rps)" "-" "-" "≥ 8000"
   fi
   if ! want 6; then
     :
   elif [[ $SCALE == 1 ]]; then
-    row "6 unique, $SCALE_ROWS ids vs empty" "$(med f6big.rps)" "$(med f6empty.rps)" "$(med f6.ratio %.2f)" \
-      "$(cpus f6big)" "$(cpus f6empty)" "$(med f6big.rss)/$(med f6empty.rss)"
+    row "6 unique, $SCALE_ROWS ids vs empty" "$(med f6big.rps)" "$(med f6empty.rps)" "$(med f6.ratio %.2f)" "" \
+      "$(cpus f6big)" "$(cpus f6empty)" "$(med f6big.rss)/$(med f6empty.rss)" "$(quiet f6big f6empty)"
     row "  p99 ms (reference column: empty)" "$(med f6big.p99 %.1f)" "$(med f6empty.p99 %.1f)"
   else
     row "6 ledger scale" "(SCALE=1)"
@@ -708,23 +791,24 @@ row() { printf '%-38s %-16s %-16s %-7s %-15s %-15s %s\n' "$@"; }
   if want 7; then
     row "7 queue targets, drain: events/s"
     if want 4; then
-      row "  http (figure 4, $DRAIN_N)" "$(med f4.rps)" "-" "-" "$(cpus f4)" "-" "$(med f4.rss)/-"
+      row "  http (figure 4, $DRAIN_N)" "$(med f4.rps)" "-" "-" "" "$(cpus f4)" "-" "$(med f4.rss)/-" "$(quiet f4)"
     else
       row "  http (figure 4)" "(not in FIGURES)"
     fi
-    row "  redis-stream ($QUEUE_N)" "$(med f7r.rps)" "-" "-" "$(cpus f7r)" "-" "$(med f7r.rss)/-"
+    row "  redis-stream ($QUEUE_N)" "$(med f7r.rps)" "-" "-" "" "$(cpus f7r)" "-" "$(med f7r.rss)/-" "$(quiet f7r)"
     if [[ -n $F7_NATS_SKIP ]]; then
       row "  nats JetStream" "$F7_NATS_SKIP"
     else
-      row "  nats JetStream ($QUEUE_N)" "$(med f7n.rps)" "-" "-" "$(cpus f7n)" "-" "$(med f7n.rss)/-"
+      row "  nats JetStream ($QUEUE_N)" "$(med f7n.rps)" "-" "-" "" "$(cpus f7n)" "-" "$(med f7n.rss)/-" "$(quiet f7n)"
     fi
   fi
   if want 8; then
     row "8 target down ${OUTAGE_S}s at $OUTAGE_RATE/s: backlog" "$(med f8.backlog)"
     row "  caught up s after it returns" "$(med f8.catchup_s %.1f)"
   fi
+  want 3 && echo "* stretch goal. quiet %: share of all cores used outside the bench during the measured window"
   fails=0
-  for k in f1hg f1ref f2hg f2ref f3 f5u f5d f6big f6empty f8; do
+  for k in f1hg f1ref f2hg f2ref f3 f3fw f5u f5d f5e f6big f6empty f8; do
     n=$(awk -v k="$k.non2xx" '$1 == k {s += $2} END {print s + 0}' "$results"); fails=$((fails + n))
   done
   echo "non-2xx or failed requests over all loads: $fails"

@@ -50,6 +50,9 @@ pub enum ApiError {
     Timeout,
     #[error("unauthorized")]
     Unauthorized,
+    /// A valid token without the scope the route needs.
+    #[error("this token lacks the `{0}` scope")]
+    Forbidden(&'static str),
     /// Too many wrong admin tokens from this address; retry after the
     /// seconds given (`primitives::throttle`).
     #[error("too many wrong tokens; try again later")]
@@ -112,6 +115,7 @@ impl ApiError {
             Self::InFlight => StatusCode::CONFLICT,
             Self::Unavailable | Self::Timeout | Self::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::Throttled(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::UsePost => StatusCode::METHOD_NOT_ALLOWED,
         }
@@ -138,6 +142,7 @@ impl ApiError {
             Self::BadBody
             | Self::UnknownEvent
             | Self::Unauthorized
+            | Self::Forbidden(_)
             | Self::Throttled(_)
             | Self::UsePost
             | Self::NotConfigured(_)

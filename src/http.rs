@@ -75,6 +75,13 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
             state.clone(),
             admin::require_token,
         ));
+    // `hookgate listen`'s stream: the `listen` scope is enough.
+    let listen = Router::new()
+        .route("/admin/listen/{source}", get(admin::listen::handler))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            admin::require_listen,
+        ));
     // `server.protect_metrics` puts these two behind the token as well.
     let mut probes = Router::new()
         .route("/readyz", get(admin::health::readyz))
@@ -91,6 +98,7 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
         .merge(probes)
         .merge(admin::console::routes())
         .merge(protected)
+        .merge(listen)
 }
 
 fn small_limits(routes: Router<AppState>, state: &AppState) -> Router<AppState> {

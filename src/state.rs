@@ -59,6 +59,11 @@ pub struct Handles {
     pub admin_throttle: Arc<Throttle>,
     /// Keys handshakes handed over, per source (`verify::learned`).
     pub learned: Arc<crate::verify::learned::Learned>,
+    /// The trace exporter; `None`: tracing is off and costs nothing.
+    pub traces: Option<Arc<crate::traces::Traces>>,
+    /// Cancelled when the servers start draining: long-lived answers (the
+    /// `hookgate listen` stream) end so the drain does not wait for them.
+    pub draining: tokio_util::sync::CancellationToken,
 }
 
 /// One loaded config with the handles built from it.
@@ -106,6 +111,7 @@ impl Handles {
             answer_budget,
             admin_throttle: Default::default(),
             learned: Default::default(),
+            draining: Default::default(),
             live: ArcSwap::from_pointee(live),
             store,
             dedup,
@@ -117,7 +123,14 @@ impl Handles {
             upstream,
             reloads: ReloadStatus::default(),
             reload,
+            traces: None,
         }
+    }
+
+    /// With spans exported through `traces`.
+    pub fn with_traces(mut self, traces: Option<Arc<crate::traces::Traces>>) -> Self {
+        self.traces = traces;
+        self
     }
 
     /// The loaded config and its handles, held by the caller for as long as

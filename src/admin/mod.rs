@@ -4,11 +4,13 @@
 pub mod console;
 pub mod events;
 pub mod health;
+pub mod listen;
 pub mod metrics;
 pub mod replay;
 pub mod series;
 pub mod stats;
 
+use crate::config::Scope;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::verify::client_ip;
@@ -20,11 +22,25 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use std::net::SocketAddr;
 
-/// Route layer for everything behind the token: refuses before the handler
-/// runs, so an anonymous request's body is never read. An address that
-/// sent too many wrong tokens is refused without a comparison
-/// (`primitives::throttle`).
-pub async fn require_token(State(state): State<AppState>, req: Request, next: Next) -> Response {
+/// Route layer for everything behind the token (`admin` scope): refuses
+/// before the handler runs, so an anonymous request's body is never read.
+/// An address that sent too many wrong tokens is refused without a
+/// comparison (`primitives::throttle`).
+pub async fn require_token(state: State<AppState>, req: Request, next: Next) -> Response {
+    require_scope(state, req, next, Scope::Admin).await
+}
+
+/// Route layer of `GET /admin/listen/*`: the `listen` scope.
+pub async fn require_listen(state: State<AppState>, req: Request, next: Next) -> Response {
+    require_scope(state, req, next, Scope::Listen).await
+}
+
+async fn require_scope(
+    State(state): State<AppState>,
+    mut req: Request,
+    next: Next,
+    scope: Scope,
+) -> Response {
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
@@ -34,8 +50,13 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
     if let Some(wait) = state.admin_throttle.blocked(client) {
         return ApiError::Throttled(wait).into_response();
     }
-    match authorize(&state, req.headers()) {
-        Ok(()) => next.run(req).await,
+    match authorize_scope(&state, req.headers(), scope) {
+        Ok(name) => {
+            req.extensions_mut().insert(TokenName(name));
+            next.run(req).await
+        }
+        // A known token without the scope is no guess: not throttled.
+        Err(e @ ApiError::Forbidden(_)) => e.into_response(),
         Err(e) => {
             state.admin_throttle.failed(client);
             e.into_response()
@@ -43,28 +64,46 @@ pub async fn require_token(State(state): State<AppState>, req: Request, next: Ne
     }
 }
 
-/// Check of `Authorization: Bearer <admin_token>`. The SHA-256 digests of
-/// both are compared in constant time, so neither the token's content nor
-/// its length shows in the timing. With no token configured, nobody is
-/// authorized.
+/// The name of the token a request was authorized with (a request
+/// extension set by the route layer; the audit log's "who").
+#[derive(Debug, Clone)]
+pub struct TokenName(pub String);
+
+/// Check of `Authorization: Bearer <token>` for the `admin` scope.
 pub fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    authorize_scope(state, headers, Scope::Admin).map(drop)
+}
+
+/// Check of `Authorization: Bearer <token>` against every configured token
+/// (`admin_token` and `[server.tokens.*]`); returns the matching token's
+/// name. The SHA-256 digests are compared in constant time, against every
+/// token (no early exit), so neither a token's content, its length nor
+/// which one matched shows in the timing. No token matching: 401; a token
+/// without `scope`: 403. With no token configured, nobody is authorized.
+pub fn authorize_scope(
+    state: &AppState,
+    headers: &HeaderMap,
+    scope: Scope,
+) -> Result<String, ApiError> {
     let config = state.config();
-    let expected = config
-        .server
-        .admin_token
-        .as_ref()
-        .ok_or(ApiError::Unauthorized)?;
+    let tokens = config.server.all_tokens();
     let given = headers
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .ok_or(ApiError::Unauthorized)?;
-    let expected = Sha256::digest(expected.expose().as_bytes());
     let given = Sha256::digest(given.trim().as_bytes());
-    if crate::primitives::crypto::mac_eq(&expected, &given) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
+    let mut found = None;
+    for t in &tokens {
+        let expected = Sha256::digest(t.secret.expose().as_bytes());
+        if crate::primitives::crypto::mac_eq(&expected, &given) && found.is_none() {
+            found = Some(t);
+        }
+    }
+    match found {
+        Some(t) if t.allows(scope) => Ok(t.name.clone()),
+        Some(_) => Err(ApiError::Forbidden(scope.as_str())),
+        None => Err(ApiError::Unauthorized),
     }
 }
 

@@ -22,6 +22,10 @@ pub fn describe(c: &Config) -> String {
         },
         c.server.log_format
     );
+    for t in &c.server.tokens {
+        let scopes: Vec<&str> = t.scopes.iter().map(|s| s.as_str()).collect();
+        let _ = writeln!(o, "token: {} scopes=[{}]", t.name, scopes.join(", "));
+    }
     let _ = writeln!(o, "ledger: {}", c.storage.database.display());
     let cache = c.storage.cache_display();
     let _ = writeln!(o, "cache: {cache}");

@@ -1,9 +1,10 @@
 //! Command line: serve, check-config, sign, providers, migrate, replay,
-//! events, reconcile, backup, restore.
+//! events, reconcile, backup, restore, listen.
 
 mod backup;
 pub(crate) mod describe;
 mod events;
+mod listen;
 mod reconcile;
 mod sign;
 
@@ -77,6 +78,9 @@ pub enum Command {
     /// Ask a provider's API for the events of a window and recover the ones
     /// never received (prints a table; non-zero exit if the API could not be read).
     Reconcile(reconcile::ReconcileArgs),
+    /// Stream a gateway's events for one source to a local URL (needs a
+    /// token with the `listen` scope); resumes where it stopped.
+    Listen(listen::ListenArgs),
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -109,6 +113,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Replay(args) => events::replay(&cli.config, args).await,
         Command::Events { command } => events::run(&cli.config, command).await,
         Command::Reconcile(args) => reconcile::run(&cli.config, args).await,
+        Command::Listen(args) => listen::run(args).await,
     }
 }
 

@@ -82,14 +82,26 @@ fn zero_durations_that_mean_nothing_are_refused() {
 }
 
 #[test]
-fn a_target_timeout_that_could_outlive_the_delivery_lease_is_refused() {
-    let text = format!("[delivery]\nlease = \"30s\"\n{BASE}timeout = \"26s\"\n");
+fn a_heartbeat_too_long_for_the_delivery_lease_is_refused() {
+    let text = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2001ms\"\n{BASE}");
     refused(
         &text,
-        "targets.billing.timeout",
-        "shorter than delivery.lease",
+        "delivery.heartbeat",
+        "at most a third of delivery.lease (6s)",
     );
-    let ok = format!("[delivery]\nlease = \"30s\"\n{BASE}timeout = \"25s\"\n");
+    let ok = format!("[delivery]\nlease = \"6s\"\nheartbeat = \"2s\"\n{BASE}");
+    assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
+    refused(
+        &format!("[delivery]\nheartbeat = \"0s\"\n{BASE}"),
+        "delivery.heartbeat",
+        "greater than 0",
+    );
+}
+
+#[test]
+fn a_target_timeout_may_outlast_the_delivery_lease() {
+    // The lease is renewed while an attempt runs (deliver::lease).
+    let ok = format!("{BASE}timeout = \"30s\"\n");
     assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
 }
 
@@ -285,4 +297,65 @@ fn a_source_signed_content_without_the_body_is_refused() {
         "secrets = [\"whsec_a\"]\nsignature = { signed_content = \"{timestamp}.{body}\" }",
     );
     assert!(problems(&ok).is_empty(), "{:?}", problems(&ok));
+}
+
+/// Named tokens: names, scopes, lengths and clashes are checked, and no
+/// secret shows in a problem.
+#[test]
+fn named_tokens_are_checked() {
+    let tok = |name: &str, secret: &str, scopes: &str| {
+        format!("[server.tokens.{name}]\nsecret = \"{secret}\"\nscopes = {scopes}\n")
+    };
+    let ok = format!(
+        "[server]\nadmin_token = \"{}\"\n{}{}{BASE}",
+        "a".repeat(16),
+        tok("laptop", &"b".repeat(16), "[\"listen\"]"),
+        tok("ops", &"c".repeat(16), "[\"admin\", \"listen\"]"),
+    );
+    let c = Config::from_toml_str(&ok, Path::new(".")).unwrap();
+    let all = c.server.all_tokens();
+    assert_eq!(
+        all.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        ["admin", "laptop", "ops"]
+    );
+    assert!(all[0].allows(Scope::Admin) && all[0].allows(Scope::Listen));
+    assert!(!all[1].allows(Scope::Admin) && all[1].allows(Scope::Listen));
+    refused(
+        &format!("{}{BASE}", tok("laptop", "short-secret", "[\"listen\"]")),
+        "server.tokens.laptop.secret",
+        "at least 16",
+    );
+    let p = problems(&format!(
+        "{}{BASE}",
+        tok("laptop", "short-secret", "[\"listen\"]")
+    ));
+    assert!(!format!("{p:?}").contains("short-secret"), "{p:?}");
+    refused(
+        &format!("{}{BASE}", tok("laptop", &"b".repeat(16), "[\"root\"]")),
+        "server.tokens.laptop.scopes",
+        "unknown scope `root`",
+    );
+    refused(
+        &format!("{}{BASE}", tok("laptop", &"b".repeat(16), "[]")),
+        "server.tokens.laptop.scopes",
+        "at least one scope",
+    );
+    refused(
+        &format!(
+            "{}{}{BASE}",
+            tok("a", &"b".repeat(16), "[\"listen\"]"),
+            tok("b", &"b".repeat(16), "[\"admin\"]")
+        ),
+        "server.tokens.b.secret",
+        "same as another",
+    );
+    refused(
+        &format!(
+            "[server]\nadmin_token = \"{}\"\n{}{BASE}",
+            "a".repeat(16),
+            tok("admin", &"b".repeat(16), "[\"listen\"]")
+        ),
+        "server.tokens.admin",
+        "name of server.admin_token",
+    );
 }

@@ -63,6 +63,8 @@ pub struct Config {
     pub apis: BTreeMap<String, Arc<apis::Api>>,
     /// `[sources.<name>.reconcile]`, by source name.
     pub reconcile: BTreeMap<String, Arc<reconcile::Reconcile>>,
+    /// `[telemetry]`: where traces go; `None` without `otlp_endpoint`.
+    pub traces: Option<Traces>,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,
@@ -73,6 +75,8 @@ pub struct Server {
     pub listen: SocketAddr,
     pub max_body_bytes: usize,
     pub admin_token: Option<Secret>,
+    /// `[server.tokens.*]`: named tokens with scopes (besides `admin_token`).
+    pub tokens: Vec<AdminToken>,
     pub log_format: LogFormat,
     pub log_level: String,
     pub request_timeout: Duration,
@@ -101,6 +105,68 @@ pub struct Server {
     /// Native HTTPS on the listeners: certificate chain and key files (PEM),
     /// re-read on reload. `None`: plain HTTP.
     pub tls: Option<Tls>,
+}
+
+/// What a bearer token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything behind the token: stats, events, replay, reload, console.
+    Admin,
+    /// The event stream of `hookgate listen`. Not implied by `admin`: the
+    /// stream carries the provider's signature headers, which the events
+    /// API redacts.
+    Listen,
+}
+
+impl Scope {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "admin" => Some(Self::Admin),
+            "listen" => Some(Self::Listen),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Admin => "admin",
+            Self::Listen => "listen",
+        }
+    }
+}
+
+/// The name `server.admin_token` goes by (audit log, `/stats`).
+pub const DEFAULT_TOKEN_NAME: &str = "admin";
+
+/// One named token of `[server.tokens.<name>]`.
+#[derive(Debug, Clone)]
+pub struct AdminToken {
+    pub name: String,
+    pub secret: Secret,
+    pub scopes: Vec<Scope>,
+}
+
+impl AdminToken {
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes.contains(&scope)
+    }
+}
+
+impl Server {
+    /// Every token the gateway accepts: `admin_token` (named
+    /// [`DEFAULT_TOKEN_NAME`], scopes `admin` and `listen`, as the single
+    /// token of earlier releases could do everything) first, then the named ones.
+    pub fn all_tokens(&self) -> Vec<AdminToken> {
+        self.admin_token
+            .iter()
+            .map(|s| AdminToken {
+                name: DEFAULT_TOKEN_NAME.to_owned(),
+                secret: s.clone(),
+                scopes: vec![Scope::Admin, Scope::Listen],
+            })
+            .chain(self.tokens.iter().cloned())
+            .collect()
+    }
 }
 
 /// `server.tls_cert` and `server.tls_key`, resolved against the config
@@ -209,6 +275,19 @@ fn sqlite_anchored(url: &str, base: &Path) -> String {
     format!("sqlite://{dir}{sep}{path}{query}")
 }
 
+/// `[telemetry]` with an `otlp_endpoint`: traces are exported (`traces`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traces {
+    /// The full OTLP/HTTP traces URL (`…/v1/traces`); no credentials in it.
+    pub endpoint: String,
+    /// 0 to 1: the trace-id ratio of the root sampler.
+    pub sample_ratio: f64,
+    pub service_name: String,
+    pub max_queued_spans: usize,
+    pub export_interval: Duration,
+    pub export_timeout: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct Dedup {
     pub claim_ttl: Duration,
@@ -225,7 +304,10 @@ pub struct Delivery {
     pub poll_interval: Duration,
     pub backoff_base: Duration,
     pub backoff_max: Duration,
+    /// How long a lease runs unrenewed (see `deliver::lease`).
     pub lease: Duration,
+    /// How often held leases are renewed; at most a third of `lease`.
+    pub heartbeat: Duration,
     /// Default retry window of every target.
     pub retry_for: Duration,
     /// Default permanent-failure statuses of every target.

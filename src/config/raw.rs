@@ -38,6 +38,43 @@ pub struct RawConfig {
     /// `/api/<name>/…`; the table is documented in `config/apis.rs`.
     #[serde(default)]
     pub apis: BTreeMap<String, super::apis::RawApi>,
+    /// Traces (OpenTelemetry over OTLP); docs/operations.md, "Traces".
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// The OTLP/HTTP collector traces are exported to (protobuf), e.g.
+    /// `http://127.0.0.1:4318`; `/v1/traces` is added unless the path
+    /// already ends with it. Unset (default): no traces, and no cost.
+    pub otlp_endpoint: Option<String>,
+    /// Share of webhooks traced, 0 to 1, decided from the trace id (so
+    /// every replica decides alike for one event). Default 1.
+    pub sample_ratio: f64,
+    /// The `service.name` of every span. Default `hookgate`.
+    pub service_name: String,
+    /// Finished spans waiting for export, at most; beyond it a span is
+    /// dropped and counted (`hookgate_trace_spans_dropped_total`). Default 2048.
+    pub max_queued_spans: usize,
+    /// How long the exporter waits after a span before sending a batch. Default 1s.
+    pub export_interval: Dur,
+    /// Deadline of one export request. Default 10s.
+    pub export_timeout: Dur,
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            sample_ratio: 1.0,
+            service_name: "hookgate".into(),
+            max_queued_spans: 2048,
+            export_interval: Dur(Duration::from_secs(1)),
+            export_timeout: Dur(Duration::from_secs(10)),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -104,6 +141,22 @@ pub struct RawServer {
     pub max_buffered_answer_bytes: u64,
     /// Put `/metrics` and `/readyz` behind `admin_token` too. Default false.
     pub protect_metrics: bool,
+    /// Named bearer tokens (`[server.tokens.<name>]`), each with its scopes,
+    /// besides `admin_token` (which acts as a token named `admin` with the
+    /// `admin` and `listen` scopes). The name is what the audit log records. Default none.
+    pub tokens: BTreeMap<String, RawToken>,
+}
+
+/// `[server.tokens.<name>]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawToken {
+    /// The bearer token (secret: `env:`, `file:` or literal; at least 16 characters).
+    pub secret: String,
+    /// `admin` (stats, events, replay, reload, the console's API) and/or
+    /// `listen` (`GET /admin/listen/<source>`, for `hookgate listen`; not
+    /// implied by `admin`, as the stream carries unredacted headers).
+    pub scopes: Vec<String>,
 }
 
 impl Default for RawServer {
@@ -130,6 +183,7 @@ impl Default for RawServer {
             max_buffered_body_bytes_per_client: None,
             max_buffered_answer_bytes: 64 * 1024 * 1024,
             protect_metrics: false,
+            tokens: BTreeMap::new(),
         }
     }
 }
@@ -225,8 +279,17 @@ pub struct RawDelivery {
     pub backoff_base: Dur,
     /// Largest retry delay (also caps a target's Retry-After). Default 1h.
     pub backoff_max: Dur,
-    /// How long a claimed delivery stays leased to a worker before another may take it. Default 2m.
+    /// How long a delivery's lease runs without a renewal: a process that
+    /// dies (or stops renewing) loses its deliveries to the other workers
+    /// this long after its last renewal at most. Renewed every `heartbeat`
+    /// while the process holds the row, so an attempt may take longer than
+    /// this. At least three heartbeats. Default 10s.
     pub lease: Dur,
+    /// How often a delivering process renews the leases of every delivery it
+    /// holds (one statement for them all). It stops sending a delivery one
+    /// heartbeat before that delivery's lease could run out unrenewed.
+    /// Default 2s.
+    pub heartbeat: Dur,
     /// How long a delivery is retried, from when its event was received: a
     /// failed attempt whose next retry would fall later is the last (the
     /// final retry is made at the window's end), then the delivery is dead.
@@ -246,7 +309,8 @@ impl Default for RawDelivery {
             poll_interval: Dur(Duration::from_secs(1)),
             backoff_base: Dur(Duration::from_secs(1)),
             backoff_max: Dur(Duration::from_secs(3600)),
-            lease: Dur(Duration::from_secs(120)),
+            lease: Dur(Duration::from_secs(10)),
+            heartbeat: Dur(Duration::from_secs(2)),
             retry_for: Dur(DEFAULT_RETRY_FOR),
             permanent_statuses: vec![410],
         }

@@ -69,6 +69,7 @@ impl Config {
             "server.tls_cert / server.tls_key (turning TLS on or off)",
             new.tls.is_some() == old.tls.is_some(),
         );
+        keep("telemetry", self.traces == running.traces);
         keep(
             "storage.database_url",
             database_text(&self.storage.database) == database_text(&running.storage.database),
@@ -114,14 +115,26 @@ impl Config {
         // The retry settings live on in each target (`Target::retry`), so
         // a target whose retry settings change gets a new loop.
         keep(
-            "delivery.enabled / max_in_flight / poll_interval / lease",
-            (d.enabled, d.max_in_flight, d.poll_interval, d.lease)
-                == (o.enabled, o.max_in_flight, o.poll_interval, o.lease),
+            "delivery.enabled / max_in_flight / poll_interval / lease / heartbeat",
+            (
+                d.enabled,
+                d.max_in_flight,
+                d.poll_interval,
+                d.lease,
+                d.heartbeat,
+            ) == (
+                o.enabled,
+                o.max_in_flight,
+                o.poll_interval,
+                o.lease,
+                o.heartbeat,
+            ),
         );
         // Put back what the running process was built with.
         let tls = self.server.tls.take();
         let server = Server {
             admin_token: self.server.admin_token.take(),
+            tokens: std::mem::take(&mut self.server.tokens),
             max_body_bytes: self.server.max_body_bytes,
             log_level: std::mem::take(&mut self.server.log_level),
             trusted_proxies: std::mem::take(&mut self.server.trusted_proxies),
@@ -136,6 +149,7 @@ impl Config {
         self.server = server;
         self.storage = running.storage.clone();
         self.dedup = running.dedup.clone();
+        self.traces = running.traces.clone();
         self.delivery = Delivery {
             backoff_base: self.delivery.backoff_base,
             backoff_max: self.delivery.backoff_max,

@@ -171,7 +171,7 @@ fn a_redis_stream_target_needs_its_keys_and_refuses_other_kinds_keys() {
         "stream = \"s\"\nsigning_secret = \"whsec_aGVsbG8=\"",
     ));
     assert_eq!(p[0].0, "targets.billing.signing_secret", "{p:?}");
-    let p = problems(&stream("stream = \"s\"\nduplicate_window = \"1m\""));
+    let p = problems(&stream("stream = \"s\"\nduplicate_window = \"5s\""));
     assert_eq!(p[0].0, "targets.billing.duplicate_window", "{p:?}");
     let p = problems(&stream("stream = \"s\"").replace("redis://", "http://"));
     assert_eq!(p[0].0, "targets.billing.url", "{p:?}");

@@ -99,7 +99,7 @@ impl Events {
             for (i, target) in e.targets.iter().enumerate() {
                 let row = handed.iter().find(|r| r.target == i);
                 match (row, &lease) {
-                    (Some(r), Some(l)) => self.lanes.hand(handed_row(e, i, r.delivery_id), l.until),
+                    (Some(r), Some(l)) => self.lanes.hand(handed_row(e, i, r.delivery_id), l.taken),
                     _ => {
                         if lease.as_ref().is_some_and(|l| l.leased[i]) {
                             self.lanes.give_back(target);

@@ -25,6 +25,10 @@ pub struct Fleet {
     loops: HashMap<String, Running>,
     /// The process's stop; each loop's own token is a child of it.
     stop: CancellationToken,
+    /// The lease heartbeat (`deliver::lease`): stopped only after every
+    /// loop has finished, so leases under attempts still being recorded at
+    /// shutdown are renewed to the end.
+    heartbeat: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
 struct Running {
@@ -48,7 +52,13 @@ impl Fleet {
             lanes,
             loops: HashMap::new(),
             stop,
+            heartbeat: None,
         }
+    }
+
+    /// The lease heartbeat task and its own stop.
+    pub(super) fn renewing(&mut self, stop: CancellationToken, task: JoinHandle<()>) {
+        self.heartbeat = Some((stop, task));
     }
 
     /// A fleet that never runs a loop (delivery is off in this process).
@@ -124,6 +134,18 @@ impl Fleet {
     pub async fn join(&mut self) {
         for (_, r) in self.loops.drain() {
             let _ = r.task.await;
+        }
+        if let Some((stop, task)) = self.heartbeat.take() {
+            stop.cancel();
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        if let Some((stop, _)) = &self.heartbeat {
+            stop.cancel();
         }
     }
 }

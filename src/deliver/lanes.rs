@@ -13,8 +13,10 @@
 //! (lane full, delivery off in this process) is inserted unleased, its loop
 //! is woken, and it is claimed as before.
 //!
-//! Crash safety is the lease's: rows handed to a process that dies are due
-//! again when `lease_until` passes, like any leased row. At shutdown a loop
+//! Crash safety is the lease's: a handed row is held ([`Leases`]) from the
+//! moment it is handed, so the heartbeat renews it while it waits for a
+//! target slot; rows handed to a process that dies are due again when
+//! `lease_until` passes unrenewed, like any leased row. At shutdown a loop
 //! closes its lane before it releases its leases.
 //!
 //! A reload that adds a target adds its lane; one that changes a target
@@ -27,6 +29,7 @@
 //! when the attempt is recorded, or by `give_back`; so a lane never holds
 //! more than its capacity and a hand-off never waits.
 
+use super::lease::{LeaseGuard, Leases};
 use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, HandoffLease};
 use crate::target::Target;
@@ -34,7 +37,7 @@ use arc_swap::ArcSwap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, mpsc};
 
 /// Every target's lane in this process; cheap to clone.
@@ -48,7 +51,8 @@ struct Inner {
     renewing: Mutex<()>,
     /// This process's lease token (the delivery loops' token).
     token: Arc<str>,
-    lease: Duration,
+    /// Every lease this process holds (handed rows and claimed ones).
+    leases: Leases,
     /// False when this process does not deliver: nothing is reserved.
     enabled: bool,
 }
@@ -67,8 +71,8 @@ struct Lane {
 /// lane when this is dropped (after the attempt was recorded).
 pub struct Handed {
     pub row: DueDelivery,
-    /// The row's lease ends then: an attempt must not start too close to it.
-    pub lease_until: Millis,
+    /// The row's lease, renewed by the heartbeat while it is held.
+    pub lease: LeaseGuard,
     pub slot: Slot,
 }
 
@@ -101,7 +105,7 @@ impl Lanes {
                 .values()
                 .map(|t| (t.name.as_str(), capacity(t))),
             &crate::primitives::token::random_hex(),
-            config.delivery.lease,
+            Leases::new(config.delivery.lease, config.delivery.heartbeat),
             enabled,
         )
     }
@@ -123,7 +127,7 @@ impl Lanes {
     pub fn new<'a>(
         targets: impl IntoIterator<Item = (&'a str, usize)>,
         token: &str,
-        lease: Duration,
+        leases: Leases,
         enabled: bool,
     ) -> Self {
         let lanes = targets
@@ -134,7 +138,7 @@ impl Lanes {
             lanes: ArcSwap::from_pointee(lanes),
             renewing: Mutex::new(()),
             token: token.into(),
-            lease,
+            leases,
             enabled,
         }))
     }
@@ -142,6 +146,11 @@ impl Lanes {
     /// This process's lease token.
     pub fn token(&self) -> &str {
         &self.0.token
+    }
+
+    /// The leases this process holds.
+    pub fn leases(&self) -> &Leases {
+        &self.0.leases
     }
 
     /// The wake-up of `target`'s loop (a default one for an unknown name).
@@ -200,29 +209,33 @@ impl Lanes {
                     .is_some_and(|lane| lane.open.load(Ordering::Acquire) && take_slot(&lane.free))
             })
             .collect();
+        // When the lease was taken on the monotonic clock: no later than
+        // the wall-clock `now` it is counted from.
+        let behind = Millis::now().0.saturating_sub(now.0).max(0) as u64;
+        let taken = Instant::now()
+            .checked_sub(Duration::from_millis(behind))
+            .unwrap_or_else(Instant::now);
         leased.contains(&true).then(|| HandoffLease {
             token: self.0.token.clone(),
-            until: now + self.0.lease,
+            until: now + self.0.leases.lease(),
+            taken,
             leased,
         })
     }
 
-    /// Hands a committed row, leased until `lease_until` under a slot
-    /// reserved for it, to its target's loop.
-    pub fn hand(&self, row: DueDelivery, lease_until: Millis) {
+    /// Hands a committed row, leased at `taken` (held from now on) under a
+    /// slot reserved for it, to its target's loop.
+    pub fn hand(&self, row: DueDelivery, taken: Instant) {
         let lanes = self.0.lanes.load();
         let Some(lane) = lanes.get(&row.target) else {
             return;
         };
+        let lease = self.0.leases.hold(row.id, taken);
         let slot = Slot(lane.clone());
         // Cannot be full (at most `capacity` slots exist); closed means the
         // loop stopped: the lease then expires or is released, and the row
         // is claimed again.
-        let _ = lane.tx.try_send(Handed {
-            row,
-            lease_until,
-            slot,
-        });
+        let _ = lane.tx.try_send(Handed { row, lease, slot });
     }
 
     /// Returns a slot reserved on `target`'s lane whose row was not handed.

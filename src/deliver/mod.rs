@@ -2,8 +2,10 @@
 //!
 //! One loop per target, so a slow or dead target only ever uses its own
 //! `concurrency` slots (and never more of the global `max_in_flight`).
-//! Rows are leased (`lease_until` + token): a worker that dies loses its
-//! leases when they expire and another worker takes the rows. A commit wakes
+//! Rows are leased (`lease_until` + token) for a short `delivery.lease`,
+//! renewed by a heartbeat while held ([`lease`]): a worker that dies loses
+//! its leases within one lease and another worker takes the rows; a worker
+//! that cannot renew stops sending before that. A commit wakes
 //! the target's loop at once (local `Notify`, Postgres NOTIFY for other
 //! replicas); `poll_interval` is only the fallback.
 //!
@@ -13,16 +15,18 @@
 pub mod fleet;
 pub mod health;
 pub mod lanes;
+pub mod lease;
 mod rate;
 mod record;
 pub mod retry;
 
 use crate::config::{self, Config};
 use crate::primitives::time::Millis;
-use crate::stats::{Counters, DeliveryOutcome};
+use crate::stats::{AttemptClass, Counters, DeliveryOutcome, Failure};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox, StoreError};
 use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
+use lease::{LeaseGuard, Leases};
 use record::Recorder;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -68,20 +72,25 @@ struct Ctx {
     global: Arc<Semaphore>,
     /// This process's lease token: identifies our leases for release.
     token: String,
+    /// The rows this process holds, renewed by the heartbeat.
+    leases: Leases,
     grace: Duration,
     /// Per-target health (`/stats`, the failing/recovered log lines).
     health: health::Health,
+    /// Attempt spans, when tracing is on.
+    traces: Option<Arc<crate::traces::Traces>>,
 }
 
 impl Ctx {
-    /// A claim of up to `limit` rows of `target`, leased from now.
+    /// A claim of up to `limit` rows of `target`, leased from now. Take the
+    /// claim's `Instant` before this (the rows' local deadline counts from it).
     fn lease<'a>(&'a self, target: &'a str, limit: i64) -> LeaseRequest<'a> {
         let now = Millis::now();
         LeaseRequest {
             target,
             token: &self.token,
             now,
-            until: now + self.settings.lease,
+            until: now + self.leases.lease(),
             limit,
         }
     }
@@ -114,6 +123,9 @@ struct TargetCtx {
     duration: metrics::Histogram,
     /// Rows that came by hand-off (no claim query).
     handed: metrics::Counter,
+    /// `hookgate_delivery_attempt_results_total{target, class}`, indexed
+    /// by `AttemptClass as usize`.
+    results: [metrics::Counter; AttemptClass::ALL.len()],
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
     bucket: Option<rate::TargetBucket>,
@@ -154,6 +166,11 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
+            results: AttemptClass::ALL.map(|c| {
+                metrics::counter!(
+                "hookgate_delivery_attempt_results_total",
+                "target" => target.name.clone(), "class" => c.as_str())
+            }),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::TargetBucket::new),
@@ -172,6 +189,7 @@ pub fn start(
     counters: Arc<Counters>,
     lanes: Lanes,
     health: health::Health,
+    traces: Option<Arc<crate::traces::Traces>>,
     stop: CancellationToken,
 ) -> fleet::Fleet {
     let client = reqwest::Client::builder()
@@ -181,7 +199,16 @@ pub fn start(
         .build()
         .expect("HTTP client with default TLS");
     let token = lanes.token().to_owned();
+    let leases = lanes.leases().clone();
+    let heartbeat = CancellationToken::new();
+    let renewing = tokio::spawn(lease::heartbeat(
+        leases.clone(),
+        outbox.clone(),
+        token.clone(),
+        heartbeat.clone(),
+    ));
     let ctx = Arc::new(Ctx {
+        leases,
         recorder: Recorder::start(outbox.clone(), token.clone()),
         outbox,
         client,
@@ -191,8 +218,10 @@ pub fn start(
         token,
         grace: config.server.shutdown_grace,
         health,
+        traces,
     });
     let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
+    fleet.renewing(heartbeat, renewing);
     for target in config.targets.values() {
         fleet.spawn(target.clone());
     }
@@ -316,6 +345,7 @@ impl Claims {
         if !wants || free == 0 {
             return Round::Wait { throttled };
         }
+        let taken = Instant::now();
         match self.claim(ctx, t, free).await {
             Ok(rows) => {
                 if self.failing {
@@ -328,7 +358,8 @@ impl Claims {
                     b.give_back(free - rows.len());
                 }
                 for row in rows {
-                    self.spawn_claimed(ctx, t, row, stop).await;
+                    let lease = ctx.leases.hold(row.id, taken);
+                    self.spawn_claimed(ctx, t, (row, lease), stop).await;
                 }
                 if self.more {
                     return Round::ClaimAgain;
@@ -376,7 +407,7 @@ impl Claims {
         &mut self,
         ctx: &Arc<Ctx>,
         t: &Arc<TargetCtx>,
-        row: DueDelivery,
+        row: (DueDelivery, LeaseGuard),
         stop: &CancellationToken,
     ) {
         let local = self.local.clone().acquire_owned().await;
@@ -405,22 +436,22 @@ impl Claims {
     async fn spawn_handed(&mut self, ctx: &Arc<Ctx>, t: &Arc<TargetCtx>, handed: Handed) {
         let local = self.local.clone().acquire_owned().await;
         let global = ctx.global.clone().acquire_owned().await;
-        // Waited so long for a slot (a hanging target) that the attempt
-        // could outlive the lease: leave the row to expire and be claimed,
-        // never attempted twice at once.
-        if Millis::now() + t.target.timeout >= handed.lease_until {
+        // The heartbeat renewed the row while it waited for a slot; if it
+        // could not, the row is no longer ours to send: it is left to
+        // expire and be claimed, never attempted twice at once.
+        if !handed.lease.valid() {
             return;
         }
         t.handed.increment(1);
         let (ctx, t) = (ctx.clone(), t.clone());
         self.inflight.spawn(async move {
             let _global = global;
-            let Handed { row, slot, .. } = handed;
+            let Handed { row, lease, slot } = handed;
             let sending = Sending {
                 _lane: Some(slot),
                 ..Sending::slot(local)
             };
-            attempt(&ctx, &t, row, sending).await;
+            attempt(&ctx, &t, (row, lease), sending).await;
         });
     }
 }
@@ -449,26 +480,57 @@ async fn finish(ctx: &Ctx, t: &TargetCtx, mut inflight: JoinSet<()>) {
 /// One attempt: send (HTTP or broker), classify, record (group-committed
 /// with other attempts). Returns the row's ordering key when the row left
 /// `pending` (delivered or dead) on an ordered target: its key's next row
-/// may go now.
-#[tracing::instrument(skip_all, fields(target = %t.target.name, source = %row.source, event.id = %row.event_id))]
-async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -> Option<String> {
+/// may go now. The row is held (its lease renewed) until the record
+/// commits; the send is abandoned if the lease can no longer be vouched for.
+#[tracing::instrument(skip_all, fields(target = %t.target.name, source = %held.0.source, event.id = %held.0.event_id))]
+async fn attempt(
+    ctx: &Ctx,
+    t: &TargetCtx,
+    held: (DueDelivery, LeaseGuard),
+    sending: Sending,
+) -> Option<String> {
+    let (row, lease) = held;
     let number = row.attempts + 1;
     // What the target and the log see: numbers go on after a replay, which
     // restarts only the retry budget (`number`).
     let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = send(t, &row, shown, started_at).await;
+    // `biased`: the lease is checked before the send is polled, at every
+    // wake-up, so a process resumed after a pause abandons the send before
+    // it can write another byte of it (deliver::lease).
+    let sent = tokio::select! {
+        biased;
+        _ = lease.lost() => None,
+        sent = send(t, &row, shown, started_at, ctx.traces.as_deref()) => Some(sent),
+    };
+    let Some((sent, traced)) = sent else {
+        tracing::warn!(
+            attempt = shown,
+            "delivery lease could not be renewed in time: attempt abandoned, the row goes to \
+             whichever worker takes it next"
+        );
+        metrics::counter!("hookgate_delivery_leases_lost_total", "target" => t.target.name.clone())
+            .increment(1);
+        return None;
+    };
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
     drop(sending);
+    t.results[class(&sent) as usize].increment(1);
 
     let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
+    if let Some(span) = traced {
+        span.end(rec.status, rec.error.as_deref(), rec.next);
+    }
     ctx.health
         .record(&t.target.name, rec.error.as_deref(), Millis::now());
     let recovered = t.count(rec.next, latency_ms);
-    if !record(ctx, row.id, &rec, shown).await {
+    let recorded = record(ctx, row.id, &rec, shown).await;
+    // Recorded (or given up): the row needs no more renewals.
+    drop(lease);
+    if !recorded {
         return None;
     }
     ctx.counters
@@ -493,8 +555,31 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     }
 }
 
-/// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
-async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis) -> Sent {
+/// The attempt's class for `hookgate_delivery_attempt_results_total`.
+fn class(sent: &Sent) -> AttemptClass {
+    let (status, error) = match sent {
+        Sent::Delivered { status } => (*status, None),
+        Sent::Retry { status, error, .. } | Sent::Permanent { status, error } => {
+            (*status, Some(error.as_str()))
+        }
+    };
+    let failure = error.map(|e| match e {
+        crate::target::http::TIMEOUT => Failure::Timeout,
+        crate::target::http::CONNECT_FAILED => Failure::Connect,
+        _ => Failure::Other,
+    });
+    AttemptClass::of(status, failure)
+}
+
+/// Sends `row` as attempt `number` (as the target sees it) through the
+/// target's sink; with tracing on, as a span that the message carries.
+async fn send(
+    t: &TargetCtx,
+    row: &DueDelivery,
+    number: i32,
+    started_at: Millis,
+    traces: Option<&crate::traces::Traces>,
+) -> (Sent, Option<crate::traces::attempt::Attempt>) {
     let event = Event {
         source: &row.source,
         event_id: &row.event_id,
@@ -502,8 +587,13 @@ async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis)
         body: &row.body,
         headers: &row.headers,
     };
-    let message = t.target.message(event, number, started_at.as_secs());
-    t.sink.send(&t.target.endpoint(), &message).await
+    let mut message = t.target.message(event, number, started_at.as_secs());
+    let traced = traces.map(|tr| tr.attempt(&t.target, &message, number));
+    if let Some(a) = &traced {
+        message.trace = a.headers();
+    }
+    let sent = t.sink.send(&t.target.endpoint(), &message).await;
+    (sent, traced)
 }
 
 /// The attempt as recorded: where the row goes next (delivered; else as
@@ -642,7 +732,7 @@ impl Sending {
 /// speed of its target, one row after the other, without a claim walk over
 /// every key. `None`: nothing due (a retry's backoff, or another replica
 /// took it); the loop's claims find it later.
-async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
+async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<(DueDelivery, LeaseGuard)> {
     // A rate-capped target: the next row needs a token like any claim.
     // Without one the key waits; the loop claims its row (first of its key)
     // once the bucket refills, so the key keeps its order.
@@ -652,6 +742,7 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
         t.wake.notify_one();
         return None;
     }
+    let taken = Instant::now();
     match ctx
         .outbox
         .claim_successor(&ctx.lease(&t.target.name, 1), key)
@@ -663,7 +754,10 @@ async fn successor(ctx: &Ctx, t: &TargetCtx, key: &str) -> Option<DueDelivery> {
             {
                 b.give_back(1);
             }
-            row
+            row.map(|row| {
+                let lease = ctx.leases.hold(row.id, taken);
+                (row, lease)
+            })
         }
         Err(e) => {
             if let Some(b) = &t.bucket {

@@ -70,6 +70,9 @@ impl NewEvent {
 pub struct HandoffLease {
     pub token: Arc<str>,
     pub until: Millis,
+    /// When the lease was taken, on the monotonic clock (no later than the
+    /// time `until` is counted from): the delivery loop's deadline for it.
+    pub taken: std::time::Instant,
     pub leased: Vec<bool>,
 }
 

@@ -159,6 +159,19 @@ pub trait Outbox: Send + Sync + 'static {
     /// answered again after failures: its backlog should not sit out its
     /// backoff). Returns how many rows moved.
     async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError>;
+    /// The heartbeat (`deliver::lease`): extends to `until` the leases on
+    /// `ids` still held under `token` (not run out at `now`), in ONE
+    /// statement however many rows. Returns the ids renewed; a row missing
+    /// from the answer is no longer this process's to send. Committed
+    /// synchronously: a renewal lost in a database crash would let another
+    /// worker take a row while this one still sends it.
+    async fn renew_leases(
+        &self,
+        token: &str,
+        ids: &[i64],
+        now: Millis,
+        until: Millis,
+    ) -> Result<Vec<i64>, StoreError>;
     /// Gives back the leases held under `token` on `target`'s deliveries
     /// (graceful shutdown of that target's loop). Per target: another
     /// target's loop of the same process may still be finishing attempts

@@ -9,6 +9,7 @@ mod backup;
 mod body_dedup;
 mod cli;
 mod cli_events;
+mod crash_recovery;
 mod dedup;
 mod delivery;
 mod faults;
@@ -16,6 +17,8 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod metrics;
+mod listen;
 mod operations;
 mod ordering;
 mod pg_crash;
@@ -32,6 +35,7 @@ mod reverse_proxy;
 mod routing;
 mod split;
 mod topologies;
+mod traces;
 mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed

@@ -49,6 +49,7 @@ pub(super) fn config(
     let server = server(raw.server, &mut v);
     let storage = storage(raw.storage, &mut v);
     let dedup = dedup(raw.dedup, &mut v);
+    let traces = traces(raw.telemetry, &mut v);
     let delivery = delivery(raw.delivery, &mut v);
     let mut targets = targets(raw.targets, &delivery, &mut v);
     let mut raw_sources = raw.sources;
@@ -94,6 +95,7 @@ pub(super) fn config(
             targets,
             apis,
             reconcile,
+            traces,
             providers,
             warnings: v.warnings,
         })
@@ -222,6 +224,7 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
             ),
         );
     }
+    let tokens = tokens(&raw.tokens, admin_token.is_some(), v);
     let trusted_proxies = nets(&raw.trusted_proxies, "server.trusted_proxies", v);
     let admin_listen = raw.admin_listen.as_deref().and_then(|a| {
         let parsed = a.parse::<SocketAddr>().map_err(|_| {
@@ -330,11 +333,80 @@ fn server(raw: raw::RawServer, v: &mut Validator<'_>) -> Server {
         listen,
         max_body_bytes: raw.max_body_bytes as usize,
         admin_token,
+        tokens,
         log_format: raw.log_format,
         log_level: raw.log_level,
         request_timeout: raw.request_timeout.0,
         shutdown_grace: raw.shutdown_grace.0,
     }
+}
+
+/// `[server.tokens.<name>]`: names of letters, digits, `-` and `_`; at
+/// least one known scope; secrets as long as `admin_token`'s and distinct
+/// from every other token's (compared, never shown).
+fn tokens(
+    raw: &BTreeMap<String, raw::RawToken>,
+    has_admin_token: bool,
+    v: &mut Validator<'_>,
+) -> Vec<super::AdminToken> {
+    let mut out: Vec<super::AdminToken> = Vec::new();
+    for (name, t) in raw {
+        let key = format!("server.tokens.{name}");
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            v.problem(&key, "a token name is letters, digits, `-` and `_`".into());
+        }
+        if has_admin_token && name == super::DEFAULT_TOKEN_NAME {
+            v.problem(
+                &key,
+                format!(
+                    "`{}` is the name of server.admin_token; choose another name",
+                    super::DEFAULT_TOKEN_NAME
+                ),
+            );
+        }
+        let mut scopes = Vec::new();
+        for s in &t.scopes {
+            match super::Scope::parse(s) {
+                Some(sc) if !scopes.contains(&sc) => scopes.push(sc),
+                Some(_) => {}
+                None => v.problem(
+                    &format!("{key}.scopes"),
+                    format!("unknown scope `{s}` (known: admin, listen)"),
+                ),
+            }
+        }
+        if t.scopes.is_empty() {
+            v.problem(
+                &format!("{key}.scopes"),
+                "name at least one scope (admin, listen)".into(),
+            );
+        }
+        let Some(secret) = v.secret(&format!("{key}.secret"), &t.secret) else {
+            continue;
+        };
+        if secret.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS {
+            v.problem(
+                &format!("{key}.secret"),
+                format!("must be at least {MIN_ADMIN_TOKEN_CHARS} characters: a short token can be guessed"),
+            );
+        }
+        if out.iter().any(|o| o.secret.expose() == secret.expose()) {
+            v.problem(
+                &format!("{key}.secret"),
+                "is the same as another token's: each token needs its own secret".into(),
+            );
+        }
+        out.push(super::AdminToken {
+            name: name.clone(),
+            secret,
+            scopes,
+        });
+    }
+    out
 }
 
 fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
@@ -413,15 +485,67 @@ fn dedup(raw: raw::RawDedup, v: &mut Validator<'_>) -> Dedup {
     dedup
 }
 
+/// `[telemetry]`: traces when `otlp_endpoint` is set. The endpoint is an
+/// http(s) URL without credentials (a collector's token goes in
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, which the exporter reads), so it
+/// can be printed and logged.
+fn traces(raw: raw::RawTelemetry, v: &mut Validator<'_>) -> Option<super::Traces> {
+    if !(0.0..=1.0).contains(&raw.sample_ratio) {
+        v.problem(
+            "telemetry.sample_ratio",
+            "must be between 0 and 1 (0.01 traces one webhook in a hundred)".into(),
+        );
+    }
+    if raw.service_name.trim().is_empty() {
+        v.problem("telemetry.service_name", "must not be empty".into());
+    }
+    if raw.max_queued_spans == 0 {
+        v.problem("telemetry.max_queued_spans", "must be at least 1".into());
+    }
+    v.positive("telemetry.export_interval", raw.export_interval.0);
+    v.positive("telemetry.export_timeout", raw.export_timeout.0);
+    let endpoint = raw.otlp_endpoint?;
+    let endpoint = match crate::traces::endpoint(&endpoint) {
+        Ok(url) => url,
+        Err(e) => {
+            v.problem("telemetry.otlp_endpoint", e);
+            return None;
+        }
+    };
+    Some(super::Traces {
+        endpoint,
+        sample_ratio: raw.sample_ratio,
+        service_name: raw.service_name,
+        max_queued_spans: raw.max_queued_spans,
+        export_interval: raw.export_interval.0,
+        export_timeout: raw.export_timeout.0,
+    })
+}
+
 fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
     for (key, d) in [
         ("delivery.poll_interval", raw.poll_interval.0),
         ("delivery.backoff_base", raw.backoff_base.0),
         ("delivery.backoff_max", raw.backoff_max.0),
         ("delivery.lease", raw.lease.0),
+        ("delivery.heartbeat", raw.heartbeat.0),
         ("delivery.retry_for", raw.retry_for.0),
     ] {
         v.positive(key, d);
+    }
+    // A process stops sending a delivery one heartbeat before its lease
+    // could run out; with three heartbeats to a lease, one renewal may fail
+    // and the next still comes before that point.
+    if raw.heartbeat.0.saturating_mul(LEASE_HEARTBEATS) > raw.lease.0 {
+        v.problem(
+            "delivery.heartbeat",
+            format!(
+                "must be at most a third of delivery.lease ({}): a process stops sending one \
+                 heartbeat before its leases run out, so a shorter ratio leaves no renewal to \
+                 spare (raise delivery.lease or lower delivery.heartbeat)",
+                humantime::format_duration(raw.lease.0)
+            ),
+        );
     }
     if raw.backoff_max.0 < raw.backoff_base.0 {
         v.problem(
@@ -436,15 +560,14 @@ fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {
         backoff_base: raw.backoff_base.0,
         backoff_max: raw.backoff_max.0,
         lease: raw.lease.0,
+        heartbeat: raw.heartbeat.0,
         retry_for: raw.retry_for.0,
         permanent_statuses: raw.permanent_statuses,
     }
 }
 
-/// Time a lease must outlast a target's `timeout`: recording the attempt
-/// (retried for about 3 s) must finish while the row is still ours, or
-/// another worker could take it and send it again concurrently.
-pub const LEASE_MARGIN: Duration = Duration::from_secs(5);
+/// Heartbeats a lease must last at least (`delivery.heartbeat`).
+pub const LEASE_HEARTBEATS: u32 = 3;
 
 fn targets(
     raw: BTreeMap<String, raw::RawTarget>,
@@ -490,17 +613,6 @@ fn targets(
             );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
-        if t.timeout.0 + LEASE_MARGIN > delivery.lease {
-            v.problem(
-                &format!("{key}.timeout"),
-                format!(
-                    "must be at least {}s shorter than delivery.lease ({}), or a slow attempt \
-                     could outlive its lease and be sent twice at once",
-                    LEASE_MARGIN.as_secs(),
-                    humantime::format_duration(delivery.lease)
-                ),
-            );
-        }
         let filter = t.filter.iter().map(|(k, v)| (k.clone(), v.text()));
         let rule = Rule::parse(t.events.clone(), filter).unwrap_or_else(|e| {
             let field = if e.starts_with("filter") {

@@ -220,6 +220,19 @@ pub struct Backlog {
     pub dead: i64,
 }
 
+/// One event as `hookgate listen` streams it.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    /// The ledger id: the stream's order and cursor.
+    pub pk: i64,
+    pub event_id: String,
+    pub event_type: Option<String>,
+    pub received_at: Millis,
+    /// JSON array of `[name, value]` pairs, as stored.
+    pub headers: String,
+    pub body: Vec<u8>,
+}
+
 /// The console's view of the ledger; see the module doc.
 #[async_trait]
 pub trait Console: Send + Sync + 'static {
@@ -257,6 +270,18 @@ pub trait Console: Send + Sync + 'static {
         target: &str,
     ) -> Result<Vec<AttemptRow>, StoreError>;
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+    /// The newest event id of the whole ledger (0 when empty).
+    async fn listen_horizon(&self) -> Result<i64, StoreError>;
+    /// The first id of `source`'s events received at or after `since`.
+    async fn listen_since(&self, source: &str, since: Millis) -> Result<Option<i64>, StoreError>;
+    /// `source`'s events with `after < id <= upto`, in id order, at most `limit`.
+    async fn listen_page(
+        &self,
+        source: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<StreamEvent>, StoreError>;
 }
 
 #[cfg(test)]

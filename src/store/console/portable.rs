@@ -6,12 +6,13 @@
 
 use super::sql::{
     ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    REDELIVER_ALL_SQL, REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments,
-    begin_write, deliveries_sql, list_sql, lock_rows, replay_ordered_sql, replay_sql,
+    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL,
+    REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql, list_sql,
+    lock_rows, replay_ordered_sql, replay_sql,
 };
 use super::{
     ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,
-    EventFilter, EventPage, EventRecord, EventSummary, MAX_DETAIL_ROWS, MAX_LIMIT,
+    EventFilter, EventPage, EventRecord, EventSummary, MAX_DETAIL_ROWS, MAX_LIMIT, StreamEvent,
 };
 use crate::primitives::time::Millis;
 use crate::store::StoreError;
@@ -205,6 +206,50 @@ where
             }
         }
         Ok(out)
+    }
+
+    async fn listen_horizon(&self) -> Result<i64, StoreError> {
+        let r = sqlx::query(LISTEN_HORIZON_SQL)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.try_get(0)?)
+    }
+
+    async fn listen_since(&self, source: &str, since: Millis) -> Result<Option<i64>, StoreError> {
+        let r = sqlx::query(LISTEN_SINCE_SQL)
+            .bind(source)
+            .bind(since.0)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(r.try_get(0)?)
+    }
+
+    async fn listen_page(
+        &self,
+        source: &str,
+        after: i64,
+        upto: i64,
+        limit: i64,
+    ) -> Result<Vec<StreamEvent>, StoreError> {
+        let rows = sqlx::query(LISTEN_PAGE_SQL)
+            .bind(source)
+            .bind(after)
+            .bind(upto)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(StreamEvent {
+                    pk: r.try_get(0)?,
+                    event_id: r.try_get(1)?,
+                    event_type: r.try_get(2)?,
+                    received_at: Millis(r.try_get(3)?),
+                    headers: r.try_get(4)?,
+                    body: r.try_get(5)?,
+                })
+            })
+            .collect()
     }
 
     async fn attempts(

@@ -278,3 +278,17 @@ pub(crate) const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.status, a.error, a.la
      JOIN hookgate_events e ON e.id = d.event_pk
      WHERE e.source = $1 AND e.event_id = $2 AND d.target = $3
      ORDER BY a.id";
+
+/// The newest event id (0 in an empty ledger): where `--from now` starts.
+pub(crate) const LISTEN_HORIZON_SQL: &str =
+    "SELECT CAST(COALESCE(MAX(id), 0) AS BIGINT) FROM hookgate_events";
+
+/// `$1` = source, `$2` = since (ms): the first event id received since.
+pub(crate) const LISTEN_SINCE_SQL: &str =
+    "SELECT CAST(MIN(id) AS BIGINT) FROM hookgate_events WHERE source = $1 AND received_at >= $2";
+
+/// `$1` = source, `$2` = after id, `$3` = up to id, `$4` = limit; ledger
+/// order (index `hookgate_events_source_id`).
+pub(crate) const LISTEN_PAGE_SQL: &str = "SELECT e.id, e.event_id, e.event_type, e.received_at,
+    e.headers, e.body FROM hookgate_events e
+    WHERE e.source = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4";

@@ -75,6 +75,30 @@ impl Outbox for PgStore {
             .await
     }
 
+    async fn renew_leases(
+        &self,
+        token: &str,
+        ids: &[i64],
+        now: Millis,
+        until: Millis,
+    ) -> Result<Vec<i64>, StoreError> {
+        // The outbox pool commits synchronously (the record pool does not).
+        self.bounded(&self.outbox, async |c| {
+            Ok(sqlx::query_scalar(
+                "UPDATE hookgate_deliveries SET lease_until = $3
+                 WHERE id = ANY($1) AND lease_token = $2 AND lease_until > $4
+                 RETURNING id",
+            )
+            .bind(ids)
+            .bind(token)
+            .bind(until)
+            .bind(now)
+            .fetch_all(&mut *c)
+            .await?)
+        })
+        .await
+    }
+
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
         self.bounded(&self.pool, async |c| {
             rows::release_leases(c, token, target).await

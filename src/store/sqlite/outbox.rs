@@ -168,6 +168,26 @@ impl Outbox for SqliteStore {
         Ok(r.rows_affected())
     }
 
+    async fn renew_leases(
+        &self,
+        token: &str,
+        ids: &[i64],
+        now: Millis,
+        until: Millis,
+    ) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "UPDATE hookgate_deliveries SET lease_until = ?
+             WHERE id IN (SELECT value FROM json_each(?)) AND lease_token = ? AND lease_until > ?
+             RETURNING id",
+        )
+        .bind(until)
+        .bind(json_ids(ids))
+        .bind(token)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
         rows::release_leases(&self.pool, token, target).await
     }

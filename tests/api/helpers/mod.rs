@@ -61,6 +61,8 @@ pub struct Opts {
     pub redis_url: Option<String>,
     pub poll_interval: &'static str,
     pub lease: &'static str,
+    /// `delivery.heartbeat`; `None` keeps the default.
+    pub heartbeat: Option<&'static str>,
     pub shutdown_grace: &'static str,
     /// Largest retry delay (also caps Retry-After).
     pub backoff_max: &'static str,
@@ -70,6 +72,8 @@ pub struct Opts {
     pub server_extra: String,
     /// Extra lines in `[storage]`.
     pub storage_extra: String,
+    /// `(source, duration)`: `silent_after` on one of the built-in sources.
+    pub silent_after: Option<(String, String)>,
 }
 
 impl Opts {
@@ -96,11 +100,13 @@ impl Opts {
             poll_interval: "200ms",
             // Above the default target timeout (10s) plus the lease margin.
             lease: "20s",
+            heartbeat: None,
             shutdown_grace: "5s",
             backoff_max: "200ms",
             admin_listen: false,
             server_extra: String::new(),
             storage_extra: String::new(),
+            silent_after: None,
         }
     }
 
@@ -118,7 +124,7 @@ impl Opts {
             .map(|t| format!("\"{t}\""))
             .collect::<Vec<_>>()
             .join(", ");
-        format!(
+        let text = format!(
             r#"
 [server]
 listen = "{listen}"
@@ -148,6 +154,7 @@ poll_interval = "{poll_interval}"
 backoff_base = "20ms"
 backoff_max = "{backoff_max}"
 lease = "{lease}"
+{heartbeat}
 
 [sources.stripe]
 provider = "stripe"
@@ -174,6 +181,10 @@ secrets = ["{SHOPIFY_SECRET}"]
             delivery = self.delivery,
             poll_interval = self.poll_interval,
             lease = self.lease,
+            heartbeat = self
+                .heartbeat
+                .map(|h| format!("heartbeat = \"{h}\""))
+                .unwrap_or_default(),
             shutdown_grace = self.shutdown_grace,
             backoff_max = self.backoff_max,
             extra = self.extra,
@@ -190,7 +201,15 @@ secrets = ["{SHOPIFY_SECRET}"]
                 format!("max_connections_per_client = 1024\n{}", self.server_extra)
             },
             storage_extra = self.storage_extra,
-        )
+        );
+        match &self.silent_after {
+            Some((source, d)) => text.replacen(
+                &format!("[sources.{source}]\n"),
+                &format!("[sources.{source}]\nsilent_after = \"{d}\"\n"),
+                1,
+            ),
+            None => text,
+        }
     }
 }
 

@@ -126,6 +126,15 @@ impl Gateway {
         super::admin_get(&reqwest::Client::new(), &self.url(path)).await
     }
 
+    /// Freezes (`SIGSTOP`) or thaws (`SIGCONT`) the process by its PID: a
+    /// paused or starved replica, its sockets open.
+    pub fn freeze(&self, frozen: bool) {
+        let pid = self.child.id().to_string();
+        let signal = if frozen { "-STOP" } else { "-CONT" };
+        let ok = Command::new("kill").args([signal, &pid]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "kill {signal} {pid}");
+    }
+
     /// SIGKILL: no graceful anything.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

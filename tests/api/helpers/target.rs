@@ -30,6 +30,8 @@ struct Inner {
     retry_after: Mutex<Option<u64>>,
     /// When each request arrived.
     times: Mutex<Vec<std::time::Instant>>,
+    /// When each request arrived, with its `Hookgate-Event-Id`.
+    arrivals: Mutex<Vec<(std::time::Instant, String)>>,
     /// Answer this share of requests (0.0–1.0, at random) with 503, after
     /// the plan and before `always`.
     fail_ratio: Mutex<f64>,
@@ -84,6 +86,12 @@ impl TestTarget {
         self.inner.times.lock().unwrap().clone()
     }
 
+    /// Arrival time and `Hookgate-Event-Id` of every request, in order
+    /// (recorded on arrival, whether or not it was answered).
+    pub fn arrivals(&self) -> Vec<(std::time::Instant, String)> {
+        self.inner.arrivals.lock().unwrap().clone()
+    }
+
     /// Fail this share of requests (503) at random.
     pub fn fail_ratio(&self, ratio: f64) {
         *self.inner.fail_ratio.lock().unwrap() = ratio;
@@ -109,6 +117,15 @@ impl TestTarget {
         n
     }
 
+    /// How many requests arrived for each `Hookgate-Event-Id`, answered or not.
+    pub fn sends_per_id_arrived(&self) -> std::collections::HashMap<String, usize> {
+        let mut n = std::collections::HashMap::new();
+        for (_, id) in self.arrivals() {
+            *n.entry(id).or_default() += 1;
+        }
+        n
+    }
+
     /// The most requests this target was answering at once.
     pub fn peak_in_flight(&self) -> usize {
         self.inner.peak.load(std::sync::atomic::Ordering::SeqCst)
@@ -129,15 +146,21 @@ async fn handle(
     inner.times.lock().unwrap().push(std::time::Instant::now());
     let now = inner.in_flight.fetch_add(1, SeqCst) + 1;
     inner.peak.fetch_max(now, SeqCst);
+    let id = headers
+        .get("hookgate-event-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    inner
+        .arrivals
+        .lock()
+        .unwrap()
+        .push((std::time::Instant::now(), id.clone()));
     let hang = *inner.hang.lock().unwrap();
     if let Some(d) = hang {
         tokio::time::sleep(d).await;
     }
-    let id = headers
-        .get("hookgate-event-id")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    let poisoned = inner.poison.lock().unwrap().iter().any(|p| p == id);
+    let poisoned = inner.poison.lock().unwrap().iter().any(|p| *p == id);
     let ratio = *inner.fail_ratio.lock().unwrap();
     let status = inner
         .plan
