@@ -141,6 +141,16 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Unix time of the source's last successful reconciliation run, by any replica (from the ledger).",
     ),
     (
+        "hookgate_trace_exports_total",
+        Kind::Counter,
+        "OTLP span exports (one batch each) by outcome: ok, error.",
+    ),
+    (
+        "hookgate_trace_spans_dropped_total",
+        Kind::Counter,
+        "Finished spans dropped because the export queue was full (the collector is down or slow).",
+    ),
+    (
         "hookgate_connections_refused_total",
         Kind::Counter,
         "Connections refused at accept, by reason (per_client: the client's connection cap).",
