@@ -61,6 +61,16 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "One dedup claim's round trip to the claim cache (Redis or in-process), answered or failed.",
     ),
     (
+        "hookgate_trace_spans_dropped_total",
+        Kind::Counter,
+        "Finished spans dropped because the trace export queue was full (telemetry.max_queued_spans).",
+    ),
+    (
+        "hookgate_trace_exports_total",
+        Kind::Counter,
+        "OTLP trace export requests, by outcome (ok, error).",
+    ),
+    (
         "hookgate_cache_errors_total",
         Kind::Counter,
         "Claim cache calls that failed; dedup fell back to the ledger.",
