@@ -1,0 +1,129 @@
+//! Finding events by what they are about (issue #36) on both backends: the
+//! provider object id each event stores (the provider's default and a
+//! source's own locator), and a body field over a bounded time range.
+
+use crate::both_backends;
+use crate::helpers::*;
+use hookgate::primitives::time::Millis;
+use serde_json::Value;
+
+both_backends!(
+    events_are_found_by_the_object_they_are_about,
+    a_body_field_filter_finds_matches_over_a_bounded_range_page_by_page,
+);
+
+/// A Stripe event about `object` (its `data.object.id`) for `customer`.
+fn about(id: &str, object: &str, customer: &str) -> Vec<u8> {
+    format!(
+        r#"{{"id":"{id}","object":"event","type":"payment_intent.succeeded","data":{{"object":{{"id":"{object}","object":"payment_intent","customer":"{customer}","amount":250}}}}}}"#
+    )
+    .into_bytes()
+}
+
+async fn get(app: &TestApp, path: &str) -> (u16, Value) {
+    let r = app
+        .client
+        .get(app.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn ids(doc: &Value) -> Vec<String> {
+    doc["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{doc}"))
+        .iter()
+        .map(|i| i["event_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn events_are_found_by_the_object_they_are_about(b: Backend) {
+    // `stripe` uses Stripe's default (`data.object.id`); `by_customer` is a
+    // Stripe source that says the object is the customer.
+    let mut opts = Opts::new(b);
+    opts.extra = format!(
+        "[sources.by_customer]\nprovider = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\nobject_id = \"json:/data/object/customer\"\n"
+    );
+    let app = spawn_app(opts).await;
+    for (id, object) in [("evt_1", "pi_1"), ("evt_2", "pi_2"), ("evt_3", "pi_1")] {
+        let r = app.post_stripe_body(&about(id, object, "cus_7")).await;
+        assert_eq!(dedup_header(&r), "new");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let body = about("evt_c1", "pi_9", "cus_7");
+    let h = signers::stripe(STRIPE_SECRET, now(), &body);
+    assert_eq!(dedup_header(&app.post("by_customer", &h, &body).await), "new");
+    // An event without an object stores none.
+    let plain = br#"{"id":"evt_plain","object":"event","type":"balance.available"}"#;
+    assert_eq!(dedup_header(&app.post_stripe_body(plain).await), "new");
+
+    let (status, doc) = get(&app, "/admin/events?object=pi_1").await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(ids(&doc), ["evt_3", "evt_1"]);
+    assert_eq!(doc["items"][0]["object_id"], "pi_1");
+    let (_, doc) = get(&app, "/admin/events?object=cus_7").await;
+    assert_eq!(ids(&doc), ["evt_c1"], "only the source that locates customers");
+    let (_, doc) = get(&app, "/admin/events?object=pi_1&source=by_customer").await;
+    assert_eq!(ids(&doc), Vec::<String>::new());
+    let (_, doc) = get(&app, "/admin/events?object=pi_").await;
+    assert_eq!(ids(&doc), Vec::<String>::new(), "exact, not a prefix");
+    let (_, doc) = get(&app, "/admin/events/stripe/evt_plain").await;
+    assert_eq!(doc["object_id"], Value::Null);
+    let (_, doc) = get(&app, "/admin/events/stripe/evt_2").await;
+    assert_eq!(doc["object_id"], "pi_2");
+    app.stop().await;
+}
+
+async fn a_body_field_filter_finds_matches_over_a_bounded_range_page_by_page(b: Backend) {
+    let app = spawn_app(Opts::new(b)).await;
+    for i in 0..7 {
+        let customer = if i % 2 == 0 { "cus_even" } else { "cus_odd" };
+        let r = app
+            .post_stripe_body(&about(&format!("evt_{i}"), &format!("pi_{i}"), customer))
+            .await;
+        assert_eq!(dedup_header(&r), "new");
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    let since = "2020-01-01T00:00:00Z";
+    // Unbounded: refused, saying what to add.
+    let (status, text) = get(&app, "/admin/events?field=/data/object/customer:cus_even").await;
+    assert_eq!(status, 400);
+    assert!(text.to_string().contains("since"), "{text}");
+    let (status, _) = get(
+        &app,
+        &format!("/admin/events?field=/data/object/customer:cus_even&since={since}"),
+    )
+    .await;
+    assert_eq!(status, 400, "more than 7 days");
+
+    let since = Millis(now() * 1000 - 3_600_000).rfc3339();
+    let q = format!("field=/data/object/customer:cus_even&since={since}");
+    let (status, doc) = get(&app, &format!("/admin/events?{q}")).await;
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(ids(&doc), ["evt_6", "evt_4", "evt_2", "evt_0"]);
+    assert_eq!(doc["next_cursor"], Value::Null);
+    // Numbers match as written; a prefix does not.
+    let (_, doc) = get(&app, &format!("/admin/events?field=/data/object/amount:250&since={since}&limit=2")).await;
+    assert_eq!(ids(&doc), ["evt_6", "evt_5"]);
+    let cursor = doc["next_cursor"].as_str().expect("a next page").to_owned();
+    let (_, doc) = get(
+        &app,
+        &format!("/admin/events?field=/data/object/amount:250&since={since}&limit=2&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!(ids(&doc), ["evt_4", "evt_3"]);
+    let (_, doc) = get(&app, &format!("/admin/events?field=/data/object/customer:cus_&since={since}")).await;
+    assert_eq!(ids(&doc), Vec::<String>::new());
+    // With the other filters.
+    let (_, doc) = get(&app, &format!("/admin/events?{q}&q=evt_4")).await;
+    assert_eq!(ids(&doc), ["evt_4"]);
+    app.stop().await;
+}
