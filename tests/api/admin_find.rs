@@ -1,6 +1,7 @@
 //! Finding events by what they are about (issue #36) on both backends: the
 //! provider object id each event stores (the provider's default and a
-//! source's own locator), and a body field over a bounded time range.
+//! source's own locator), and a body field over a bounded time range; and
+//! the overview's series (every target, healthy or failing).
 
 use crate::both_backends;
 use crate::helpers::*;
@@ -10,6 +11,7 @@ use serde_json::Value;
 both_backends!(
     events_are_found_by_the_object_they_are_about,
     a_body_field_filter_finds_matches_over_a_bounded_range_page_by_page,
+    the_overview_lists_every_target_with_its_health_rate_and_latency,
 );
 
 /// A Stripe event about `object` (its `data.object.id`) for `customer`.
@@ -125,5 +127,57 @@ async fn a_body_field_filter_finds_matches_over_a_bounded_range_page_by_page(b: 
     // With the other filters.
     let (_, doc) = get(&app, &format!("/admin/events?{q}&q=evt_4")).await;
     assert_eq!(ids(&doc), ["evt_4"]);
+    app.stop().await;
+}
+
+async fn the_overview_lists_every_target_with_its_health_rate_and_latency(b: Backend) {
+    let (billing, broken) = (TestTarget::start().await, TestTarget::start().await);
+    broken.always(Some(500));
+    let mut opts = Opts::new(b);
+    opts.stripe_targets = vec!["billing".into(), "broken".into()];
+    // `idle` is configured and routed nothing: it is listed all the same.
+    opts.extra = format!(
+        "[targets.billing]\nurl = \"{}\"\n[targets.broken]\nurl = \"{}\"\nmax_attempts = 1\n[targets.idle]\nurl = \"{}\"\n",
+        billing.url, broken.url, billing.url
+    );
+    let app = spawn_app(opts).await;
+    for i in 0..4 {
+        app.post_stripe(&format!("evt_ov_{i}")).await;
+    }
+    let body = stripe_body("evt_forged");
+    let mut h = signers::stripe(STRIPE_SECRET, now(), &body);
+    h[0].1.push('0');
+    app.post("stripe", &h, &body).await;
+    let settled = eventually(std::time::Duration::from_secs(20), || async {
+        let doc = get(&app, "/admin/stats/series?window=6h").await.1;
+        let t = &doc["targets"];
+        t["billing"]["delivered_total"] == 4
+            && t["broken"]["attempts_total"] == 4
+            && doc["sources"]["stripe"]["totals"]["rejected"] == 1
+    })
+    .await;
+    let doc = get(&app, "/admin/stats/series?window=6h").await.1;
+    assert!(settled, "{doc}");
+    assert_eq!(doc["step_seconds"], 120);
+    assert_eq!(doc["points"], 180);
+    let (ok, bad, idle) = (&doc["targets"]["billing"], &doc["targets"]["broken"], &doc["targets"]["idle"]);
+    assert_eq!(ok["success_rate"], 1.0);
+    assert_eq!(ok["health"]["state"], "healthy");
+    assert!(ok["health"]["last_success"].is_string(), "{ok}");
+    assert!(ok["latency_ms"]["p50"].as_i64().is_some(), "{ok}");
+    assert!(ok["latency_ms"]["p99"].as_i64().unwrap() >= ok["latency_ms"]["p50"].as_i64().unwrap());
+    assert_eq!(bad["success_rate"], 0.0);
+    assert_eq!(bad["health"]["state"], "failing", "{bad}");
+    assert!(bad["health"]["since"].is_string());
+    assert!(bad["health"]["last_failure"]["error"].as_str().unwrap().contains("500"), "{bad}");
+    assert_eq!(bad["dead"], 4);
+    assert_eq!(idle["attempts_total"], 0);
+    assert_eq!(idle["success_rate"], Value::Null);
+    assert_eq!(idle["health"]["state"], "healthy");
+    let s = &doc["sources"]["stripe"];
+    assert_eq!(s["totals"]["received"], 5);
+    assert_eq!(s["rejected_by_reason"]["malformed_signature"], 1, "{s}");
+    assert!(s["last_accepted"].is_string() && s["last_received"].is_string(), "{s}");
+    assert_eq!(doc["sources"]["github"]["last_accepted"], Value::Null);
     app.stop().await;
 }

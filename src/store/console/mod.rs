@@ -307,6 +307,9 @@ pub trait Console: Send + Sync + 'static {
         target: &str,
     ) -> Result<Vec<AttemptRow>, StoreError>;
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError>;
+    /// When `source`'s newest stored event was received (one probe of the
+    /// source's newest-first index).
+    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError>;
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 //! the dialect the text was built in.
 
 use super::sql::{
-    ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
+    LAST_ACCEPTED_SQL, ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
     REDELIVER_ALL_SQL, REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments,
     begin_write, deliveries_sql, field_scan_sql, list_sql, lock_rows, replay_ordered_sql,
     replay_sql, summaries_sql,
@@ -210,6 +210,15 @@ where
             }
         }
         Ok(out)
+    }
+
+    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError> {
+        let at: Option<i64> = sqlx::query(LAST_ACCEPTED_SQL)
+            .bind(source)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(at.map(Millis))
     }
 
     async fn attempts(

@@ -328,3 +328,7 @@ pub(crate) const ATTEMPTS_SQL: &str = "SELECT a.attempt, a.status, a.error, a.la
      JOIN hookgate_events e ON e.id = d.event_pk
      WHERE e.source = $1 AND e.event_id = $2 AND d.target = $3
      ORDER BY a.id";
+
+/// `$1` = source: its newest event's receipt time.
+pub(crate) const LAST_ACCEPTED_SQL: &str =
+    "SELECT MAX(received_at) FROM hookgate_events WHERE source = $1";
