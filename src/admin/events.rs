@@ -466,7 +466,10 @@ mod tests {
         )
         .unwrap();
         let f = r.filter.field.unwrap();
-        assert_eq!((f.pointer.as_str(), f.value.as_str()), ("/data/object/customer", "cus_1"));
+        assert_eq!(
+            (f.pointer.as_str(), f.value.as_str()),
+            ("/data/object/customer", "cus_1")
+        );
         for bad in ["customer:cus_1", "/a:", "/a", ":x"] {
             assert!(parse_filter([("field", bad)], true).is_err(), "{bad}");
         }

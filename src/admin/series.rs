@@ -203,11 +203,21 @@ pub fn render(
         doc.insert("rejected_by_reason".into(), Value::Object(by_reason));
         doc.insert(
             "last_received".into(),
-            json!(last_received.get(name.as_str()).map(|m| format_time(Millis(m * 60_000)))),
+            json!(
+                last_received
+                    .get(name.as_str())
+                    .map(|m| format_time(Millis(m * 60_000)))
+            ),
         );
         doc.insert(
             "last_accepted".into(),
-            json!(live.last_accepted.get(name).copied().flatten().map(format_time)),
+            json!(
+                live.last_accepted
+                    .get(name)
+                    .copied()
+                    .flatten()
+                    .map(format_time)
+            ),
         );
         sources.insert(name.clone(), Value::Object(doc));
     }
@@ -247,7 +257,10 @@ pub fn render(
     let mut api_docs = Map::new();
     for name in config.apis.keys() {
         let get = |o: &str| apis.get(&(name.as_str(), o)).copied().unwrap_or(0);
-        let lat = api_latency.get(name.as_str()).copied().unwrap_or([0; BUCKETS]);
+        let lat = api_latency
+            .get(name.as_str())
+            .copied()
+            .unwrap_or([0; BUCKETS]);
         api_docs.insert(
             name.clone(),
             json!({
@@ -313,7 +326,8 @@ pub async fn handler(
         }
     }
     for name in config.targets.keys() {
-        live.health.insert(name.clone(), state.health.doc(name, now));
+        live.health
+            .insert(name.clone(), state.health.doc(name, now));
     }
     match (rows, backlog) {
         (Ok(rows), Ok(backlog)) => {

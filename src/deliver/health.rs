@@ -227,9 +227,8 @@ impl Health {
             .unwrap_or((State::Healthy, None, None));
         let mut doc = Self::state_doc(state);
         doc["last_success"] = json!(last_success.map(Millis::rfc3339));
-        doc["last_failure"] = json!(
-            last_failure.map(|(at, error)| json!({"at": at.rfc3339(), "error": error}))
-        );
+        doc["last_failure"] =
+            json!(last_failure.map(|(at, error)| json!({"at": at.rfc3339(), "error": error})));
         doc
     }
 

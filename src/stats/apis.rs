@@ -115,7 +115,11 @@ impl Counters {
             for (i, cell) in cells.latency.0.iter().enumerate() {
                 let v = read(cell);
                 if v != 0 {
-                    out.push((api.clone(), format!("api.{}", super::latency::bucket_name(i)), v));
+                    out.push((
+                        api.clone(),
+                        format!("api.{}", super::latency::bucket_name(i)),
+                        v,
+                    ));
                 }
             }
         }

@@ -320,7 +320,10 @@ impl Counters {
                     push(o.counter_name(target), read(&t.by_outcome[o as usize]));
                 }
                 for (i, cell) in t.latency.0.iter().enumerate() {
-                    push(format!("targets.{target}.{}", latency::bucket_name(i)), read(cell));
+                    push(
+                        format!("targets.{target}.{}", latency::bucket_name(i)),
+                        read(cell),
+                    );
                 }
             }
             for (t, v) in s.types.read(take) {

@@ -248,7 +248,9 @@ fn check_object_id(text: &str) -> Result<Lookup, String> {
         .iter()
         .any(|l| matches!(l, super::locator::Locator::Signature(_)))
     {
-        return Err(format!("`{text}`: use a header, json, form or query locator"));
+        return Err(format!(
+            "`{text}`: use a header, json, form or query locator"
+        ));
     }
     Ok(lookup)
 }

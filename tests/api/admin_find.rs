@@ -62,7 +62,10 @@ async fn events_are_found_by_the_object_they_are_about(b: Backend) {
     }
     let body = about("evt_c1", "pi_9", "cus_7");
     let h = signers::stripe(STRIPE_SECRET, now(), &body);
-    assert_eq!(dedup_header(&app.post("by_customer", &h, &body).await), "new");
+    assert_eq!(
+        dedup_header(&app.post("by_customer", &h, &body).await),
+        "new"
+    );
     // An event without an object stores none.
     let plain = br#"{"id":"evt_plain","object":"event","type":"balance.available"}"#;
     assert_eq!(dedup_header(&app.post_stripe_body(plain).await), "new");
@@ -72,7 +75,11 @@ async fn events_are_found_by_the_object_they_are_about(b: Backend) {
     assert_eq!(ids(&doc), ["evt_3", "evt_1"]);
     assert_eq!(doc["items"][0]["object_id"], "pi_1");
     let (_, doc) = get(&app, "/admin/events?object=cus_7").await;
-    assert_eq!(ids(&doc), ["evt_c1"], "only the source that locates customers");
+    assert_eq!(
+        ids(&doc),
+        ["evt_c1"],
+        "only the source that locates customers"
+    );
     let (_, doc) = get(&app, "/admin/events?object=pi_1&source=by_customer").await;
     assert_eq!(ids(&doc), Vec::<String>::new());
     let (_, doc) = get(&app, "/admin/events?object=pi_").await;
@@ -113,16 +120,26 @@ async fn a_body_field_filter_finds_matches_over_a_bounded_range_page_by_page(b: 
     assert_eq!(ids(&doc), ["evt_6", "evt_4", "evt_2", "evt_0"]);
     assert_eq!(doc["next_cursor"], Value::Null);
     // Numbers match as written; a prefix does not.
-    let (_, doc) = get(&app, &format!("/admin/events?field=/data/object/amount:250&since={since}&limit=2")).await;
+    let (_, doc) = get(
+        &app,
+        &format!("/admin/events?field=/data/object/amount:250&since={since}&limit=2"),
+    )
+    .await;
     assert_eq!(ids(&doc), ["evt_6", "evt_5"]);
     let cursor = doc["next_cursor"].as_str().expect("a next page").to_owned();
     let (_, doc) = get(
         &app,
-        &format!("/admin/events?field=/data/object/amount:250&since={since}&limit=2&cursor={cursor}"),
+        &format!(
+            "/admin/events?field=/data/object/amount:250&since={since}&limit=2&cursor={cursor}"
+        ),
     )
     .await;
     assert_eq!(ids(&doc), ["evt_4", "evt_3"]);
-    let (_, doc) = get(&app, &format!("/admin/events?field=/data/object/customer:cus_&since={since}")).await;
+    let (_, doc) = get(
+        &app,
+        &format!("/admin/events?field=/data/object/customer:cus_&since={since}"),
+    )
+    .await;
     assert_eq!(ids(&doc), Vec::<String>::new());
     // With the other filters.
     let (_, doc) = get(&app, &format!("/admin/events?{q}&q=evt_4")).await;
@@ -160,7 +177,11 @@ async fn the_overview_lists_every_target_with_its_health_rate_and_latency(b: Bac
     assert!(settled, "{doc}");
     assert_eq!(doc["step_seconds"], 120);
     assert_eq!(doc["points"], 180);
-    let (ok, bad, idle) = (&doc["targets"]["billing"], &doc["targets"]["broken"], &doc["targets"]["idle"]);
+    let (ok, bad, idle) = (
+        &doc["targets"]["billing"],
+        &doc["targets"]["broken"],
+        &doc["targets"]["idle"],
+    );
     assert_eq!(ok["success_rate"], 1.0);
     assert_eq!(ok["health"]["state"], "healthy");
     assert!(ok["health"]["last_success"].is_string(), "{ok}");
@@ -169,7 +190,13 @@ async fn the_overview_lists_every_target_with_its_health_rate_and_latency(b: Bac
     assert_eq!(bad["success_rate"], 0.0);
     assert_eq!(bad["health"]["state"], "failing", "{bad}");
     assert!(bad["health"]["since"].is_string());
-    assert!(bad["health"]["last_failure"]["error"].as_str().unwrap().contains("500"), "{bad}");
+    assert!(
+        bad["health"]["last_failure"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("500"),
+        "{bad}"
+    );
     assert_eq!(bad["dead"], 4);
     assert_eq!(idle["attempts_total"], 0);
     assert_eq!(idle["success_rate"], Value::Null);
@@ -177,7 +204,10 @@ async fn the_overview_lists_every_target_with_its_health_rate_and_latency(b: Bac
     let s = &doc["sources"]["stripe"];
     assert_eq!(s["totals"]["received"], 5);
     assert_eq!(s["rejected_by_reason"]["malformed_signature"], 1, "{s}");
-    assert!(s["last_accepted"].is_string() && s["last_received"].is_string(), "{s}");
+    assert!(
+        s["last_accepted"].is_string() && s["last_received"].is_string(),
+        "{s}"
+    );
     assert_eq!(doc["sources"]["github"]["last_accepted"], Value::Null);
     app.stop().await;
 }

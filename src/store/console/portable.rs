@@ -5,10 +5,10 @@
 //! the dialect the text was built in.
 
 use super::sql::{
-    LAST_ACCEPTED_SQL, ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    REDELIVER_ALL_SQL, REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments,
-    begin_write, deliveries_sql, field_scan_sql, list_sql, lock_rows, replay_ordered_sql,
-    replay_sql, summaries_sql,
+    ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
+    LAST_ACCEPTED_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL,
+    arguments, begin_write, deliveries_sql, field_scan_sql, list_sql, lock_rows,
+    replay_ordered_sql, replay_sql, summaries_sql,
 };
 use super::{
     ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,

@@ -429,8 +429,14 @@ fn a_source_overrides_the_object_id_and_long_ids_are_hashed() {
     let body = br#"{"id":"evt_1","data":{"object":{"id":"pi_1","customer":"cus_9"}}}"#;
     let h = http::HeaderMap::new();
     let f = Fields::new(&h, body);
-    assert_eq!(crate::verify::facts::object_id(&stripe, &f).as_deref(), Some("pi_1"));
-    assert_eq!(crate::verify::facts::object_id(&custom, &f).as_deref(), Some("cus_9"));
+    assert_eq!(
+        crate::verify::facts::object_id(&stripe, &f).as_deref(),
+        Some("pi_1")
+    );
+    assert_eq!(
+        crate::verify::facts::object_id(&custom, &f).as_deref(),
+        Some("cus_9")
+    );
     let err = stripe
         .customized(&SourceOverrides {
             object_id: Some("signature:t"),
@@ -440,6 +446,9 @@ fn a_source_overrides_the_object_id_and_long_ids_are_hashed() {
     assert!(err.starts_with("object_id:"), "{err}");
     let long = "x".repeat(crate::verify::facts::MAX_OBJECT_ID + 1);
     let stored = crate::verify::facts::stored_object_id(&long).unwrap();
-    assert!(stored.starts_with("sha256:") && stored.len() == 71, "{stored}");
+    assert!(
+        stored.starts_with("sha256:") && stored.len() == 71,
+        "{stored}"
+    );
     assert_eq!(crate::verify::facts::stored_object_id(""), None);
 }
