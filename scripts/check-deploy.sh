@@ -7,8 +7,12 @@
 # - the Kubernetes manifests validate against the Kubernetes schemas
 #   (kubernetes-validate, offline, --strict);
 # - the compose file validates against the Compose specification's schema;
-# - every config file shipped in the repo passes `hookgate check-config`.
-# Installs kubernetes-validate (PyPI) when missing.
+# - every config file shipped in the repo passes `hookgate check-config`;
+# - the Prometheus alerting rules pass `promtool check rules` and their unit
+#   tests `promtool test rules`; the Grafana dashboard is valid JSON.
+# Installs kubernetes-validate (PyPI) when missing; takes promtool from
+# Debian's `prometheus` package when missing (unpacked, not installed:
+# installing it would start a Prometheus server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,3 +73,18 @@ for cfg in hookgate.toml deploy/docker.toml deploy/compose/hookgate.toml "$work/
   "$BIN" --config "$cfg" check-config >/dev/null || { echo "check-config failed: $cfg"; exit 1; }
   echo "check-config: ok ($cfg)"
 done
+
+echo "== Prometheus rules"
+PROMTOOL=$(command -v promtool || true)
+if [ -z "$PROMTOOL" ]; then
+  echo "promtool not found: unpacking it from Debian's prometheus package"
+  ( cd "$work" && apt-get download prometheus >/dev/null 2>&1 || {
+      if [ "$(id -u)" = 0 ]; then apt-get update -qq; else sudo apt-get update -qq; fi
+      apt-get download prometheus >/dev/null; }
+    dpkg-deb -x prometheus_*.deb prom )
+  PROMTOOL=$work/prom/usr/bin/promtool
+fi
+"$PROMTOOL" check rules deploy/prometheus/alerts.yml
+"$PROMTOOL" test rules deploy/prometheus/alerts_test.yml
+python3 -m json.tool deploy/grafana/hookgate.json >/dev/null
+echo "grafana dashboard: valid JSON"

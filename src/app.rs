@@ -58,6 +58,10 @@ impl App {
             None => None,
         };
         let config = Arc::new(config);
+        let traces = match &config.traces {
+            Some(t) => Some(crate::traces::Traces::start(t).await?),
+            None => None,
+        };
         let store = open_ledger(&config).await?;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
             Some(url) => Arc::new(
@@ -136,6 +140,7 @@ impl App {
                 counters.clone(),
                 lanes,
                 health.clone(),
+                traces.clone(),
                 stop.clone(),
             )
         } else {
@@ -143,20 +148,23 @@ impl App {
         };
 
         let (reload, reloads) = Reload::channel();
-        let state = AppState::new(Handles::new(
-            Live::new(config.clone()),
-            store,
-            dedup,
-            counters,
-            (wake, health),
-            arrivals,
-            metrics,
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .context("building the upstream HTTP client")?,
-            reload,
-        ));
+        let state = AppState::new(
+            Handles::new(
+                Live::new(config.clone()),
+                store,
+                dedup,
+                counters,
+                (wake, health),
+                arrivals,
+                metrics,
+                reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .context("building the upstream HTTP client")?,
+                reload,
+            )
+            .with_traces(traces),
+        );
         let reconcilers = Reconcilers::start(&state, &config, stop.clone());
         Ok(Self {
             state,
@@ -268,6 +276,8 @@ impl App {
         self.fleet.lock().await.join().await;
         self.reconcilers.lock().await.join().await;
         while self.background.join_next().await.is_some() {}
+        // After the loops: their last attempts' spans are queued by now.
+        crate::traces::stop(self.state.traces.clone()).await;
         tracing::info!("hookgate stopped");
         Ok(())
     }

@@ -31,6 +31,8 @@
 //! - [`app`], [`http`], [`serve`] (accept loop, transport limits, the bounded
 //!   body read), [`tls`] (native HTTPS), [`reload`] (SIGHUP and
 //!   `POST /admin/reload`), [`state`], [`cli`], [`telemetry`], [`shutdown`]: wiring.
+//! - [`traces`]: OpenTelemetry spans of webhooks and delivery attempts, over
+//!   OTLP, when `[telemetry] otlp_endpoint` is set.
 
 pub mod admin;
 pub mod app;
@@ -56,4 +58,5 @@ pub mod store;
 pub mod target;
 pub mod telemetry;
 pub mod tls;
+pub mod traces;
 pub mod verify;

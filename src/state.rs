@@ -59,6 +59,8 @@ pub struct Handles {
     pub admin_throttle: Arc<Throttle>,
     /// Keys handshakes handed over, per source (`verify::learned`).
     pub learned: Arc<crate::verify::learned::Learned>,
+    /// The trace exporter; `None`: tracing is off and costs nothing.
+    pub traces: Option<Arc<crate::traces::Traces>>,
 }
 
 /// One loaded config with the handles built from it.
@@ -117,7 +119,14 @@ impl Handles {
             upstream,
             reloads: ReloadStatus::default(),
             reload,
+            traces: None,
         }
+    }
+
+    /// With spans exported through `traces`.
+    pub fn with_traces(mut self, traces: Option<Arc<crate::traces::Traces>>) -> Self {
+        self.traces = traces;
+        self
     }
 
     /// The loaded config and its handles, held by the caller for as long as

@@ -130,6 +130,7 @@ pub fn metrics_handle() -> PrometheusHandle {
             if metrics::set_global_recorder(recorder).is_err() {
                 tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
             }
+            crate::stats::families::describe();
             handle
         })
         .clone()

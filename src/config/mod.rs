@@ -63,6 +63,8 @@ pub struct Config {
     pub apis: BTreeMap<String, Arc<apis::Api>>,
     /// `[sources.<name>.reconcile]`, by source name.
     pub reconcile: BTreeMap<String, Arc<reconcile::Reconcile>>,
+    /// `[telemetry]`: where traces go; `None` without `otlp_endpoint`.
+    pub traces: Option<Traces>,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,
@@ -207,6 +209,19 @@ fn sqlite_anchored(url: &str, base: &Path) -> String {
     let sep = if dir.ends_with('/') { "" } else { "/" };
     let query = query.map(|q| format!("?{q}")).unwrap_or_default();
     format!("sqlite://{dir}{sep}{path}{query}")
+}
+
+/// `[telemetry]` with an `otlp_endpoint`: traces are exported (`traces`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Traces {
+    /// The full OTLP/HTTP traces URL (`…/v1/traces`); no credentials in it.
+    pub endpoint: String,
+    /// 0 to 1: the trace-id ratio of the root sampler.
+    pub sample_ratio: f64,
+    pub service_name: String,
+    pub max_queued_spans: usize,
+    pub export_interval: Duration,
+    pub export_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -38,6 +38,43 @@ pub struct RawConfig {
     /// `/api/<name>/…`; the table is documented in `config/apis.rs`.
     #[serde(default)]
     pub apis: BTreeMap<String, super::apis::RawApi>,
+    /// Traces (OpenTelemetry over OTLP); docs/operations.md, "Traces".
+    #[serde(default)]
+    pub telemetry: RawTelemetry,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawTelemetry {
+    /// The OTLP/HTTP collector traces are exported to (protobuf), e.g.
+    /// `http://127.0.0.1:4318`; `/v1/traces` is added unless the path
+    /// already ends with it. Unset (default): no traces, and no cost.
+    pub otlp_endpoint: Option<String>,
+    /// Share of webhooks traced, 0 to 1, decided from the trace id (so
+    /// every replica decides alike for one event). Default 1.
+    pub sample_ratio: f64,
+    /// The `service.name` of every span. Default `hookgate`.
+    pub service_name: String,
+    /// Finished spans waiting for export, at most; beyond it a span is
+    /// dropped and counted (`hookgate_trace_spans_dropped_total`). Default 2048.
+    pub max_queued_spans: usize,
+    /// How long the exporter waits after a span before sending a batch. Default 1s.
+    pub export_interval: Dur,
+    /// Deadline of one export request. Default 10s.
+    pub export_timeout: Dur,
+}
+
+impl Default for RawTelemetry {
+    fn default() -> Self {
+        Self {
+            otlp_endpoint: None,
+            sample_ratio: 1.0,
+            service_name: "hookgate".into(),
+            max_queued_spans: 2048,
+            export_interval: Dur(Duration::from_secs(1)),
+            export_timeout: Dur(Duration::from_secs(10)),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -69,6 +69,7 @@ impl Config {
             "server.tls_cert / server.tls_key (turning TLS on or off)",
             new.tls.is_some() == old.tls.is_some(),
         );
+        keep("telemetry", self.traces == running.traces);
         keep(
             "storage.database_url",
             database_text(&self.storage.database) == database_text(&running.storage.database),
@@ -136,6 +137,7 @@ impl Config {
         self.server = server;
         self.storage = running.storage.clone();
         self.dedup = running.dedup.clone();
+        self.traces = running.traces.clone();
         self.delivery = Delivery {
             backoff_base: self.delivery.backoff_base,
             backoff_max: self.delivery.backoff_max,

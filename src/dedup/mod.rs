@@ -47,10 +47,12 @@ use writer::GroupCommit;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     /// `unrouted`: no target's routes want it (stored, delivered nowhere);
-    /// `event_type`: as stored, for the per-type counts.
+    /// `event_type`: as stored, for the per-type counts; `committing`:
+    /// when the ledger write began (the commit's span, `traces::webhook`).
     New {
         unrouted: bool,
         event_type: Option<String>,
+        committing: Instant,
     },
     /// `conflict`: the stored body differs from this one (provider bug or attack).
     Duplicate { layer: Layer, conflict: bool },
@@ -371,6 +373,7 @@ impl Dedup {
             handoff: None,
             fresh: have_claim,
         };
+        let committing = Instant::now();
         match self.ledger.record(event, expected_write).await {
             Ok(Recorded::New) => {
                 // Committed: the mark is queued (not awaited) and the
@@ -381,6 +384,7 @@ impl Dedup {
                 Ok(Outcome::New {
                     unrouted,
                     event_type,
+                    committing,
                 })
             }
             Ok(Recorded::Duplicate {

@@ -19,7 +19,7 @@ pub mod retry;
 
 use crate::config::{self, Config};
 use crate::primitives::time::Millis;
-use crate::stats::{Counters, DeliveryOutcome};
+use crate::stats::{AttemptClass, Counters, DeliveryOutcome, Failure};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, NextState, Outbox, StoreError};
 use crate::target::{Event, Sent, Sink, Target};
 use lanes::{Handed, Lanes};
@@ -71,6 +71,8 @@ struct Ctx {
     grace: Duration,
     /// Per-target health (`/stats`, the failing/recovered log lines).
     health: health::Health,
+    /// Attempt spans, when tracing is on.
+    traces: Option<Arc<crate::traces::Traces>>,
 }
 
 impl Ctx {
@@ -114,6 +116,9 @@ struct TargetCtx {
     duration: metrics::Histogram,
     /// Rows that came by hand-off (no claim query).
     handed: metrics::Counter,
+    /// `hookgate_delivery_attempt_results_total{target, class}`, indexed
+    /// by `AttemptClass as usize`.
+    results: [metrics::Counter; AttemptClass::ALL.len()],
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
     bucket: Option<rate::TargetBucket>,
@@ -154,6 +159,11 @@ impl TargetCtx {
                 "target" => target.name.clone()),
             handed: metrics::counter!("hookgate_delivery_handoffs_total",
                 "target" => target.name.clone()),
+            results: AttemptClass::ALL.map(|c| {
+                metrics::counter!(
+                "hookgate_delivery_attempt_results_total",
+                "target" => target.name.clone(), "class" => c.as_str())
+            }),
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::TargetBucket::new),
@@ -172,6 +182,7 @@ pub fn start(
     counters: Arc<Counters>,
     lanes: Lanes,
     health: health::Health,
+    traces: Option<Arc<crate::traces::Traces>>,
     stop: CancellationToken,
 ) -> fleet::Fleet {
     let client = reqwest::Client::builder()
@@ -191,6 +202,7 @@ pub fn start(
         token,
         grace: config.server.shutdown_grace,
         health,
+        traces,
     });
     let mut fleet = fleet::Fleet::new(Some(ctx), lanes, stop);
     for target in config.targets.values() {
@@ -458,13 +470,17 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     let shown = row.earlier_attempts + number;
     let started_at = Millis::now();
     let t0 = Instant::now();
-    let sent = send(t, &row, shown, started_at).await;
+    let (sent, traced) = send(t, &row, shown, started_at, ctx.traces.as_deref()).await;
     let latency_ms = t0.elapsed().as_millis() as i64;
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
     drop(sending);
+    t.results[class(&sent) as usize].increment(1);
 
     let (rec, failure) = outcome(&t.target, &row, number, sent, started_at, latency_ms);
+    if let Some(span) = traced {
+        span.end(rec.status, rec.error.as_deref(), rec.next);
+    }
     ctx.health
         .record(&t.target.name, rec.error.as_deref(), Millis::now());
     let recovered = t.count(rec.next, latency_ms);
@@ -493,8 +509,31 @@ async fn attempt(ctx: &Ctx, t: &TargetCtx, row: DueDelivery, sending: Sending) -
     }
 }
 
-/// Sends `row` as attempt `number` (as the target sees it) through the target's sink.
-async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis) -> Sent {
+/// The attempt's class for `hookgate_delivery_attempt_results_total`.
+fn class(sent: &Sent) -> AttemptClass {
+    let (status, error) = match sent {
+        Sent::Delivered { status } => (*status, None),
+        Sent::Retry { status, error, .. } | Sent::Permanent { status, error } => {
+            (*status, Some(error.as_str()))
+        }
+    };
+    let failure = error.map(|e| match e {
+        crate::target::http::TIMEOUT => Failure::Timeout,
+        crate::target::http::CONNECT_FAILED => Failure::Connect,
+        _ => Failure::Other,
+    });
+    AttemptClass::of(status, failure)
+}
+
+/// Sends `row` as attempt `number` (as the target sees it) through the
+/// target's sink; with tracing on, as a span that the message carries.
+async fn send(
+    t: &TargetCtx,
+    row: &DueDelivery,
+    number: i32,
+    started_at: Millis,
+    traces: Option<&crate::traces::Traces>,
+) -> (Sent, Option<crate::traces::attempt::Attempt>) {
     let event = Event {
         source: &row.source,
         event_id: &row.event_id,
@@ -502,8 +541,13 @@ async fn send(t: &TargetCtx, row: &DueDelivery, number: i32, started_at: Millis)
         body: &row.body,
         headers: &row.headers,
     };
-    let message = t.target.message(event, number, started_at.as_secs());
-    t.sink.send(&t.target.endpoint(), &message).await
+    let mut message = t.target.message(event, number, started_at.as_secs());
+    let traced = traces.map(|tr| tr.attempt(&t.target, &message, number));
+    if let Some(a) = &traced {
+        message.trace = a.headers();
+    }
+    let sent = t.sink.send(&t.target.endpoint(), &message).await;
+    (sent, traced)
 }
 
 /// The attempt as recorded: where the row goes next (delivered; else as

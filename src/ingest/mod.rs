@@ -14,6 +14,7 @@ use crate::state::AppState;
 use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
 use crate::store::handshake_secrets::Learned;
+use crate::traces::webhook::{Answer, Decision, Webhook};
 use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
@@ -60,7 +61,10 @@ pub async fn receive(
         query: parts.uri.query(),
         client,
     };
-    let result = tokio::time::timeout(deadline, handle(&state, request, body, &mut event_id))
+    // With tracing on, the request's instants for its spans (`traces`).
+    let mut trace = state.traces.as_ref().map(|t| t.webhook(started));
+    let handled = handle(&state, request, body, &mut event_id, trace.as_mut());
+    let result = tokio::time::timeout(deadline, handled)
         .await
         .unwrap_or(Err(ApiError::Timeout));
     let label_source = match configured {
@@ -78,6 +82,14 @@ pub async fn receive(
         None => RequestMetrics::unknown_source(outcome, latency),
     }
     let outcome = outcome.label();
+    if let Some(t) = trace {
+        t.finish(Answer {
+            source: label_source,
+            event_id: event_id.as_deref(),
+            status: response.status().as_u16(),
+            outcome,
+        });
+    }
     tracing::info!(
         source = label_source,
         event.id = event_id.as_deref().unwrap_or(""),
@@ -106,6 +118,7 @@ async fn handle(
     request: Request<'_>,
     body: Body,
     event_id: &mut Option<String>,
+    mut trace: Option<&mut Webhook>,
 ) -> Result<(Outcome, Response), ApiError> {
     let source_name = request.source;
     let headers = &request.headers;
@@ -152,6 +165,9 @@ async fn handle(
     if let Some(m) = metrics {
         m.verified(verify_started.elapsed());
     }
+    if let Some(t) = trace.as_deref_mut() {
+        t.verified(verify_started);
+    }
     let reject_status = source.provider.response.reject_status;
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
     let cache_ttl = config.cache_ttl(source);
@@ -159,7 +175,7 @@ async fn handle(
         Checked::Event(mut v) => {
             *event_id = Some(v.event_id().as_str().to_owned());
             let reply = v.take_reply();
-            let outcome = admit(state, source_name, metrics, v, cache_ttl, now).await?;
+            let outcome = admit(state, source_name, metrics, v, cache_ttl, now, trace).await?;
             return Ok((outcome, reply_response(reply, Some(dedup_label(outcome)))));
         }
         // A challenge or ping: authentic, answered, nothing stored.
@@ -179,12 +195,20 @@ async fn handle(
     }
     *event_id = Some(format!("{} items", events.len()));
     let mut admitting = tokio::task::JoinSet::new();
+    // The items' ids, for their spans when tracing is on.
+    let mut item_ids = Vec::new();
     for (i, v) in events.into_iter().enumerate() {
+        if trace.is_some() {
+            item_ids.push(v.event_id().as_str().to_owned());
+        }
         let (state, name) = (state.clone(), source_name.to_owned());
         admitting.spawn(async move {
             let live = state.live();
             let metrics = live.request_metrics.source(&name);
-            (i, admit(&state, &name, metrics, v, cache_ttl, now).await)
+            (
+                i,
+                admit(&state, &name, metrics, v, cache_ttl, now, None).await,
+            )
         });
     }
     let mut outcomes = Vec::new();
@@ -202,6 +226,13 @@ async fn handle(
         }
     }
     outcomes.sort_by_key(|(i, _)| *i);
+    if let Some(t) = trace {
+        for (i, _) in outcomes.iter().filter(|(_, o)| *o == Outcome::New) {
+            if let Some(id) = item_ids.get(*i) {
+                t.stored_item(id);
+            }
+        }
+    }
     let (_, first) = *outcomes.first().unwrap_or(&(0, Outcome::Answered));
     for (_, o) in outcomes.iter().skip(1) {
         state.counters.tally(source_name, *o);
@@ -233,14 +264,41 @@ async fn admit(
     verified: verify::Verified,
     cache_ttl: std::time::Duration,
     now: Millis,
+    trace: Option<&mut Webhook>,
 ) -> Result<Outcome, ApiError> {
     let id = verified.event_id().as_str().to_owned();
-    match state.dedup.admit(verified, cache_ttl, now).await {
+    let asked = trace.is_some().then(Instant::now);
+    let admitted = state.dedup.admit(verified, cache_ttl, now).await;
+    if let (Some(t), Some(asked), Ok(o)) = (trace, asked, &admitted) {
+        match o {
+            dedup::Outcome::New {
+                committing,
+                event_type,
+                ..
+            } => t.decided(
+                asked,
+                Decision::New {
+                    committing: *committing,
+                },
+                event_type.as_deref(),
+            ),
+            dedup::Outcome::Duplicate { layer, .. } => {
+                let layer = match layer {
+                    Layer::Cache => "cache",
+                    Layer::Ledger => "ledger",
+                    Layer::Body => "body",
+                };
+                t.decided(asked, Decision::Duplicate { layer }, None)
+            }
+        }
+    }
+    match admitted {
         // The writer handed the new event's deliveries to their loops, or
         // woke them (dedup::writer).
         Ok(dedup::Outcome::New {
             unrouted,
             event_type,
+            ..
         }) => {
             state.counters.typed(source_name, event_type.as_deref());
             // Routing (target/route.rs) chose no target: stored, counted `unrouted`.

@@ -11,11 +11,12 @@
 //! the ledger, `admin` renders them.
 
 pub mod apis;
+pub mod families;
 pub mod latency;
 mod names;
 pub mod requests;
 
-pub use names::{DeliveryOutcome, Layer, Outcome, RejectReason};
+pub use names::{AttemptClass, DeliveryOutcome, Failure, Layer, Outcome, RejectReason};
 
 use arc_swap::ArcSwap;
 use std::collections::HashMap;

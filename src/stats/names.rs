@@ -142,3 +142,72 @@ impl DeliveryOutcome {
         format!("targets.{target}.{}", self.as_str())
     }
 }
+
+/// What one delivery attempt came to, as an operator sorts failures:
+/// `hookgate_delivery_attempt_results_total{target, class}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptClass {
+    /// HTTP 2xx.
+    Success,
+    /// HTTP 4xx (429 included).
+    ClientError,
+    /// HTTP 5xx.
+    ServerError,
+    /// No answer within the target's `timeout`.
+    Timeout,
+    /// The connection could not be made (refused, unreachable, DNS, TLS).
+    ConnectError,
+    /// A broker confirmed the message (queue targets).
+    Confirmed,
+    /// Anything else: a 1xx or 3xx answer (redirects are not followed), a
+    /// connection cut mid-answer, a broker refusal.
+    Other,
+}
+
+impl AttemptClass {
+    /// `ALL[c as usize] == c`.
+    pub const ALL: [Self; 7] = [
+        Self::Success,
+        Self::ClientError,
+        Self::ServerError,
+        Self::Timeout,
+        Self::ConnectError,
+        Self::Confirmed,
+        Self::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "2xx",
+            Self::ClientError => "4xx",
+            Self::ServerError => "5xx",
+            Self::Timeout => "timeout",
+            Self::ConnectError => "connect_error",
+            Self::Confirmed => "confirmed",
+            Self::Other => "other",
+        }
+    }
+
+    /// The class of an attempt answered with `status` (HTTP) or, without
+    /// one, that ended as `failure` (`None`: confirmed by a broker).
+    pub fn of(status: Option<i32>, failure: Option<Failure>) -> Self {
+        match (status, failure) {
+            (Some(s), _) if (200..300).contains(&s) => Self::Success,
+            (Some(s), _) if (400..500).contains(&s) => Self::ClientError,
+            (Some(s), _) if (500..600).contains(&s) => Self::ServerError,
+            (Some(_), _) => Self::Other,
+            (None, None) => Self::Confirmed,
+            (None, Some(Failure::Timeout)) => Self::Timeout,
+            (None, Some(Failure::Connect)) => Self::ConnectError,
+            (None, Some(Failure::Other)) => Self::Other,
+        }
+    }
+}
+
+/// How an attempt without an answer failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    Timeout,
+    Connect,
+    Other,
+}

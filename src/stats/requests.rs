@@ -7,12 +7,14 @@
 //! up almost all traffic (`new`, `duplicate_cache`), for `unrouted` (every
 //! new event of a source without targets) and for the two duration
 //! histograms. Rarer outcomes and unknown sources still go
-//! through the macro.
+//! through the macro. The rejection counters and the last-received gauge
+//! are handles too: a rejection is one more relaxed add, a request one
+//! atomic store of the time.
 
-use super::{Layer, Outcome};
-use metrics::{Counter, Histogram};
+use super::{Layer, Outcome, RejectReason};
+use metrics::{Counter, Gauge, Histogram};
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// The handles of one source.
 pub struct SourceMetrics {
@@ -22,6 +24,13 @@ pub struct SourceMetrics {
     request_duration: Histogram,
     verify_duration: Histogram,
     unrouted: Counter,
+    /// `hookgate_source_last_received_timestamp_seconds{source}`.
+    last_received: Gauge,
+    /// `hookgate_rejections_total{source, reason}`, indexed by
+    /// `RejectReason as usize`; made at start-up so every reason's series
+    /// exists at 0 before the first rejection (a rate over a series that
+    /// appears at its first increment misses that increment).
+    rejections: [Counter; RejectReason::ALL.len()],
 }
 
 impl SourceMetrics {
@@ -34,12 +43,22 @@ impl SourceMetrics {
             request_duration: metrics::histogram!("hookgate_request_duration_seconds", "source" => source.to_owned()),
             verify_duration: metrics::histogram!("hookgate_verify_duration_seconds", "source" => source.to_owned()),
             unrouted: metrics::counter!("hookgate_unrouted_total", "source" => source.to_owned()),
+            last_received: metrics::gauge!("hookgate_source_last_received_timestamp_seconds", "source" => source.to_owned()),
+            rejections: RejectReason::ALL.map(|r| metrics::counter!("hookgate_rejections_total", "source" => source.to_owned(), "reason" => r.as_str())),
         }
     }
 
-    /// `hookgate_requests_total{source, outcome}` and
-    /// `hookgate_request_duration_seconds{source}` for one answered request.
+    /// `hookgate_requests_total{source, outcome}`,
+    /// `hookgate_request_duration_seconds{source}`, the source's last
+    /// received time and, for a rejection, `hookgate_rejections_total` for
+    /// one answered request.
     pub fn request(&self, outcome: Outcome, took: Duration) {
+        if let Ok(now) = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH) {
+            self.last_received.set(now.as_secs_f64());
+        }
+        if let Outcome::Rejected(r) = outcome {
+            self.rejections[r as usize].increment(1);
+        }
         match outcome {
             Outcome::New => self.new.increment(1),
             Outcome::Duplicate {

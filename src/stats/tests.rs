@@ -210,3 +210,31 @@ fn a_reload_adds_counters_and_keeps_the_counts_already_made() {
     assert_eq!(get("stripe", "targets.b.delivered"), Some(1));
     assert_eq!(get("payments", "api.passthrough"), Some(1));
 }
+
+#[test]
+fn attempts_are_classed_by_status_then_by_how_they_failed() {
+    use AttemptClass as C;
+    let cases = [
+        (Some(200), None, C::Success),
+        (Some(204), None, C::Success),
+        (Some(404), Some(Failure::Other), C::ClientError),
+        (Some(429), Some(Failure::Other), C::ClientError),
+        (Some(500), Some(Failure::Other), C::ServerError),
+        (Some(503), Some(Failure::Other), C::ServerError),
+        (Some(302), Some(Failure::Other), C::Other),
+        (None, Some(Failure::Timeout), C::Timeout),
+        (None, Some(Failure::Connect), C::ConnectError),
+        (None, Some(Failure::Other), C::Other),
+        (None, None, C::Confirmed),
+    ];
+    for (status, failure, class) in cases {
+        assert_eq!(
+            AttemptClass::of(status, failure),
+            class,
+            "{status:?} {failure:?}"
+        );
+    }
+    for (i, c) in AttemptClass::ALL.iter().enumerate() {
+        assert_eq!(*c as usize, i);
+    }
+}

@@ -4,6 +4,8 @@
 //!   arrivals (dedup's writer, ingest's arrivals, the purge);
 //! - [`Outbox`]: leasing due deliveries and recording attempts (deliver);
 //! - [`Tallies`]: cluster-wide counters and delivery counts (stats, `/stats`);
+//! - [`Backlog`]: each target's backlog and each source's last stored event
+//!   (`/metrics`, read once per scrape and shared by concurrent scrapes);
 //! - [`Console`]: the admin console's queries and operator writes;
 //! - [`ReconcileStore`]: reconciliation's leases, checkpoints and resends;
 //! - [`IdempotencyStore`]: the Idempotency-Key proxy's rows;
@@ -16,6 +18,7 @@
 //! capability's module or in `rows`, and the backends hold only what
 //! differs.
 
+pub mod backlog;
 pub mod body_hashes;
 
 /// Most rows one purge statement deletes; purges loop over batches so a
@@ -36,6 +39,7 @@ mod rows;
 pub mod sqlite;
 pub mod tallies;
 
+pub use backlog::Backlog;
 pub use console::Console;
 pub use event_log::{EventFacts, EventLog, HandoffLease, LeasedRow, NewEvent, Recorded, Written};
 pub use handshake_secrets::HandshakeSecrets;
@@ -138,6 +142,8 @@ pub struct Store {
     pub event_log: Arc<dyn EventLog>,
     pub outbox: Arc<dyn Outbox>,
     pub tallies: Arc<dyn Tallies>,
+    /// Shared by every clone: one read serves concurrent scrapes.
+    pub backlog: Arc<dyn Backlog>,
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
@@ -152,7 +158,8 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>: Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
+        Portable<DB>:
+            Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
     {
         let portable = Arc::new(portable);
         Self {
@@ -160,6 +167,7 @@ impl Store {
             event_log: backend.clone(),
             outbox: backend.clone(),
             tallies: backend,
+            backlog: Arc::new(backlog::Cached::new(portable.clone(), backlog::FRESH_FOR)),
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),

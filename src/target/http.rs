@@ -130,10 +130,16 @@ fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::Reques
         if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
         }
+        if m.replaces(name.as_str()) {
+            continue;
+        }
         req = req.header(*name, *value);
     }
     for (name, value) in m.hookgate_headers() {
         req = req.header(name, value);
+    }
+    for (name, value) in m.trace {
+        req = req.header(*name, value);
     }
     if let Some(key) = &http.signing_key {
         let id = message_id(m.source, m.event_id);
@@ -145,6 +151,11 @@ fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::Reques
     }
     req.body(m.body.clone())
 }
+
+/// The error of an attempt the target did not answer in time.
+pub const TIMEOUT: &str = "timeout";
+/// The error of an attempt that could not connect.
+pub const CONNECT_FAILED: &str = "connection failed";
 
 /// One HTTP attempt: POST and classify the answer. 2xx is delivered;
 /// anything else is retried (429/503 with their `Retry-After`), except a
@@ -174,9 +185,9 @@ async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
         Err(e) if e.is_builder() => Sent::permanent(error_text(&e)),
         Err(e) => {
             let error = if e.is_timeout() {
-                "timeout".to_owned()
+                TIMEOUT.to_owned()
             } else if e.is_connect() {
-                "connection failed".to_owned()
+                CONNECT_FAILED.to_owned()
             } else {
                 error_text(&e)
             };

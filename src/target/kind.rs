@@ -138,6 +138,9 @@ pub struct Message<'a> {
     pub attempt: String,
     /// Unix time of the attempt (a signature's timestamp).
     pub now_secs: i64,
+    /// The attempt's `traceparent` (and `tracestate`) when tracing is on
+    /// (`traces::attempt`); empty otherwise.
+    pub trace: &'a [(&'static str, String)],
 }
 
 impl Message<'_> {
@@ -151,13 +154,24 @@ impl Message<'_> {
     }
 
     /// What a broker message carries, as text: the provider headers,
-    /// hookgate's own, and `hookgate-event-type` when the provider names one.
+    /// hookgate's own, `hookgate-event-type` when the provider names one,
+    /// and the attempt's trace context when tracing is on.
     pub fn broker_headers(&self) -> impl Iterator<Item = (&str, &str)> {
         self.provider_headers
             .iter()
+            .filter(|(n, _)| !self.replaces(n.as_str()))
             .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
             .chain(self.hookgate_headers())
             .chain(self.event_type.map(|t| ("hookgate-event-type", t)))
+            .chain(self.trace.iter().map(|(n, v)| (*n, v.as_str())))
+    }
+
+    /// Whether provider header `name` gives way to the attempt's own trace
+    /// context: a provider's `traceparent` is the provider's trace, and a
+    /// second one would make the target's parent ambiguous.
+    pub fn replaces(&self, name: &str) -> bool {
+        !self.trace.is_empty()
+            && (name.eq_ignore_ascii_case("traceparent") || name.eq_ignore_ascii_case("tracestate"))
     }
 }
 

@@ -103,6 +103,7 @@ impl Target {
             provider_headers,
             attempt: attempt.to_string(),
             now_secs,
+            trace: &[],
         }
     }
 }

@@ -17,6 +17,7 @@ mod hardening;
 mod idempotency;
 mod ingest;
 mod ledger_faults;
+mod metrics;
 mod operations;
 mod ordering;
 mod pg_crash;
@@ -33,6 +34,7 @@ mod reverse_proxy;
 mod routing;
 mod split;
 mod topologies;
+mod traces;
 mod upgrade;
 
 /// Generates a `production` and an `embedded` test per listed

@@ -49,6 +49,7 @@ pub(super) fn config(
     let server = server(raw.server, &mut v);
     let storage = storage(raw.storage, &mut v);
     let dedup = dedup(raw.dedup, &mut v);
+    let traces = traces(raw.telemetry, &mut v);
     let delivery = delivery(raw.delivery, &mut v);
     let mut targets = targets(raw.targets, &delivery, &mut v);
     let mut raw_sources = raw.sources;
@@ -94,6 +95,7 @@ pub(super) fn config(
             targets,
             apis,
             reconcile,
+            traces,
             providers,
             warnings: v.warnings,
         })
@@ -411,6 +413,43 @@ fn dedup(raw: raw::RawDedup, v: &mut Validator<'_>) -> Dedup {
         v.positive(key, d);
     }
     dedup
+}
+
+/// `[telemetry]`: traces when `otlp_endpoint` is set. The endpoint is an
+/// http(s) URL without credentials (a collector's token goes in
+/// `OTEL_EXPORTER_OTLP_TRACES_HEADERS`, which the exporter reads), so it
+/// can be printed and logged.
+fn traces(raw: raw::RawTelemetry, v: &mut Validator<'_>) -> Option<super::Traces> {
+    if !(0.0..=1.0).contains(&raw.sample_ratio) {
+        v.problem(
+            "telemetry.sample_ratio",
+            "must be between 0 and 1 (0.01 traces one webhook in a hundred)".into(),
+        );
+    }
+    if raw.service_name.trim().is_empty() {
+        v.problem("telemetry.service_name", "must not be empty".into());
+    }
+    if raw.max_queued_spans == 0 {
+        v.problem("telemetry.max_queued_spans", "must be at least 1".into());
+    }
+    v.positive("telemetry.export_interval", raw.export_interval.0);
+    v.positive("telemetry.export_timeout", raw.export_timeout.0);
+    let endpoint = raw.otlp_endpoint?;
+    let endpoint = match crate::traces::endpoint(&endpoint) {
+        Ok(url) => url,
+        Err(e) => {
+            v.problem("telemetry.otlp_endpoint", e);
+            return None;
+        }
+    };
+    Some(super::Traces {
+        endpoint,
+        sample_ratio: raw.sample_ratio,
+        service_name: raw.service_name,
+        max_queued_spans: raw.max_queued_spans,
+        export_interval: raw.export_interval.0,
+        export_timeout: raw.export_timeout.0,
+    })
 }
 
 fn delivery(raw: raw::RawDelivery, v: &mut Validator<'_>) -> Delivery {

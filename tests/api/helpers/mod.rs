@@ -70,6 +70,8 @@ pub struct Opts {
     pub server_extra: String,
     /// Extra lines in `[storage]`.
     pub storage_extra: String,
+    /// `(source, duration)`: `silent_after` on one of the built-in sources.
+    pub silent_after: Option<(String, String)>,
 }
 
 impl Opts {
@@ -101,6 +103,7 @@ impl Opts {
             admin_listen: false,
             server_extra: String::new(),
             storage_extra: String::new(),
+            silent_after: None,
         }
     }
 
@@ -118,7 +121,7 @@ impl Opts {
             .map(|t| format!("\"{t}\""))
             .collect::<Vec<_>>()
             .join(", ");
-        format!(
+        let text = format!(
             r#"
 [server]
 listen = "{listen}"
@@ -190,7 +193,15 @@ secrets = ["{SHOPIFY_SECRET}"]
                 format!("max_connections_per_client = 1024\n{}", self.server_extra)
             },
             storage_extra = self.storage_extra,
-        )
+        );
+        match &self.silent_after {
+            Some((source, d)) => text.replacen(
+                &format!("[sources.{source}]\n"),
+                &format!("[sources.{source}]\nsilent_after = \"{d}\"\n"),
+                1,
+            ),
+            None => text,
+        }
     }
 }
 
