@@ -39,7 +39,20 @@ function el(tag, props = {}, ...children) {
 function td(text, cls) { return el('td', cls ? { class: cls } : {}, text == null ? '' : String(text)); }
 function stateTag(state) { return el('span', { class: 'state ' + state }, state); }
 function fill(tbody, rows) { tbody.replaceChildren(...rows); }
+// One rule for times everywhere: UTC, written `2026-01-31 12:00:00Z`;
+// lists show relative times ("3 min ago") with the UTC time on hover.
 function when(iso) { return iso ? iso.replace('T', ' ').replace(/\.\d+Z$/, 'Z') : ''; }
+function relative(iso) {
+  if (!iso) return '—';
+  const s = Math.round((Date.now() - Date.parse(iso)) / 1000);
+  if (s < 0) return 'in ' + ago(-s);
+  return s < 5 ? 'just now' : ago(s) + ' ago';
+}
+function timeCell(iso, cls) {
+  const cell = td(relative(iso), cls);
+  if (iso) cell.title = when(iso);
+  return cell;
+}
 function ago(seconds) {
   if (seconds == null) return '—';
   if (seconds < 120) return seconds + ' s';
@@ -108,24 +121,58 @@ function report(node, err) { node.textContent = 'Error: ' + err.message; node.cl
 
 // ---------- overview ----------
 const SVG = 'http://www.w3.org/2000/svg';
-function spark(series) {
-  const w = 240, h = 36, svg = document.createElementNS(SVG, 'svg');
-  svg.setAttribute('class', 'spark'); svg.setAttribute('width', w); svg.setAttribute('height', h);
-  svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
+let overviewWindow = '1h';
+
+function svgEl(tag, attrs = {}, text) {
+  const n = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) n.setAttribute(k, v);
+  if (text != null) n.textContent = text;
+  return n;
+}
+
+// A line chart with a time axis (UTC) and a count axis, one circle per point
+// whose tooltip gives the bucket, the measure and the count. Volumes are
+// neutral colours; failures red (classes in app.css).
+function chart(series, start, stepSeconds, unit) {
+  const w = 320, h = 90, left = 34, bottom = 16, top = 6, right = 6;
+  const svg = svgEl('svg', { class: 'chart', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img' });
   const all = Object.values(series).flat();
   const max = Math.max(1, ...all);
+  const n = Math.max(1, ...Object.values(series).map((v) => v.length));
+  const x = (i) => left + (n === 1 ? 0 : (i * (w - left - right)) / (n - 1));
+  const y = (v) => top + (h - top - bottom) * (1 - v / max);
+  svg.append(svgEl('line', { class: 'axis', x1: left, y1: y(0), x2: w - right, y2: y(0) }));
+  svg.append(svgEl('line', { class: 'axis', x1: left, y1: top, x2: left, y2: y(0) }));
+  svg.append(svgEl('text', { x: left - 3, y: top + 8, 'text-anchor': 'end' }, String(max)));
+  svg.append(svgEl('text', { x: left - 3, y: y(0), 'text-anchor': 'end' }, '0'));
+  svg.append(svgEl('text', { x: 2, y: h / 2, 'font-size': 9 }, unit));
+  const t0 = Date.parse(start);
+  const label = (i) => new Date(t0 + i * stepSeconds * 1000).toISOString().slice(n > 200 || stepSeconds >= 3600 ? 5 : 11, 16).replace('T', ' ');
+  svg.append(svgEl('text', { x: left, y: h - 3 }, label(0)));
+  svg.append(svgEl('text', { x: w - right, y: h - 3, 'text-anchor': 'end' }, label(n - 1) + ' UTC'));
   for (const [name, values] of Object.entries(series)) {
     if (!values.length) continue;
-    const step = w / Math.max(1, values.length - 1);
-    const pts = values.map((v, i) => `${(i * step).toFixed(1)},${(h - 2 - (v / max) * (h - 4)).toFixed(1)}`);
-    const line = document.createElementNS(SVG, 'polyline');
-    line.setAttribute('class', 'line ' + name); line.setAttribute('points', pts.join(' '));
-    const title = document.createElementNS(SVG, 'title');
-    title.textContent = `${name}: ${values.reduce((a, b) => a + b, 0)} in the last hour (max ${Math.max(...values)}/min)`;
-    line.append(title);
-    svg.append(line);
+    svg.append(svgEl('polyline', { class: 'line ' + name, points: values.map((v, i) => `${x(i).toFixed(1)},${y(v).toFixed(1)}`).join(' ') }));
+    values.forEach((v, i) => {
+      if (!v) return;
+      const at = new Date(t0 + i * stepSeconds * 1000).toISOString().slice(0, 16).replace('T', ' ');
+      const c = svgEl('circle', { class: 'pt ' + name, cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: 3 });
+      c.append(svgEl('title', {}, `${at}Z +${stepSeconds / 60} min: ${v} ${name}`));
+      svg.append(c);
+    });
   }
   return svg;
+}
+
+function pct(x) { return x == null ? '—' : (x * 100).toFixed(x === 1 || x === 0 ? 0 : 1) + ' %'; }
+function ms(x) { return x == null ? '—' : x + ' ms'; }
+
+function healthCell(hl) {
+  const cell = el('td', { class: 'health ' + hl.state, dataset: { health: hl.state } });
+  cell.textContent = hl.state === 'failing' ? `failing since ${relative(hl.since)}`
+    : hl.state === 'recovering' ? `recovering since ${relative(hl.since)}` : 'healthy';
+  if (hl.since) cell.title = 'since ' + when(hl.since) + (hl.last_error ? ' — ' + hl.last_error : '');
+  return cell;
 }
 
 // Whether a source's event id and type come from signed data (/stats
@@ -145,27 +192,38 @@ function signedCell(signed) {
 }
 
 async function loadOverview() {
-  const [stats, series] = await Promise.all([api('/stats'), api('/admin/stats/series?window=1h')]);
-  const rows = Object.entries(stats.sources).map(([name, s]) => {
-    const reasons = Object.entries(s.rejected_by_reason).filter(([, n]) => n > 0)
-      .map(([r, n]) => `${r}: ${n}`).join(', ');
-    const rejected = td(s.rejected, 'num');
-    if (reasons) rejected.title = reasons;
-    const perMinute = series.sources[name] || {};
-    const chart = el('td');
-    chart.append(spark({
-      received: perMinute.received || [], duplicates: perMinute.duplicates || [],
-      rejected: perMinute.rejected || [], dead: perMinute.dead || [],
-    }));
-    return el('tr', {}, el('td', {}, el('a', { href: '#/events?source=' + encodeURIComponent(name) }, name)),
-      td(s.received, 'num'), td(s.unique, 'num'), td(s.duplicates, 'num'),
-      rejected, td(s.delivered, 'num'), td(s.dead, 'num'), signedCell(s.signed), chart);
+  const [stats, series] = await Promise.all([api('/stats'), api('/admin/stats/series?window=' + overviewWindow)]);
+  for (const b of document.querySelectorAll('.window button')) b.classList.toggle('active', b.dataset.window === overviewWindow);
+  const unit = series.step_seconds >= 3600 ? `per ${series.step_seconds / 3600} h` : `per ${series.step_seconds / 60} min`;
+  const targets = Object.entries(series.targets).map(([name, t]) => {
+    const fail = t.health.last_failure;
+    const lastError = timeCell(fail && fail.at);
+    if (fail) lastError.title = when(fail.at) + ' — ' + fail.error;
+    const link = el('a', { href: '#/events?target=' + encodeURIComponent(name) }, name);
+    const backlog = td(t.backlog, 'num');
+    return el('tr', { dataset: { target: name } }, el('td', {}, link), healthCell(t.health),
+      td(t.delivered_per_minute, 'num'), td(pct(t.success_rate), 'num'),
+      td(`${ms(t.latency_ms.p50)} / ${ms(t.latency_ms.p99)}`, 'num'),
+      timeCell(t.health.last_success), lastError, backlog,
+      timeCell(t.oldest_pending), td(t.dead, 'num'),
+      el('td', {}, chart({ delivered: t.delivered, failed: t.failed_attempts }, series.start, series.step_seconds, unit)));
+  });
+  fill($('#targets-table tbody'), targets.length ? targets : [el('tr', {}, el('td', { colspan: '11' }, 'No targets configured.'))]);
+  const rows = Object.entries(series.sources).map(([name, s]) => {
+    const reasons = Object.entries(s.rejected_by_reason).map(([r, n]) => `${r}: ${n}`).join(', ');
+    const signed = stats.sources[name] ? signedCell(stats.sources[name].signed) : td('');
+    return el('tr', { dataset: { source: name } }, el('td', {}, el('a', { href: '#/events?source=' + encodeURIComponent(name) }, name)),
+      timeCell(s.last_received), timeCell(s.last_accepted),
+      td(s.per_minute.received, 'num'), td(s.per_minute.unique, 'num'), td(s.per_minute.duplicates, 'num'),
+      td(s.per_minute.rejected, 'num'), td(reasons || '—', 'wrap'), signed,
+      el('td', {}, chart({ received: s.received, duplicates: s.duplicates, rejected: s.rejected, dead: s.dead }, series.start, series.step_seconds, unit)));
   });
   fill($('#sources-table tbody'), rows);
-  const targets = Object.entries(series.targets).map(([name, t]) => el('tr', {},
-    td(name), td(t.backlog, 'num'), td(ago(t.oldest_pending_age_s)), td(t.dead, 'num')));
-  fill($('#targets-table tbody'), targets.length ? targets : [el('tr', {}, td('no deliveries yet'))]);
-  $('#overview-updated').textContent = 'updated ' + new Date().toLocaleTimeString();
+  const apis = Object.entries(series.apis).map(([name, a]) => el('tr', {}, td(name), td(a.first_calls, 'num'),
+    td(a.replays, 'num'), td(a.conflicts, 'num'), td(a.upstream_errors, 'num'),
+    td(`${ms(a.upstream_latency_ms.p50)} / ${ms(a.upstream_latency_ms.p99)}`, 'num')));
+  fill($('#apis-table tbody'), apis.length ? apis : [el('tr', {}, el('td', { colspan: '6' }, 'No APIs configured.'))]);
+  $('#overview-updated').textContent = 'updated ' + when(new Date().toISOString());
 }
 
 function showOverview() {
@@ -177,14 +235,26 @@ function showOverview() {
 // ---------- filters (events and dead letters) ----------
 const FILTERS = [
   ['q', 'Event id (prefix)  [/]', 'search'],
-  ['source', 'Source', 'text'],
-  ['target', 'Target', 'text'],
+  ['object', 'Object id (pi_…, cus_…)', 'search'],
+  ['field', 'Body field (/data/object/customer:cus_1; needs Since)', 'text'],
+  ['source', 'Source', 'names'],
+  ['target', 'Target', 'names'],
   ['state', 'Delivery state', 'select'],
   ['type', 'Event type', 'text'],
   ['recovered', 'Origin', 'origin'],
-  ['since', 'Since (local time)', 'datetime-local'],
-  ['until', 'Until (local time)', 'datetime-local'],
+  ['since', 'Since (UTC)', 'datetime-local'],
+  ['until', 'Until (UTC)', 'datetime-local'],
 ];
+
+// The configured source and target names (/stats), for the drop-downs.
+let names = null;
+async function configuredNames() {
+  if (!names) {
+    const stats = await api('/stats');
+    names = { source: Object.keys(stats.sources).sort(), target: Object.keys(stats.targets || {}).sort() };
+  }
+  return names;
+}
 
 function buildFilters(form, withState, onChange) {
   if (form.childElementCount) return;
@@ -196,6 +266,13 @@ function buildFilters(form, withState, onChange) {
       input = el('select', { id, name }, el('option', { value: '' }, 'any'),
         el('option', { value: 'true' }, 'recovered by reconciliation'),
         el('option', { value: 'false' }, 'received'));
+    } else if (type === 'names') {
+      input = el('select', { id, name }, el('option', { value: '' }, 'any'));
+      configuredNames().then((n) => {
+        const keep = input.value || input.dataset.want || '';
+        input.append(...n[name].map((v) => el('option', { value: v }, v)));
+        input.value = keep;
+      }).catch(() => {});
     } else if (type === 'select') {
       input = el('select', { id, name }, el('option', { value: '' }, 'any'),
         ...['pending', 'retrying', 'delivered', 'dead'].map((s) => el('option', { value: s }, s)));
@@ -217,7 +294,8 @@ function filterQuery(form, extra = {}) {
   const p = new URLSearchParams();
   for (const [k, v] of new FormData(form)) {
     if (!v) continue;
-    if (k === 'since' || k === 'until') p.set(k, new Date(v).toISOString());
+    // datetime-local has no zone: the console's rule is UTC.
+    if (k === 'since' || k === 'until') p.set(k, new Date(v + (v.length === 16 ? ':00Z' : 'Z')).toISOString());
     else p.set(k, v.trim());
   }
   for (const [k, v] of Object.entries(extra)) if (v) p.set(k, v);
@@ -228,7 +306,7 @@ function presetFilters(form) {
   const query = (location.hash.split('?')[1]) || '';
   for (const [k, v] of new URLSearchParams(query)) {
     const input = form.querySelector(`[name="${CSS.escape(k)}"]`);
-    if (input) input.value = v;
+    if (input) { input.value = v; input.dataset.want = v; }
   }
 }
 
@@ -239,7 +317,7 @@ function deliveriesCell(e) {
   const cell = el('td');
   for (const d of e.deliveries) {
     const tag = stateTag(d.state);
-    tag.textContent = `${d.target} ${d.state}` + (d.attempts ? ` ×${d.attempts}` : '') +
+    tag.textContent = `${d.target} ${d.state}` + (d.attempts ? ` · ${d.attempts} attempt${d.attempts === 1 ? '' : 's'}` : '') +
       (d.overtaken_by ? ` · overtaken by ${d.overtaken_by}` : '');
     tag.title = [d.last_status && `last status ${d.last_status}`, d.last_error,
       d.next_attempt_at && `next ${when(d.next_attempt_at)}`,
@@ -250,10 +328,10 @@ function deliveriesCell(e) {
 }
 
 function eventRow(e) {
-  return el('tr', {}, td(when(e.received_at)), td(e.source),
+  return el('tr', {}, timeCell(e.received_at), td(e.source),
     el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id), class: 'event-link' }, e.event_id),
       e.recovered ? el('span', { class: 'recovered', title: 'recovered by reconciliation (read from the provider API, or resent by the provider on request)' }, ' recovered') : ''),
-    td(e.type || '—'), td(e.body_size, 'num'),
+    td(e.type || '—'), td(e.object_id || '—', 'wrap'), td(e.body_size, 'num'),
     td(e.duplicates ? `${e.duplicates}${e.conflicts ? ' (' + e.conflicts + ' conflict)' : ''}` : '', 'num'),
     deliveriesCell(e));
 }
@@ -266,7 +344,7 @@ async function loadEvents(append) {
   const rows = page.items.map(eventRow);
   const tbody = $('#events-table tbody');
   if (append) tbody.append(...rows);
-  else fill(tbody, rows.length ? rows : [el('tr', {}, el('td', { colspan: '7' }, 'No events match.'))]);
+  else fill(tbody, rows.length ? rows : [el('tr', {}, el('td', { colspan: '8' }, eventsCursor || page.next_cursor ? 'No match among the events examined: see older ones.' : 'No events match.'))]);
   eventsCursor = page.next_cursor;
   $('#events-more').hidden = !eventsCursor;
 }
@@ -302,6 +380,7 @@ async function loadEvent(source, id) {
   $('#event-title').textContent = `${e.source} / ${e.event_id}`;
   const dl = $('#event-facts'); dl.replaceChildren();
   fact(dl, 'type', e.type);
+  fact(dl, 'object', e.object_id);
   fact(dl, 'origin', e.recovered ? 'recovered by reconciliation (read from the provider API, or resent on request)' : 'received');
   fact(dl, 'received', when(e.received_at));
   fact(dl, 'body size', e.body_size + ' bytes');
@@ -371,7 +450,7 @@ async function loadDead(append) {
   for (const e of page.items) {
     for (const d of e.deliveries) {
       if (d.state !== 'dead' || (wanted && d.target !== wanted)) continue;
-      rows.push(el('tr', {}, td(when(e.received_at)), td(e.source),
+      rows.push(el('tr', {}, timeCell(e.received_at), td(e.source),
         el('td', { class: 'wrap' }, el('a', { href: eventHref(e.source, e.event_id) }, e.event_id)),
         td(e.type || '—'), td(d.target), td(d.attempts, 'num'), td([d.last_error || d.last_status, d.overtaken_by != null && `overtaken by ${d.overtaken_by} (key ${d.order_key})`].filter(Boolean).join(' · '), 'wrap'),
         el('td', {}, el('button', { type: 'button', class: 'secondary replay-one', dataset: { event: e.event_id, target: d.target },
@@ -407,6 +486,9 @@ function showDead() {
 document.addEventListener('DOMContentLoaded', () => {
   $('#login-form').addEventListener('submit', (e) => login(e).catch((x) => { $('#login-error').textContent = x.message; }));
   $('#logout').addEventListener('click', () => logout(''));
+  for (const b of document.querySelectorAll('.window button')) {
+    b.addEventListener('click', () => { overviewWindow = b.dataset.window; loadOverview().catch((e) => report($('#overview-updated'), e)); });
+  }
   $('#events-more').addEventListener('click', () => { $('#events-more').dataset.paged = '1'; loadEvents(true).catch(alertError); });
   $('#dead-more').addEventListener('click', () => loadDead(true).catch(alertError));
   $('#redeliver-all').addEventListener('click', () => redeliver(null));

@@ -35,7 +35,8 @@ pub struct ListRequest {
 }
 
 /// Parses filter fields (`source`, `target`, `state`, `type`, `since`,
-/// `until`, `q`, `event_id`) and, when `paging`, `cursor` and `limit`.
+/// `until`, `q`, `event_id`, `object`) and, when `paging`, `field`,
+/// `cursor` and `limit`.
 /// Unknown fields and malformed values are a 400 that names them.
 pub fn parse_filter<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -57,6 +58,15 @@ pub fn parse_filter<'a>(
             "target" => f.target = text(),
             "type" => f.event_type = text(),
             "q" => f.q = text(),
+            "object" => f.object = crate::verify::facts::stored_object_id(v.trim()),
+            "field" if v.is_empty() => f.field = None,
+            "field" if !paging => {
+                return Err(bad(
+                    "`field` only lists events (GET /admin/events); replay by `object` or `event_id`"
+                        .into(),
+                ));
+            }
+            "field" => f.field = Some(parse_field(v).ok_or_else(|| bad(FIELD_SYNTAX.into()))?),
             "event_id" => f.event_id = text(),
             "recovered" if v.is_empty() => f.recovered = None,
             "recovered" => {
@@ -89,7 +99,48 @@ pub fn parse_filter<'a>(
             other => return Err(bad(format!("unknown parameter `{other}`"))),
         }
     }
+    if r.filter.field.is_some() {
+        bound_field_range(&mut r.filter, Millis::now())?;
+    }
     Ok(r)
+}
+
+const FIELD_SYNTAX: &str =
+    "`field` must be <JSON pointer>:<value>, e.g. /data/object/customer:cus_123";
+
+/// Longest time range a `field` filter searches.
+pub const MAX_FIELD_RANGE: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// `/data/object/customer:cus_123`: the pointer ends at the first `:`
+/// (a JSON pointer segment holding `:` is written `~1`-free but cannot be
+/// searched; keys with a colon are rare in webhook bodies).
+fn parse_field(v: &str) -> Option<crate::store::console::FieldFilter> {
+    let (pointer, value) = v.split_once(':')?;
+    (pointer.starts_with('/') && pointer.len() > 1 && !value.is_empty()).then(|| {
+        crate::store::console::FieldFilter {
+            pointer: pointer.to_owned(),
+            value: value.to_owned(),
+        }
+    })
+}
+
+/// A body field is read from each event, so its search needs a bounded
+/// range: `since` is required, `until` defaults to now, and the range is
+/// at most [`MAX_FIELD_RANGE`].
+fn bound_field_range(f: &mut EventFilter, now: Millis) -> Result<(), ApiError> {
+    let Some(since) = f.since else {
+        return Err(ApiError::BadRequest(
+            "`field` needs a time range: give `since` (and optionally `until`), at most 7 days apart"
+                .into(),
+        ));
+    };
+    let until = *f.until.get_or_insert(now);
+    if until.0 - since.0 > MAX_FIELD_RANGE.as_millis() as i64 {
+        return Err(ApiError::BadRequest(
+            "`field` searches at most 7 days: narrow `since` / `until`".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn time_error(k: &str) -> String {
@@ -249,6 +300,7 @@ pub fn summary_json(e: &EventSummary) -> Value {
         "duplicates": e.duplicates,
         "conflicts": e.conflicts,
         "recovered": e.recovered,
+        "object_id": e.object_id,
         "deliveries": deliveries,
     })
 }
@@ -395,5 +447,33 @@ mod tests {
             assert!(parse_filter([bad], true).is_err(), "{bad:?}");
         }
         assert!(parse_filter([("cursor", "x")], false).is_err());
+    }
+
+    #[test]
+    fn a_field_filter_needs_a_bounded_range() {
+        let field = ("field", "/data/object/customer:cus_1");
+        let err = parse_filter([field], true).unwrap_err().to_string();
+        assert!(err.contains("since"), "{err}");
+        let r = parse_filter([field, ("since", "2026-01-01T00:00:00Z")], true);
+        assert!(r.is_err(), "more than 7 days to now");
+        let r = parse_filter(
+            [
+                field,
+                ("since", "2026-01-01T00:00:00Z"),
+                ("until", "2026-01-02T00:00:00Z"),
+            ],
+            true,
+        )
+        .unwrap();
+        let f = r.filter.field.unwrap();
+        assert_eq!(
+            (f.pointer.as_str(), f.value.as_str()),
+            ("/data/object/customer", "cus_1")
+        );
+        for bad in ["customer:cus_1", "/a:", "/a", ":x"] {
+            assert!(parse_filter([("field", bad)], true).is_err(), "{bad}");
+        }
+        // Replay takes no field.
+        assert!(parse_filter([field], false).is_err());
     }
 }

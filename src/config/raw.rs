@@ -366,6 +366,10 @@ pub struct RawSource {
     /// type is: a locator, or a list whose values are joined with `.`.
     /// Routing (`events`) matches on it.
     pub event_type: Option<OneOrMany>,
+    /// Replaces (or supplies) where the id of the provider object the event
+    /// is about is (`"json:/data/object/id"`): stored with each event and
+    /// searched by `GET /admin/events?object=…` and the console.
+    pub object_id: Option<String>,
     // The schemes' own tables; each is documented (and checked) in its
     // scheme's file under `verify/schemes/`.
     /// PayPal: webhook id and certificate settings.

@@ -366,6 +366,7 @@ impl Dedup {
                 event_type: facts.event_type,
                 key_index: v.key_index().and_then(|i| i32::try_from(i).ok()),
                 provider_ts: v.provider_timestamp(),
+                object_id: facts.object_id,
                 recovered: v.recovered(),
             },
             // Set by the writer, which reserves room on the delivery lanes.

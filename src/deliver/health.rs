@@ -65,6 +65,10 @@ pub struct TargetHealth {
     /// Failed attempts in a row (also counted while healthy, below the
     /// threshold).
     streak: u64,
+    /// When an attempt last succeeded, and when one last failed and why
+    /// (the console's overview).
+    last_success: Option<Millis>,
+    last_failure: Option<(Millis, String)>,
 }
 
 impl Default for TargetHealth {
@@ -72,6 +76,8 @@ impl Default for TargetHealth {
         Self {
             state: State::Healthy,
             streak: 0,
+            last_success: None,
+            last_failure: None,
         }
     }
 }
@@ -80,6 +86,7 @@ impl TargetHealth {
     /// A failed attempt at `now` with `error`.
     pub fn failed(&mut self, now: Millis, error: &str) -> Change {
         self.streak += 1;
+        self.last_failure = Some((now, error.to_owned()));
         match &mut self.state {
             State::Failing {
                 since,
@@ -121,6 +128,7 @@ impl TargetHealth {
     /// A delivered attempt at `now`.
     pub fn delivered(&mut self, now: Millis) -> Change {
         self.streak = 0;
+        self.last_success = Some(now);
         match &self.state {
             State::Failing {
                 since, failures, ..
@@ -206,15 +214,25 @@ impl Health {
 
     /// `/stats`'s view of `target`: `{"state": "healthy"}`, or `failing`
     /// with `since`, `failed_attempts` and `last_error`, or `recovering`
-    /// with `since`. A target that made no attempt yet is healthy.
+    /// with `since`; with `last_success` and `last_failure` (`at`,
+    /// `error`) as this process saw them. A target that made no attempt
+    /// yet is healthy.
     pub fn doc(&self, target: &str, now: Millis) -> Value {
-        let state = self
+        let (state, last_success, last_failure) = self
             .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get_mut(target)
-            .map(|h| h.state(now))
-            .unwrap_or(State::Healthy);
+            .map(|h| (h.state(now), h.last_success, h.last_failure.clone()))
+            .unwrap_or((State::Healthy, None, None));
+        let mut doc = Self::state_doc(state);
+        doc["last_success"] = json!(last_success.map(Millis::rfc3339));
+        doc["last_failure"] =
+            json!(last_failure.map(|(at, error)| json!({"at": at.rfc3339(), "error": error})));
+        doc
+    }
+
+    fn state_doc(state: State) -> Value {
         match state {
             State::Healthy => json!({"state": "healthy"}),
             State::Failing {

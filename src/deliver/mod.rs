@@ -534,7 +534,7 @@ async fn attempt(
         return None;
     }
     ctx.counters
-        .delivery(&row.source, &t.target.name, counted(rec.next));
+        .delivery(&row.source, &t.target.name, counted(rec.next), latency_ms);
     after_recorded(ctx, t, &rec, recovered).await;
     if rec.next == NextState::Dead {
         let reason = retry::dead_reason(&t.target.retry, row.received_at, Millis::now(), &failure);

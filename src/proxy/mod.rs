@@ -305,6 +305,9 @@ async fn call(state: &AppState, api: &Api, req: &Forward) -> Result<Answer, Forw
     .await;
     metrics::histogram!("hookgate_api_upstream_duration_seconds", "api" => api.name.clone())
         .record(started.elapsed().as_secs_f64());
+    state
+        .counters
+        .api_latency(&api.name, started.elapsed().as_millis() as i64);
     if let Err(e) = &result {
         tracing::warn!(api = api.name, error = %e, "upstream call failed");
     }

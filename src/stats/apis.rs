@@ -31,7 +31,19 @@ pub enum ApiOutcome {
     BadRequest,
 }
 
-pub(super) type ApiCells = [AtomicI64; ApiOutcome::ALL.len()];
+/// An API's outcome counters and its upstream latency histogram.
+#[derive(Default)]
+pub(super) struct ApiCells {
+    outcomes: [AtomicI64; ApiOutcome::ALL.len()],
+    latency: super::latency::Cells,
+}
+
+impl std::ops::Index<usize> for ApiCells {
+    type Output = AtomicI64;
+    fn index(&self, i: usize) -> &AtomicI64 {
+        &self.outcomes[i]
+    }
+}
 
 impl ApiOutcome {
     /// `ALL[o as usize] == o`.
@@ -81,6 +93,13 @@ impl Counters {
         }
     }
 
+    /// Records one upstream call of API `api` that took `ms` to answer.
+    pub fn api_latency(&self, api: &str, ms: i64) {
+        if let Some(c) = self.apis.load().get(api) {
+            c.latency.observe(ms);
+        }
+    }
+
     pub(super) fn collect_apis(
         &self,
         read: &dyn Fn(&AtomicI64) -> i64,
@@ -91,6 +110,16 @@ impl Counters {
                 let v = read(&cells[o as usize]);
                 if v != 0 {
                     out.push((api.clone(), o.counter_name(), v));
+                }
+            }
+            for (i, cell) in cells.latency.0.iter().enumerate() {
+                let v = read(cell);
+                if v != 0 {
+                    out.push((
+                        api.clone(),
+                        format!("api.{}", super::latency::bucket_name(i)),
+                        v,
+                    ));
                 }
             }
         }
@@ -105,6 +134,12 @@ pub(super) fn api_cell<'m>(
 ) -> Option<&'m AtomicI64> {
     {
         let cells = apis.get(api)?;
+        if let Some(i) = name
+            .strip_prefix("api.")
+            .and_then(super::latency::bucket_of_name)
+        {
+            return Some(&cells.latency.0[i]);
+        }
         let o = ApiOutcome::ALL
             .into_iter()
             .find(|o| o.counter_name() == name)?;

@@ -12,6 +12,7 @@
 
 pub mod apis;
 pub mod families;
+pub mod latency;
 mod names;
 pub mod requests;
 
@@ -58,6 +59,8 @@ const COUNTERS: [(Counter, &str); 10] = [
 struct TargetCounters {
     /// Indexed by `DeliveryOutcome as usize`.
     by_outcome: [AtomicI64; DeliveryOutcome::ALL.len()],
+    /// Attempt latency (`targets.<name>.latency_le_<ms>`).
+    latency: latency::Cells,
 }
 
 #[derive(Default)]
@@ -245,12 +248,13 @@ impl Counters {
         }
     }
 
-    /// Counts one finished delivery attempt.
-    pub fn delivery(&self, source: &str, target: &str, outcome: DeliveryOutcome) {
+    /// Counts one finished delivery attempt that took `latency_ms`.
+    pub fn delivery(&self, source: &str, target: &str, outcome: DeliveryOutcome, latency_ms: i64) {
         let sources = self.sources.load();
         let Some(t) = sources.get(source).and_then(|s| s.targets.get(target)) else {
             return;
         };
+        t.latency.observe(latency_ms);
         t.by_outcome[outcome as usize].fetch_add(1, Ordering::Relaxed);
         if outcome == DeliveryOutcome::Dead {
             t.by_outcome[DeliveryOutcome::Failed as usize].fetch_add(1, Ordering::Relaxed);
@@ -316,6 +320,12 @@ impl Counters {
                 for o in DeliveryOutcome::ALL {
                     push(o.counter_name(target), read(&t.by_outcome[o as usize]));
                 }
+                for (i, cell) in t.latency.0.iter().enumerate() {
+                    push(
+                        format!("targets.{target}.{}", latency::bucket_name(i)),
+                        read(cell),
+                    );
+                }
             }
             for (t, v) in s.types.read(take) {
                 push(format!("{TYPE_PREFIX}{t}"), v);
@@ -343,6 +353,9 @@ impl Counters {
             return Some(&s.rejected[*r as usize]);
         }
         let (target, what) = name.strip_prefix("targets.")?.rsplit_once('.')?;
+        if let Some(i) = latency::bucket_of_name(what) {
+            return Some(&s.targets.get(target)?.latency.0[i]);
+        }
         let o = DeliveryOutcome::ALL
             .into_iter()
             .find(|o| o.as_str() == what)?;

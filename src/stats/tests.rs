@@ -46,8 +46,8 @@ fn an_outcome_counts_received_and_its_own_counter() {
 #[test]
 fn a_dead_delivery_is_also_a_failed_attempt() {
     let c = counters();
-    c.delivery("stripe", "billing", DeliveryOutcome::Dead);
-    c.delivery("stripe", "billing", DeliveryOutcome::Delivered);
+    c.delivery("stripe", "billing", DeliveryOutcome::Dead, 12);
+    c.delivery("stripe", "billing", DeliveryOutcome::Delivered, 12);
     let mut got = c.collect(true);
     got.sort();
     let names: Vec<_> = got.iter().map(|(_, n, v)| (n.as_str(), *v)).collect();
@@ -183,7 +183,7 @@ fn excess_types_are_the_lowest_counts_beyond_the_cap_never_other() {
 fn a_reload_adds_counters_and_keeps_the_counts_already_made() {
     let c = Counters::new([("stripe", &["a".to_owned()][..])]);
     c.record("stripe", Outcome::New);
-    c.delivery("stripe", "a", DeliveryOutcome::Delivered);
+    c.delivery("stripe", "a", DeliveryOutcome::Delivered, 12);
     // Unknown before the reload: not counted.
     c.record("github", Outcome::New);
     c.extend(
@@ -195,8 +195,8 @@ fn a_reload_adds_counters_and_keeps_the_counts_already_made() {
     );
     c.record("stripe", Outcome::New);
     c.record("github", Outcome::New);
-    c.delivery("stripe", "b", DeliveryOutcome::Delivered);
-    c.delivery("stripe", "a", DeliveryOutcome::Delivered);
+    c.delivery("stripe", "b", DeliveryOutcome::Delivered, 12);
+    c.delivery("stripe", "a", DeliveryOutcome::Delivered, 12);
     c.api("payments", crate::stats::apis::ApiOutcome::Passthrough);
     let got: std::collections::HashMap<(String, String), i64> = c
         .collect(false)

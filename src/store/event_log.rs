@@ -84,6 +84,9 @@ pub struct EventFacts {
     pub event_type: Option<String>,
     pub key_index: Option<i32>,
     pub provider_ts: Option<i64>,
+    /// The provider object the event is about (`object_id` locator;
+    /// `verify::facts::object_id`), searched by the console.
+    pub object_id: Option<String>,
     pub recovered: bool,
 }
 

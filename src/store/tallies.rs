@@ -9,8 +9,9 @@
 use super::StoreError;
 use async_trait::async_trait;
 
-/// Per-minute counters older than this many minutes are deleted.
-pub const MINUTES_KEPT: i64 = 2 * 24 * 60;
+/// Per-minute counters older than this many minutes are deleted: the
+/// console's longest window (7 days).
+pub const MINUTES_KEPT: i64 = 7 * 24 * 60;
 
 /// Deliveries grouped by source, target and state (`retrying` = pending
 /// with at least one failed attempt).

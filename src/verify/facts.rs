@@ -54,6 +54,33 @@ fn clean(raw: String) -> Option<String> {
     (!clean.is_empty()).then_some(clean)
 }
 
+/// Longest object id kept as it is, in bytes; a longer one is stored as
+/// `sha256:<hex>` (as ordering keys are), so an index entry stays small and
+/// a search for the same long value still finds it.
+pub const MAX_OBJECT_ID: usize = 200;
+
+/// The id of the provider object the event is about, per the provider's (or
+/// the source's) `object_id` locator; `None` when it defines none or the
+/// event holds none.
+pub fn object_id(provider: &Provider, fields: &Fields<'_>) -> Option<String> {
+    let v = fields.lookup(provider.object_id.as_ref()?, &[])?;
+    stored_object_id(v.trim())
+}
+
+/// How an object id is stored and searched: trimmed, empty as none, longer
+/// than [`MAX_OBJECT_ID`] as its hash.
+pub fn stored_object_id(v: &str) -> Option<String> {
+    if v.is_empty() {
+        return None;
+    }
+    if v.len() <= MAX_OBJECT_ID {
+        return Some(v.to_owned());
+    }
+    use sha2::Digest;
+    let digest: [u8; 32] = sha2::Sha256::digest(v.as_bytes()).into();
+    Some(format!("sha256:{}", hex::encode(digest)))
+}
+
 /// The provider's signed timestamp in unix seconds, where the provider
 /// declares one (`[timestamp]`).
 pub fn provider_timestamp(provider: &Provider, fields: &Fields<'_>) -> Option<i64> {

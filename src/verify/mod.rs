@@ -86,6 +86,8 @@ pub struct Facts {
     pub headers: StoredHeaders,
     /// The provider's event type, where it defines one (`event_type` locator).
     pub event_type: Option<String>,
+    /// The provider object the event is about (`object_id` locator).
+    pub object_id: Option<String>,
     /// The source's targets whose routes match (see [`router`]; none:
     /// stored, counted `unrouted`, delivered nowhere), with their ordering keys.
     pub routed: router::Routed,
@@ -121,11 +123,13 @@ impl RequestParts {
         }
         let fields = fields_of(source, &self.headers, body, &self.query).with_walk(self.json);
         let event_type = facts::event_type(&source.provider, &fields);
+        let object_id = facts::object_id(&source.provider, &fields);
         let routed = source.routes.select(event_type.as_deref(), &fields);
         drop(fields);
         Facts {
             headers: forwarded_headers::forwardable(self.headers, &source.withheld),
             event_type,
+            object_id,
             routed,
         }
     }
@@ -143,6 +147,8 @@ impl RequestParts {
         Facts {
             headers: forwarded_headers::forwardable(self.headers, &withheld),
             event_type,
+            // The provider's locator is relative to its envelope, not to an item.
+            object_id: None,
             routed,
         }
     }
@@ -154,6 +160,7 @@ impl Default for Facts {
         Self {
             headers: StoredHeaders::default(),
             event_type: None,
+            object_id: None,
             routed: router::Routed::default(),
         }
     }
@@ -197,9 +204,10 @@ impl Verified {
     ) -> Self {
         // Routed like a received event: on its type and body fields.
         let no_headers = HeaderMap::new();
-        let routed = source
-            .routes
-            .select(event_type.as_deref(), &Fields::new(&no_headers, &body));
+        let fields = Fields::new(&no_headers, &body);
+        let routed = source.routes.select(event_type.as_deref(), &fields);
+        let object_id = facts::object_id(&source.provider, &fields);
+        drop(fields);
         Self {
             source: source.clone(),
             event_id,
@@ -214,6 +222,7 @@ impl Verified {
             facts: FactsSource::Known(Box::new(Facts {
                 headers: recovered_headers(),
                 event_type,
+                object_id,
                 routed,
             })),
         }

@@ -27,6 +27,7 @@ pub struct SourceOverrides<'a> {
     pub signature: Option<&'a SignatureOverrides>,
     pub event_id: Option<&'a EventIdSpec>,
     pub event_type: Option<&'a OneOrMany>,
+    pub object_id: Option<&'a str>,
 }
 
 /// Where an event's type is: the first part names it, each later part
@@ -71,6 +72,8 @@ pub struct Provider {
     /// Where the event type is, if the provider (or the source) defines
     /// one: one lookup, or several whose values are joined with `.`.
     pub event_type: Option<TypeRule>,
+    /// Where the id of the object the event is about is (`object_id`).
+    pub object_id: Option<Lookup>,
     pub response: Response,
     pub controls: Vec<Control>,
     /// Where a batch body's items are, for sources that admit them one by
@@ -236,6 +239,22 @@ impl Split {
     }
 }
 
+/// An `object_id` locator: a header, json, form or query one (a value of
+/// the signature header says nothing about the object).
+fn check_object_id(text: &str) -> Result<Lookup, String> {
+    let lookup = Lookup::parse(text)?;
+    if lookup
+        .alternatives
+        .iter()
+        .any(|l| matches!(l, super::locator::Locator::Signature(_)))
+    {
+        return Err(format!(
+            "`{text}`: use a header, json, form or query locator"
+        ));
+    }
+    Ok(lookup)
+}
+
 /// The JSON pointer of a `split` locator (`json:/entry`; `json:` alone:
 /// the body is the array); no `*`.
 fn split_pointer(at: &str) -> Result<String, String> {
@@ -264,6 +283,9 @@ impl Provider {
         let (overrides, event_id) = (o.signature, o.event_id);
         if let Some(t) = o.event_type {
             f.event_type = Some(t.clone());
+        }
+        if let Some(t) = o.object_id {
+            f.object_id = Some(t.to_owned());
         }
         if let Some(o) = overrides {
             let s = &mut f.signature;
@@ -309,6 +331,12 @@ impl Provider {
             .map(TypeRule::parse)
             .transpose()
             .map_err(|e| format!("event_type: {e}"))?;
+        let object_id = f
+            .object_id
+            .as_deref()
+            .map(check_object_id)
+            .transpose()
+            .map_err(|e| format!("object_id: {e}"))?;
         let response = check_response(
             f.response.status,
             &f.response.body,
@@ -380,6 +408,7 @@ impl Provider {
                 .iter()
                 .chain(&event_id.composite)
                 .chain(event_type.iter().flat_map(|t| &t.parts))
+                .chain(&object_id)
                 .chain(timestamp.as_ref().map(|t| &t.from))
                 .chain(controls.iter().map(|c| &c.when)),
         );
@@ -394,6 +423,7 @@ impl Provider {
             timestamp,
             event_id,
             event_type,
+            object_id,
             response,
             controls,
             split,

@@ -35,6 +35,11 @@ pub(super) struct ProviderFile {
     /// `["header:X-GitHub-Event", "json:/action"]` gives `issues.opened`).
     /// Routed on and shown by the admin console, never verified.
     pub(super) event_type: Option<OneOrMany>,
+    /// Where the id of the provider object the event is about is
+    /// (`json:/data/object/id` for Stripe): stored with the event and
+    /// searched by the console (`GET /admin/events?object=…`). A header,
+    /// json, form or query locator; never verified.
+    pub(super) object_id: Option<String>,
     pub(super) signature: SignatureSpec,
     pub(super) timestamp: Option<TimestampSpec>,
     pub(super) event_id: EventIdSpec,

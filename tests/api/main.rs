@@ -4,6 +4,7 @@
 mod helpers;
 
 mod admin_events;
+mod admin_find;
 mod availability;
 mod backup;
 mod body_dedup;

@@ -231,7 +231,8 @@ max_attempts = 1
   const ids = ['evt_browser_001', 'evt_browser_002', 'evt_browser_found'];
   await step('signed events are accepted', async () => {
     for (const [i, id] of ids.entries()) {
-      const body = JSON.stringify({ id, object: 'event', type: i === 2 ? 'invoice.paid' : 'charge.succeeded' });
+      const body = JSON.stringify({ id, object: 'event', type: i === 2 ? 'invoice.paid' : 'charge.succeeded',
+        data: { object: { id: `pi_browser_${i}`, customer: 'cus_browser' } } });
       const r = await fetch(`${base}/webhooks/stripe`, { method: 'POST', headers: stripeHeaders(body), body });
       assert(r.status === 200 && r.headers.get('hookgate-dedup') === 'new', `event ${id}: ${r.status}`);
     }
@@ -286,6 +287,30 @@ max_attempts = 1
     await page.screenshot({ path: join(ARTIFACTS, 'overview.png'), fullPage: true });
   });
 
+  await step('overview lists a healthy and a failing target with their numbers', async () => {
+    // flaky answered 500 three times in a row: failing; billing delivered.
+    await page.locator('#targets-table tr[data-target=billing] td[data-health=healthy]').waitFor();
+    await page.locator('#targets-table tr[data-target=flaky] td[data-health=failing]', { hasText: 'failing since' }).waitFor();
+    const flaky = await page.locator('#targets-table tr[data-target=flaky]').innerText();
+    assert(flaky.includes('0 %'), `flaky success rate: ${flaky}`);
+    await until(async () => (await page.locator('#targets-table tr[data-target=billing]').innerText()).includes('100 %'),
+      'billing success rate (counters flushed)', 20_000);
+    assert(await page.locator('#targets-table tr[data-target=billing] svg.chart').count() === 1, 'a chart per target');
+    await page.screenshot({ path: join(ARTIFACTS, 'overview-targets.png'), fullPage: true });
+  });
+
+  await step('the chart window changes and reads the series API', async () => {
+    const asked = requests.length;
+    await page.click('.window button[data-window="24h"]');
+    await page.locator('.window button.active[data-window="24h"]').waitFor();
+    assert(requests.slice(asked).some((u) => u.includes('/admin/stats/series?window=24h')), 'series asked for 24h');
+    // 24 h in 10-minute buckets: the axis says so, the points carry tooltips.
+    await page.locator('#sources-table tr[data-source=stripe] svg.chart text', { hasText: 'per 10 min' }).waitFor();
+    const tip = await page.locator('#sources-table tr[data-source=stripe] svg.chart circle.received title').first().textContent();
+    assert(/\d{4}-\d\d-\d\d \d\d:\d\dZ \+10 min: \d+ received/.test(tip), tip);
+    await page.screenshot({ path: join(ARTIFACTS, 'overview-24h.png'), fullPage: true });
+  });
+
   await step('overview shows whether each source\'s event id and type are signed', async () => {
     const cover = async (source, fact) => {
       const tag = page.locator('#sources-table tbody tr', { hasText: source }).locator(`span.cover[data-fact=${fact}]`);
@@ -316,6 +341,22 @@ max_attempts = 1
     await until(async () => (await page.locator('#events-table tbody tr').count()) === 1
       && (await page.locator('#events-table tbody').innerText()).includes('evt_browser_found'), 'one search hit');
     await page.screenshot({ path: join(ARTIFACTS, 'events.png'), fullPage: true });
+  });
+
+  await step('finds events by the object they are about', async () => {
+    await page.goto(`${base}/console/#/events`);
+    await page.locator('#events-table tbody tr').first().waitFor();
+    await page.fill('#events-filter-q', '');
+    await page.fill('#events-filter-object', 'pi_browser_1');
+    await page.press('#events-filter-object', 'Enter');
+    await until(async () => (await page.locator('#events-table tbody tr').count()) === 1
+      && (await page.locator('#events-table tbody').innerText()).includes('evt_browser_002'), 'one object hit');
+    const row = await page.locator('#events-table tbody tr').innerText();
+    assert(/1 attempt\b/.test(row) && !row.includes('×'), `attempts, not deliveries: ${row}`);
+    await page.screenshot({ path: join(ARTIFACTS, 'events-by-object.png'), fullPage: true });
+    await page.fill('#events-filter-object', '');
+    await page.press('#events-filter-object', 'Enter');
+    await page.click('nav a[data-view=events]');
   });
 
   await step('event detail shows attempts per target and redacted headers', async () => {
@@ -419,7 +460,7 @@ async function finish() {
   for (const c of cleanups.reverse()) {
     try { await c(); } catch { /* already gone */ }
   }
-  console.log(`${passed} passed, ${failed} failed`);
+  console.log(`${passed} passed, ${failed} failed; screenshots in ${ARTIFACTS}`);
   process.exit(failed ? 1 : 0);
 }
 

@@ -280,13 +280,18 @@ fn source_provider(
         );
         return None;
     };
-    if s.signature.is_none() && s.event_id.is_none() && s.event_type.is_none() {
+    if s.signature.is_none()
+        && s.event_id.is_none()
+        && s.event_type.is_none()
+        && s.object_id.is_none()
+    {
         return Some(base);
     }
     let overrides = SourceOverrides {
         signature: s.signature.as_ref(),
         event_id: s.event_id.as_ref(),
         event_type: s.event_type.as_ref(),
+        object_id: s.object_id.as_deref(),
     };
     match base.customized(&overrides) {
         Ok(p) => Some(Arc::new(p)),
@@ -295,6 +300,8 @@ fn source_provider(
             // the first override the source wrote.
             let k = if e.starts_with("event_type") {
                 "event_type"
+            } else if e.starts_with("object_id") {
+                "object_id"
             } else if s.signature.is_some() {
                 "signature"
             } else {

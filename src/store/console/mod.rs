@@ -90,7 +90,55 @@ pub struct EventFilter {
     pub event_id: Option<String>,
     /// Only events recovered by reconciliation (`true`) or only received ones (`false`).
     pub recovered: Option<bool>,
+    /// The provider object the event is about, exactly (as stored:
+    /// `verify::facts::stored_object_id`).
+    pub object: Option<String>,
+    /// A body field's value; only listed, over a bounded time range, a
+    /// bounded number of events per page ([`FIELD_SCAN`]).
+    pub field: Option<FieldFilter>,
 }
+
+/// `field=/data/object/customer:cus_123`: the JSON pointer and the value
+/// it must hold (a string equal to it, or a number or boolean written so).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldFilter {
+    pub pointer: String,
+    pub value: String,
+}
+
+impl FieldFilter {
+    /// Whether `body` (JSON) holds the value at the pointer.
+    pub fn matches(&self, body: &[u8]) -> bool {
+        let Ok(doc) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return false;
+        };
+        match doc.pointer(&self.pointer) {
+            Some(serde_json::Value::String(s)) => *s == self.value,
+            Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
+                v.to_string() == self.value
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the value appears in a body that holds it as the same bytes:
+    /// JSON writes it unescaped unless it has a quote, a backslash, a `/`
+    /// (may be escaped), a control or a non-ASCII character. Only then can
+    /// the database narrow the candidates by a byte search.
+    pub fn byte_searchable(&self) -> bool {
+        !self.value.is_empty()
+            && self
+                .value
+                .bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && !matches!(b, b'"' | b'\\' | b'/'))
+    }
+}
+
+/// Most events a `field` page examines (newest first, from its cursor):
+/// the page then holds the matches among them, and its cursor goes on from
+/// the last one examined, so a request costs the same however many events
+/// the range holds.
+pub const FIELD_SCAN: i64 = 2000;
 
 /// A position in the newest-first order: the last item seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +195,8 @@ pub struct EventSummary {
     pub conflicts: i64,
     /// Recovered by reconciliation from the provider's API, not received.
     pub recovered: bool,
+    /// The provider object the event is about.
+    pub object_id: Option<String>,
     pub deliveries: Vec<DeliveryInfo>,
 }
 
@@ -282,6 +332,9 @@ pub trait Console: Send + Sync + 'static {
         upto: i64,
         limit: i64,
     ) -> Result<Vec<StreamEvent>, StoreError>;
+    /// When `source`'s newest stored event was received (one probe of the
+    /// source's newest-first index).
+    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError>;
 }
 
 #[cfg(test)]
@@ -299,6 +352,26 @@ mod tests {
         for bad in ["", "abc", "djE6eDoy", "djE6MToyOjM"] {
             assert_eq!(Cursor::decode(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_field_matches_strings_exactly_and_numbers_as_written() {
+        let f = |pointer: &str, value: &str| FieldFilter {
+            pointer: pointer.into(),
+            value: value.into(),
+        };
+        let body = br#"{"data":{"object":{"customer":"cus_1","amount":250,"paid":true}}}"#;
+        assert!(f("/data/object/customer", "cus_1").matches(body));
+        assert!(!f("/data/object/customer", "cus_").matches(body));
+        assert!(f("/data/object/amount", "250").matches(body));
+        assert!(f("/data/object/paid", "true").matches(body));
+        assert!(!f("/data/object", "cus_1").matches(body));
+        assert!(!f("/data/object/customer", "cus_1").matches(b"not json cus_1"));
+        assert!(f("/x", "cus_1").byte_searchable());
+        for escaped in ["caf\u{e9}", "a/b", "a\"b", ""] {
+            assert!(!f("/x", escaped).byte_searchable(), "{escaped}");
+        }
+        assert!(!f("/x", "café").byte_searchable());
     }
 
     #[test]

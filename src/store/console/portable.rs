@@ -6,13 +6,14 @@
 
 use super::sql::{
     ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL,
-    REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql, list_sql,
-    lock_rows, replay_ordered_sql, replay_sql,
+    LAST_ACCEPTED_SQL, LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL,
+    REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql,
+    field_scan_sql, list_sql, lock_rows, replay_ordered_sql, replay_sql, summaries_sql,
 };
 use super::{
     ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,
-    EventFilter, EventPage, EventRecord, EventSummary, MAX_DETAIL_ROWS, MAX_LIMIT, StreamEvent,
+    EventFilter, EventPage, EventRecord, EventSummary, FIELD_SCAN, MAX_DETAIL_ROWS, MAX_LIMIT,
+    StreamEvent,
 };
 use crate::primitives::time::Millis;
 use crate::store::StoreError;
@@ -39,6 +40,7 @@ where
         duplicates: r.try_get(6usize)?,
         conflicts: r.try_get(7usize)?,
         recovered: r.try_get(8usize)?,
+        object_id: r.try_get(9usize)?,
         deliveries: Vec::new(),
     })
 }
@@ -67,6 +69,9 @@ where
         limit: i64,
     ) -> Result<EventPage, StoreError> {
         let limit = limit.clamp(1, MAX_LIMIT);
+        if filter.field.is_some() {
+            return self.list_by_field(filter, after, limit).await;
+        }
         // One extra row tells whether there is a next page.
         let sql = list_sql(filter, after, limit + 1, self.dialect);
         let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
@@ -120,10 +125,10 @@ where
             .await?;
         Ok(Some(EventRecord {
             summary: items.remove(0),
-            headers: r.try_get(9)?,
-            body: r.try_get(10)?,
-            key_index: r.try_get(11)?,
-            provider_ts: r.try_get(12)?,
+            headers: r.try_get(10)?,
+            body: r.try_get(11)?,
+            key_index: r.try_get(12)?,
+            provider_ts: r.try_get(13)?,
             arrivals,
             attempts,
         }))
@@ -252,6 +257,15 @@ where
             .collect()
     }
 
+    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError> {
+        let at: Option<i64> = sqlx::query(LAST_ACCEPTED_SQL)
+            .bind(source)
+            .fetch_one(&self.pool)
+            .await?
+            .try_get(0)?;
+        Ok(at.map(Millis))
+    }
+
     async fn attempts(
         &self,
         source: &str,
@@ -288,6 +302,8 @@ where
     i64: Column<DB>,
     i32: Column<DB>,
     String: Column<DB>,
+    bool: Column<DB>,
+    Vec<u8>: Column<DB>,
     (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
     /// An event's rows of `sql` (`$1` = event pk, `$2` = limit), at most
@@ -304,6 +320,74 @@ where
             .fetch_all(&self.pool)
             .await?;
         Ok(rows.iter().map(read).collect::<Result<_, _>>()?)
+    }
+
+    /// A page of `filter`'s events whose body holds its field: the matches
+    /// among the next [`FIELD_SCAN`] events of the rest of the filter. The
+    /// next cursor is the last match when the page filled up, else the last
+    /// event examined when there may be more; so a page may hold fewer
+    /// than `limit` events (even none) and still have a next one.
+    async fn list_by_field(
+        &self,
+        filter: &EventFilter,
+        after: Option<Cursor>,
+        limit: i64,
+    ) -> Result<EventPage, StoreError> {
+        let Some(field) = &filter.field else {
+            return Ok(EventPage {
+                items: Vec::new(),
+                next: None,
+            });
+        };
+        let sql = field_scan_sql(filter, after, FIELD_SCAN, self.dialect);
+        let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut pks = Vec::new();
+        let mut last_match = None;
+        let mut beyond = false;
+        for r in &rows {
+            let pk: i64 = r.try_get(0)?;
+            let body: Option<Vec<u8>> = r.try_get(2)?;
+            if !body.is_some_and(|b| field.matches(&b)) {
+                continue;
+            }
+            if pks.len() as i64 == limit {
+                // A match beyond the page: the next page starts after the last one.
+                beyond = true;
+                break;
+            }
+            pks.push(pk);
+            last_match = Some(Cursor {
+                received_at: r.try_get(1)?,
+                pk,
+            });
+        }
+        let next = if beyond {
+            last_match
+        } else if rows.len() as i64 == FIELD_SCAN {
+            // The scan stopped short of the range: go on after its last row.
+            match rows.last() {
+                Some(r) => Some(Cursor {
+                    received_at: r.try_get(1)?,
+                    pk: r.try_get(0)?,
+                }),
+                None => None,
+            }
+        } else {
+            None
+        };
+        let mut items = if pks.is_empty() {
+            Vec::new()
+        } else {
+            let sql = summaries_sql(&pks);
+            let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+                .fetch_all(&self.pool)
+                .await?;
+            rows.iter().map(summary).collect::<Result<Vec<_>, _>>()?
+        };
+        self.with_deliveries(&mut items).await?;
+        Ok(EventPage { items, next })
     }
 
     /// Fills in the deliveries of `items`.

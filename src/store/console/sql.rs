@@ -55,6 +55,9 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
     if let Some(r) = f.recovered {
         c.push(if r { "e.recovered" } else { "NOT e.recovered" }.to_owned());
     }
+    if let Some(o) = &f.object {
+        c.push(format!("e.object_id = {}", sql.arg(Arg::Text(o.clone()))));
+    }
     if let Some(id) = &f.event_id {
         c.push(format!("e.event_id = {}", sql.arg(Arg::Text(id.clone()))));
     }
@@ -88,7 +91,7 @@ fn conditions(f: &EventFilter, d: Dialect, sql: &mut Sql, deliveries: bool) -> V
 const SUMMARY_COLUMNS: &str = "e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COALESCE(SUM(a.copies), 0) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN a.copies ELSE 0 END), 0)
-          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered";
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered, e.object_id";
 
 /// One page of events, newest first.
 pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Dialect) -> Sql {
@@ -105,6 +108,53 @@ pub(crate) fn list_sql(f: &EventFilter, after: Option<Cursor>, limit: i64, d: Di
     sql.text = format!(
         "SELECT {SUMMARY_COLUMNS} FROM hookgate_events e {} ORDER BY e.received_at DESC, e.id DESC LIMIT {lim}",
         where_clause(&c)
+    );
+    sql
+}
+
+/// One `field` page's scan: the next `scan` events `f` matches without its
+/// field (newest first, strictly after `after`), each as `id, received_at,
+/// body`, the body only where it may hold the value (all of them when the
+/// value is not byte-searchable: `FieldFilter::byte_searchable`). The
+/// caller checks the field itself.
+pub(crate) fn field_scan_sql(f: &EventFilter, after: Option<Cursor>, scan: i64, d: Dialect) -> Sql {
+    let mut sql = Sql::default();
+    let mut c = conditions(f, d, &mut sql, true);
+    if let Some(cur) = after {
+        let r = sql.arg(Arg::Int(cur.received_at));
+        let p = sql.arg(Arg::Int(cur.pk));
+        c.push(format!("(e.received_at, e.id) < ({r}, {p})"));
+    }
+    let lim = sql.arg(Arg::Int(scan));
+    let body = match f.field.as_ref().filter(|x| x.byte_searchable()) {
+        Some(x) => {
+            let v = sql.arg(Arg::Text(x.value.clone()));
+            let found = match d {
+                Dialect::Postgres => format!("position(convert_to({v}, 'UTF8') in s.body) > 0"),
+                Dialect::Sqlite => format!("instr(s.body, CAST({v} AS BLOB)) > 0"),
+            };
+            format!("CASE WHEN {found} THEN s.body END")
+        }
+        None => "s.body".to_owned(),
+    };
+    sql.text = format!(
+        "SELECT s.id, s.received_at, {body} FROM (
+             SELECT e.id, e.received_at, e.body FROM hookgate_events e {}
+             ORDER BY e.received_at DESC, e.id DESC LIMIT {lim}) s
+         ORDER BY s.received_at DESC, s.id DESC",
+        where_clause(&c)
+    );
+    sql
+}
+
+/// The summaries of the events `pks`, newest first.
+pub(crate) fn summaries_sql(pks: &[i64]) -> Sql {
+    let mut sql = Sql::default();
+    let list: Vec<String> = pks.iter().map(|p| sql.arg(Arg::Int(*p))).collect();
+    sql.text = format!(
+        "SELECT {SUMMARY_COLUMNS} FROM hookgate_events e WHERE e.id IN ({})
+         ORDER BY e.received_at DESC, e.id DESC",
+        list.join(", ")
     );
     sql
 }
@@ -218,7 +268,7 @@ fn where_clause(c: &[String]) -> String {
 pub(crate) const EVENT_SQL: &str = "SELECT e.id, e.source, e.event_id, e.event_type, e.received_at,
     CAST(length(e.body) AS BIGINT), CAST((SELECT COALESCE(SUM(a.copies), 0) FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT),
     CAST((SELECT COALESCE(SUM(CASE WHEN a.conflict THEN a.copies ELSE 0 END), 0)
-          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered,
+          FROM hookgate_arrivals a WHERE a.event_pk = e.id) AS BIGINT), e.recovered, e.object_id,
     e.headers, e.body, e.key_index, e.provider_ts
     FROM hookgate_events e WHERE e.source = $1 AND e.event_id = $2";
 
@@ -292,3 +342,7 @@ pub(crate) const LISTEN_SINCE_SQL: &str =
 pub(crate) const LISTEN_PAGE_SQL: &str = "SELECT e.id, e.event_id, e.event_type, e.received_at,
     e.headers, e.body FROM hookgate_events e
     WHERE e.source = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4";
+
+/// `$1` = source: its newest event's receipt time.
+pub(crate) const LAST_ACCEPTED_SQL: &str =
+    "SELECT MAX(received_at) FROM hookgate_events WHERE source = $1";

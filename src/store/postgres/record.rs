@@ -183,7 +183,7 @@ impl FreshPause {
     }
 }
 
-/// `sql` with the events' columns bound as `$1`..`$10` (each statement
+/// `sql` with the events' columns bound as `$1`..`$11` (each statement
 /// binds `recovered` and the rest itself).
 fn events<'q>(
     sql: &'static str,
@@ -202,6 +202,7 @@ fn events<'q>(
         .bind(column(unique, |e| e.facts.event_type.as_deref()))
         .bind(column(unique, |e| e.facts.key_index))
         .bind(column(unique, |e| e.facts.provider_ts))
+        .bind(column(unique, |e| e.facts.object_id.as_deref()))
 }
 
 fn is_unique_violation(e: &sqlx::Error) -> bool {

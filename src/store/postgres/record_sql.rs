@@ -12,10 +12,10 @@ macro_rules! events_cte {
         "WITH ins AS (
          INSERT INTO hookgate_events
              (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts, recovered)
+              event_type, key_index, provider_ts, object_id, recovered)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
                               $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[], $17::bool[])
+                              $8::text[], $9::int4[], $10::int8[], $11::text[], $18::bool[])
          ON CONFLICT (source, event_id) DO NOTHING
          RETURNING id, source, event_id, received_at
      ), "
@@ -30,7 +30,7 @@ macro_rules! result_tail {
         "
          RETURNING id, event_pk, target, lease_token IS NOT NULL AS leased
      ), woke AS (
-         SELECT pg_notify($14, target)
+         SELECT pg_notify($15, target)
          FROM (SELECT DISTINCT target FROM dl WHERE NOT leased) AS x
      )
      SELECT 0 AS kind, id, source, event_id, NULL::text AS target,
@@ -52,22 +52,22 @@ pub(super) const INSERT_SQL: &str = concat!(
              (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token)
          SELECT ins.id, ins.source, t.target, ins.received_at, ins.received_at,
                 t.lease_until, t.token
-         FROM ins JOIN UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[])
+         FROM ins JOIN UNNEST($12::text[], $13::text[], $14::text[], $16::int8[], $17::text[])
              AS t(source, event_id, target, lease_until, token)
            ON t.source = ins.source AND t.event_id = ins.event_id",
     result_tail!()
 );
 
-/// The events alone, `recovered` as `$11`: the head of [`FRESH_INSERT_SQL`]
+/// The events alone, `recovered` as `$12`: the head of [`FRESH_INSERT_SQL`]
 /// and [`EVENTS_ONLY_SQL`].
 macro_rules! events_insert {
     () => {
         "INSERT INTO hookgate_events
              (source, event_id, body, body_sha256, headers, received_at, expires_at,
-              event_type, key_index, provider_ts, recovered)
+              event_type, key_index, provider_ts, object_id, recovered)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::bytea[], $4::bytea[],
                               $5::text[], $6::int8[], $7::int8[],
-                              $8::text[], $9::int4[], $10::int8[], $11::bool[])"
+                              $8::text[], $9::int4[], $10::int8[], $11::text[], $12::bool[])"
     };
 }
 
@@ -83,9 +83,9 @@ pub(super) const EVENTS_ONLY_SQL: &str = concat!(
      RETURNING 0 AS kind, id, source, event_id, NULL::text AS target"
 );
 
-/// [`INSERT_SQL`] for a batch with ordering keys (`$18`, parallel to the
+/// [`INSERT_SQL`] for a batch with ordering keys (`$19`, parallel to the
 /// delivery arrays: NULL for an unordered target, `''` for an ordered one
-/// whose event has no key, stored as key NULL and sequence 0; `$19` = each
+/// whose event has no key, stored as key NULL and sequence 0; `$20` = each
 /// row's place in the batch's arrival order).
 /// Per (target, key) of the inserted events, `bump` adds the number of new
 /// rows to `hookgate_order_keys.last_seq` and each row takes its number in
@@ -97,8 +97,8 @@ pub(super) const EVENTS_ONLY_SQL: &str = concat!(
 pub(super) const ORDERED_INSERT_SQL: &str = concat!(
     events_cte!(),
     "t AS (
-         SELECT * FROM UNNEST($11::text[], $12::text[], $13::text[], $15::int8[], $16::text[],
-                              $18::text[], $19::int8[])
+         SELECT * FROM UNNEST($12::text[], $13::text[], $14::text[], $16::int8[], $17::text[],
+                              $19::text[], $20::int8[])
              AS t(source, event_id, target, lease_until, token, order_key, arrival)
      ), ord AS (
          SELECT t.target, t.order_key, t.arrival,

@@ -200,7 +200,7 @@ async fn insert_events(
         let mut q = sqlx::QueryBuilder::new(
             "INSERT INTO hookgate_events
                  (source, event_id, body, body_sha256, headers, received_at, expires_at,
-                  event_type, key_index, provider_ts, recovered) ",
+                  event_type, key_index, provider_ts, object_id, recovered) ",
         );
         q.push_values(chunk, |mut row, e| {
             row.push_bind(e.source.as_str())
@@ -214,6 +214,7 @@ async fn insert_events(
                 .push_bind(e.facts.event_type.as_deref())
                 .push_bind(e.facts.key_index)
                 .push_bind(e.facts.provider_ts)
+                .push_bind(e.facts.object_id.as_deref())
                 .push_bind(e.facts.recovered);
         });
         q.push(" ON CONFLICT (source, event_id) DO NOTHING RETURNING id, source, event_id");

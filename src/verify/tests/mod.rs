@@ -202,6 +202,8 @@ fn facts_are_read_from_the_kept_request_when_taken() {
     let mut v = check(&src, &h, &body, t).unwrap();
     let facts = v.take_facts();
     assert_eq!(facts.event_type.as_deref(), Some("invoice.paid"));
+    // Stripe's provider default: `data.object.id`.
+    assert_eq!(facts.object_id.as_deref(), Some("rdr_123"));
     assert_eq!(facts.routed.targets, ["readers", "billing"]);
     let names: Vec<&str> = facts.headers.pairs().map(|(k, _)| k).collect();
     assert!(names.contains(&"stripe-signature"), "{names:?}");
@@ -410,4 +412,43 @@ fn json_event_id_errors_are_clear() {
         assert_eq!(e.to_string(), want);
         assert_eq!(e.status(), 400);
     }
+}
+
+/// `object_id`: a source replaces its provider's locator, signature
+/// locators are refused, and a long value is stored as its hash.
+#[test]
+fn a_source_overrides_the_object_id_and_long_ids_are_hashed() {
+    use crate::verify::provider::SourceOverrides;
+    let stripe = Registry::builtin().get("stripe").unwrap();
+    let custom = stripe
+        .customized(&SourceOverrides {
+            object_id: Some("json:/data/object/customer"),
+            ..Default::default()
+        })
+        .unwrap();
+    let body = br#"{"id":"evt_1","data":{"object":{"id":"pi_1","customer":"cus_9"}}}"#;
+    let h = http::HeaderMap::new();
+    let f = Fields::new(&h, body);
+    assert_eq!(
+        crate::verify::facts::object_id(&stripe, &f).as_deref(),
+        Some("pi_1")
+    );
+    assert_eq!(
+        crate::verify::facts::object_id(&custom, &f).as_deref(),
+        Some("cus_9")
+    );
+    let err = stripe
+        .customized(&SourceOverrides {
+            object_id: Some("signature:t"),
+            ..Default::default()
+        })
+        .unwrap_err();
+    assert!(err.starts_with("object_id:"), "{err}");
+    let long = "x".repeat(crate::verify::facts::MAX_OBJECT_ID + 1);
+    let stored = crate::verify::facts::stored_object_id(&long).unwrap();
+    assert!(
+        stored.starts_with("sha256:") && stored.len() == 71,
+        "{stored}"
+    );
+    assert_eq!(crate::verify::facts::stored_object_id(""), None);
 }
