@@ -12,8 +12,8 @@
 #   --seed N          the fault schedule and the load's choices (printed; replay with it)
 #   --minutes M       minutes of load (short: 1.5)
 #   --replicas R      hookgate replicas (default 3)
-#   --resume-max S    longest allowed kill -9 → resumed delivery (default 180: the
-#                     2-minute delivery lease of today; tighten when leases are short)
+#   --resume-max S    longest allowed kill -9 → resumed delivery (default 15: a dead
+#                     process's leases run out after delivery.lease, 10 s)
 #   --rate R          requests per second of load (default 40)
 #   --out DIR         where the verdict, the fault log and the logs are kept
 #                     (default target/chaos/<seed>)
@@ -30,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-PROFILE=short SEED="" MINUTES="" REPLICAS=3 RESUME_MAX=180 RATE=40 OUT=""
+PROFILE=short SEED="" MINUTES="" REPLICAS=3 RESUME_MAX=15 RATE=40 OUT=""
 while (($#)); do
   case $1 in
     --profile) PROFILE=$2; shift 2 ;;

@@ -264,7 +264,7 @@ async fn arrive(State(s): State<Arc<TargetState>>, headers: HeaderMap, body: Byt
     let t = unix_millis();
     let mode = s.mode.load(Ordering::Relaxed);
     let did = match mode {
-        FLAP if (t / 1000) % 2 == 0 => "refused",
+        FLAP if (t / 1000).is_multiple_of(2) => "refused",
         SLOW => "slow",
         HANG => "hung",
         _ => "ok",

@@ -114,8 +114,11 @@ impl FieldFilter {
         };
         match doc.pointer(&self.pointer) {
             Some(serde_json::Value::String(s)) => *s == self.value,
+            // A number or boolean is compared as its JSON text (`42`, `true`);
+            // `Value == String` would compare it as a JSON string and never match.
             Some(v @ (serde_json::Value::Number(_) | serde_json::Value::Bool(_))) => {
-                v.to_string() == self.value
+                let text = v.to_string();
+                text == self.value
             }
             _ => false,
         }

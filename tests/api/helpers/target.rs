@@ -160,7 +160,7 @@ async fn handle(
     if let Some(d) = hang {
         tokio::time::sleep(d).await;
     }
-    let poisoned = inner.poison.lock().unwrap().iter().any(|p| *p == id);
+    let poisoned = inner.poison.lock().unwrap().contains(&id);
     let ratio = *inner.fail_ratio.lock().unwrap();
     let status = inner
         .plan
