@@ -156,16 +156,6 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Delivery attempts abandoned because this process could not renew the row's lease in time (paused, or cut off from the ledger); another worker sends the row. By target.",
     ),
     (
-        "hookgate_trace_exports_total",
-        Kind::Counter,
-        "OTLP span exports (one batch each) by outcome: ok, error.",
-    ),
-    (
-        "hookgate_trace_spans_dropped_total",
-        Kind::Counter,
-        "Finished spans dropped because the export queue was full (the collector is down or slow).",
-    ),
-    (
         "hookgate_connections_refused_total",
         Kind::Counter,
         "Connections refused at accept, by reason (per_client: the client's connection cap).",

@@ -56,7 +56,8 @@ fn a_dead_delivery_is_also_a_failed_attempt() {
         [
             ("targets.billing.dead", 1),
             ("targets.billing.delivered", 1),
-            ("targets.billing.failed_attempts", 1)
+            ("targets.billing.failed_attempts", 1),
+            ("targets.billing.latency_le_25", 2),
         ]
     );
     assert!(c.collect(false).is_empty(), "take zeroes the counters");
