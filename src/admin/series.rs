@@ -312,18 +312,25 @@ pub async fn handler(
     let points = ceil_div(minutes, step);
     let first = (now.0.div_euclid(60_000).div_euclid(step) - points + 1) * step;
     let config = state.config();
-    let (rows, backlog) = tokio::join!(
+    let (rows, backlog, ledger) = tokio::join!(
         state.store.tallies.minute_counters(first),
-        state.store.console.backlog()
+        state.store.console.backlog(),
+        // Each source's newest event: the read /metrics shares (one
+        // statement for every source, reused for 2 s).
+        state.store.backlog.backlog()
     );
+    let ledger = match ledger {
+        Ok(l) => l,
+        Err(e) => return unavailable(&e),
+    };
     let mut live = Live::default();
     for name in config.sources.keys() {
-        match state.store.console.last_accepted(name).await {
-            Ok(at) => {
-                live.last_accepted.insert(name.clone(), at);
-            }
-            Err(e) => return unavailable(&e),
-        }
+        let at = ledger
+            .last_accepted
+            .iter()
+            .find(|(s, _)| s == name)
+            .map(|(_, at)| *at);
+        live.last_accepted.insert(name.clone(), at);
     }
     for name in config.targets.keys() {
         live.health

@@ -335,9 +335,6 @@ pub trait Console: Send + Sync + 'static {
         upto: i64,
         limit: i64,
     ) -> Result<Vec<StreamEvent>, StoreError>;
-    /// When `source`'s newest stored event was received (one probe of the
-    /// source's newest-first index).
-    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError>;
 }
 
 #[cfg(test)]

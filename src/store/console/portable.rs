@@ -6,9 +6,9 @@
 
 use super::sql::{
     ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    LAST_ACCEPTED_SQL, LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL,
-    REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql,
-    field_scan_sql, list_sql, lock_rows, replay_ordered_sql, replay_sql, summaries_sql,
+    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL,
+    REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql, field_scan_sql,
+    list_sql, lock_rows, replay_ordered_sql, replay_sql, summaries_sql,
 };
 use super::{
     ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,
@@ -255,15 +255,6 @@ where
                 })
             })
             .collect()
-    }
-
-    async fn last_accepted(&self, source: &str) -> Result<Option<Millis>, StoreError> {
-        let at: Option<i64> = sqlx::query(LAST_ACCEPTED_SQL)
-            .bind(source)
-            .fetch_one(&self.pool)
-            .await?
-            .try_get(0)?;
-        Ok(at.map(Millis))
     }
 
     async fn attempts(

@@ -342,7 +342,3 @@ pub(crate) const LISTEN_SINCE_SQL: &str =
 pub(crate) const LISTEN_PAGE_SQL: &str = "SELECT e.id, e.event_id, e.event_type, e.received_at,
     e.headers, e.body FROM hookgate_events e
     WHERE e.source = $1 AND e.id > $2 AND e.id <= $3 ORDER BY e.id LIMIT $4";
-
-/// `$1` = source: its newest event's receipt time.
-pub(crate) const LAST_ACCEPTED_SQL: &str =
-    "SELECT MAX(received_at) FROM hookgate_events WHERE source = $1";
