@@ -163,8 +163,8 @@ fn check_config_names_the_file_and_key_and_fails() {
             "delivery.poll_interval",
         ),
         (
-            "[delivery]\nlease = \"10s\"\n[targets.t]\nurl = \"http://127.0.0.1:9/\"\n",
-            "targets.t.timeout",
+            "[delivery]\nlease = \"6s\"\nheartbeat = \"3s\"\n",
+            "delivery.heartbeat",
         ),
     ];
     for (text, key) in cases {
