@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Times GET /admin/events on a large ledger (issue #10: < 50 ms on 1 M events).
+# Times GET /admin/events on a large ledger (issue #10: < 50 ms on 1 M events),
+# including the object search and the bounded body-field filter (issue #36).
 # Seeds N events (default 1,000,000) with one delivery each into a fresh
 # PostgreSQL database (127.0.0.1:5432, user postgres) with generate_series,
 # starts the gateway on it (delivery off), and prints the best of 5 curl
@@ -51,16 +52,20 @@ start=$(date +%s)
 psql -d "$DB" -q <<SQL
 -- Newest event now, one every 100 ms before it; 1 in 3 from github;
 -- 5 event types; 1 in 100 deliveries dead, 1 in 50 retrying.
+-- Stripe rows carry the object id their source locates (data.object.id);
+-- every body names one of 1,000 customers (the field filter's target).
 INSERT INTO hookgate_events (source, event_id, body, body_sha256, headers, received_at,
-                             expires_at, event_type, key_index)
+                             expires_at, event_type, key_index, object_id)
 SELECT CASE WHEN g % 3 = 0 THEN 'github' ELSE 'stripe' END,
        'evt_' || lpad(g::text, 9, '0'),
-       convert_to('{"id":"evt_' || g || '","type":"charge.succeeded","data":{"object":{"amount":' || g || '}}}', 'UTF8'),
+       convert_to('{"id":"evt_' || g || '","type":"charge.succeeded","data":{"object":{"id":"ch_' || g
+                  || '","customer":"cus_' || (g % 1000) || '","amount":' || g || '}}}', 'UTF8'),
        sha256(g::text::bytea), '[]',
        (extract(epoch FROM now()) * 1000)::bigint - ($N - g) * 100,
        (extract(epoch FROM now()) * 1000)::bigint + 86400000,
        (ARRAY['charge.succeeded','charge.refunded','invoice.paid','customer.created','push'])[1 + g % 5],
-       0
+       0,
+       CASE WHEN g % 3 = 0 THEN NULL ELSE 'ch_' || g END
 FROM generate_series(1, $N) AS g;
 INSERT INTO hookgate_deliveries (event_pk, source, target, state, attempts, next_attempt_at,
                                  last_status, updated_at)
@@ -104,5 +109,8 @@ time_ms "limit=50&state=dead" "state=dead (1 %)"
 time_ms "limit=50&target=billing&state=retrying" "target=billing&state=retrying (2 %)"
 time_ms "limit=50&q=evt_0004200" "q=evt_0004200 (prefix)"
 time_ms "limit=50&since=$since&source=stripe" "since=-2h&source=stripe"
+time_ms "limit=50&object=ch_$((N / 2 + 1 - (N / 2 + 1) % 3 + 1))" "object=ch_… (one event, mid-ledger)"
+time_ms "limit=50&since=$since&field=/data/object/customer:cus_7" "since=-2h&field=customer (1 in 1000)"
+time_ms "limit=50&since=$since&source=stripe&field=/data/object/customer:cus_7" "…&source=stripe&field=customer"
 time_ms "limit=50&cursor=$deep" "deep cursor (middle of the ledger)"
 time_ms "limit=50&cursor=$deep&state=dead" "deep cursor + state=dead"

@@ -20,6 +20,8 @@ command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] |
 # The reverse-proxy test (tests/api/reverse_proxy.rs) runs nginx with TLS.
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# A clock-step test (tests/api/crash_recovery.rs) runs one gateway under libfaketime.
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(libfaketime)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "installing ${missing[*]}"
   as_root apt-get update -qq

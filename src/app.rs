@@ -63,6 +63,7 @@ impl App {
             None => None,
         };
         let store = open_ledger(&config).await?;
+        let clock_apart = take_ledger_clock(&store).await;
         let cache: Arc<dyn ClaimCache> = match &config.storage.redis_url {
             Some(url) => Arc::new(
                 RedisCache::connect(url, config.storage.redis_timeout)
@@ -109,6 +110,11 @@ impl App {
         let mut background = JoinSet::new();
         let (arrivals, arrivals_writer) = Arrivals::start(store.event_log.clone(), stop.clone());
         background.spawn(arrivals_writer);
+        background.spawn(store::clock::follow(
+            store.backend.clone(),
+            clock_apart,
+            stop.clone(),
+        ));
         background.spawn(flush_loop(
             counters.clone(),
             store.tallies.clone(),
@@ -400,6 +406,17 @@ async fn open_ledger(config: &Config) -> anyhow::Result<Store> {
             .with_context(|| format!("migrating {}", db.display()))?;
     }
     Ok(store)
+}
+
+/// Takes the shared ledger's clock before anything is timed by it (see
+/// `primitives::time::follow_ledger_clock`); returns whether the first
+/// sample was logged as far from this machine's clock.
+async fn take_ledger_clock(store: &Store) -> bool {
+    let mut apart = false;
+    if let Err(e) = store::clock::sample(store.backend.as_ref(), &mut apart).await {
+        tracing::warn!(error = %e, "could not read the ledger's clock: using this machine's until it answers");
+    }
+    apart
 }
 
 /// Adds this instance's counter deltas to the ledger every `every` until

@@ -8,7 +8,9 @@
 
 use std::fmt;
 use std::ops::{Add, Sub};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Milliseconds since the unix epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, sqlx::Type)]
@@ -16,8 +18,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub struct Millis(pub i64);
 
 impl Millis {
-    /// The current wall-clock time (the epoch if the clock is before it).
+    /// The current time: this machine's wall clock, or, once the process
+    /// follows a shared ledger's clock ([`follow_ledger_clock`]), the
+    /// ledger's time carried forward by the monotonic clock.
     pub fn now() -> Self {
+        PROCESS_CLOCK.now()
+    }
+
+    /// This machine's wall clock (the epoch if the clock is before it).
+    pub fn wall() -> Self {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(Self(0), |d| Self(duration_ms(d)))
@@ -72,6 +81,65 @@ impl Millis {
     pub fn saturating_sub(self, earlier: Millis) -> Duration {
         Duration::from_millis(self.0.saturating_sub(earlier.0).max(0) as u64)
     }
+}
+
+/// Where [`Millis::now`] reads the time.
+///
+/// Replicas on one PostgreSQL ledger compare times each of them wrote: a
+/// delivery's lease (`lease_until`), its next attempt, a dedup window's end.
+/// If each used its own wall clock, one replica whose clock steps forward
+/// (a bad NTP step, a VM resumed from a snapshot) would see the others'
+/// leases as run out and send what they are sending. So a process on a
+/// shared ledger takes its time from the ledger's server: it samples the
+/// server's clock now and then, and between samples advances it by its own
+/// monotonic clock, which a step of the wall clock does not move. A
+/// single-process ledger (SQLite) keeps the wall clock.
+struct Clock {
+    /// Whether [`Clock::offset_ms`] is set (a sample was taken).
+    following: AtomicBool,
+    /// The followed clock's time at [`Clock::base`], in ms.
+    offset_ms: AtomicI64,
+    base: Instant,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            following: AtomicBool::new(false),
+            offset_ms: AtomicI64::new(0),
+            base: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> Millis {
+        if !self.following.load(Ordering::Acquire) {
+            return Millis::wall();
+        }
+        let since = duration_ms(self.base.elapsed());
+        Millis(self.offset_ms.load(Ordering::Relaxed).saturating_add(since))
+    }
+
+    /// Follows a clock that read `at` somewhere between `sent` and
+    /// `answered` (taken as the midpoint). Returns how far that clock is
+    /// ahead of this machine's wall clock.
+    fn follow(&self, at: Millis, sent: Instant, answered: Instant) -> Duration {
+        let mid = sent + answered.saturating_duration_since(sent) / 2;
+        let since = duration_ms(mid.saturating_duration_since(self.base));
+        self.offset_ms
+            .store(at.0.saturating_sub(since), Ordering::Relaxed);
+        self.following.store(true, Ordering::Release);
+        let wall = Millis::wall().0 - duration_ms(answered.elapsed());
+        Duration::from_millis(at.0.abs_diff(wall))
+    }
+}
+
+static PROCESS_CLOCK: LazyLock<Clock> = LazyLock::new(Clock::new);
+
+/// Makes [`Millis::now`] follow the ledger's clock, read as `at` by a
+/// statement sent at `sent` and answered at `answered`. Returns how far the
+/// ledger's clock is from this machine's wall clock (either way).
+pub fn follow_ledger_clock(at: Millis, sent: Instant, answered: Instant) -> Duration {
+    PROCESS_CLOCK.follow(at, sent, answered)
 }
 
 /// Whole milliseconds of `d`, saturating at `i64::MAX`.
@@ -150,6 +218,29 @@ mod tests {
         ] {
             assert_eq!(Millis::parse_rfc3339(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn a_followed_clock_moves_with_the_monotonic_clock_not_the_wall() {
+        let c = Clock::new();
+        let wall = Millis::wall();
+        assert!(c.now().saturating_sub(wall) < Duration::from_secs(1));
+        // A ledger 90 s ahead, read by a statement that took 20 ms.
+        let sent = Instant::now();
+        let answered = sent + Duration::from_millis(20);
+        let ahead = c.follow(Millis(wall.0 + 90_000), sent, answered);
+        assert!(ahead.abs_diff(Duration::from_secs(90)) < Duration::from_secs(1));
+        let t0 = c.now();
+        assert!(
+            t0.0 - wall.0 >= 89_000 && t0.0 - wall.0 <= 91_000,
+            "{t0} {wall}"
+        );
+        std::thread::sleep(Duration::from_millis(30));
+        let t1 = c.now();
+        assert!(t1.0 - t0.0 >= 30 && t1.0 - t0.0 < 1_000, "{t0} {t1}");
+        // A later sample replaces the offset.
+        c.follow(wall, Instant::now(), Instant::now());
+        assert!(c.now().0 - wall.0 < 2_000);
     }
 
     #[test]

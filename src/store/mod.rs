@@ -20,6 +20,7 @@
 
 pub mod backlog;
 pub mod body_hashes;
+pub mod clock;
 
 /// Most rows one purge statement deletes; purges loop over batches so a
 /// backlog (a long outage, a lowered `dedup_window`) never becomes one
@@ -131,6 +132,11 @@ pub trait Backend: Send + Sync + 'static {
     async fn migrate(&self) -> Result<(), StoreError>;
     /// One round trip that proves the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// The database server's clock when replicas share the ledger
+    /// (PostgreSQL), which they then all follow
+    /// (`primitives::time::follow_ledger_clock`); `None` for a ledger one
+    /// process opens (SQLite), which keeps the wall clock.
+    async fn clock(&self) -> Result<Option<crate::primitives::time::Millis>, StoreError>;
 }
 
 /// One ledger's capabilities, each a handle to the same database; cheap to

@@ -233,3 +233,74 @@ async fn a_request_slower_than_the_lease_is_not_taken_by_another_replica() {
     assert_eq!(per_id.len(), N, "{per_id:?}");
     assert!(per_id.values().all(|n| *n == 1), "sent twice: {per_id:?}");
 }
+
+/// The libfaketime preload library, when installed (Debian `libfaketime`;
+/// scripts/test.sh installs it).
+fn faketime_lib() -> Option<String> {
+    let dir = std::fs::read_dir("/usr/lib").ok()?;
+    dir.flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.exists())
+        .map(|p| p.display().to_string())
+}
+
+/// Replicas on one PostgreSQL ledger keep its clock, not their own: a
+/// replica whose wall clock runs 90 s ahead (libfaketime, that process
+/// only, monotonic time untouched) neither takes the rows another replica
+/// holds leased (their `lease_until` would look long past to its own clock)
+/// nor stamps its events 90 s into the future.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_whose_clock_runs_ahead_keeps_the_ledgers_time() {
+    const N: usize = 3;
+    let lib = faketime_lib().expect("libfaketime is installed (scripts/test.sh)");
+    let target = TestTarget::start().await;
+    target.hang(Some(Duration::from_secs(5)));
+    let db = TestDb::create(Backend::Production).await;
+    let prefix = unique_prefix();
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "timeout = \"30s\"");
+    opts.lease = "3s";
+    opts.heartbeat = Some("500ms");
+    let first = Gateway::start(&opts, &db, &prefix).await;
+    let client = reqwest::Client::new();
+    for i in 0..N {
+        let id = format!("evt_held_{i}");
+        let r = post_to(&client, &first.url("/webhooks/stripe"), &id).await;
+        assert_eq!(r.unwrap().status(), 200);
+    }
+    // The first replica holds all three (the target answers after 5 s).
+    let taken = eventually(Duration::from_secs(10), || async {
+        target.arrivals().len() == N
+    })
+    .await;
+    assert!(taken, "the first replica sent every event");
+    let mut ahead = opts.clone();
+    ahead.env = vec![
+        ("LD_PRELOAD".into(), lib),
+        ("FAKETIME".into(), "+90s".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ];
+    let second = Gateway::start(&ahead, &db, &prefix).await;
+    let r = post_to(&client, &second.url("/webhooks/stripe"), "evt_from_ahead").await;
+    assert_eq!(r.unwrap().status(), 200);
+    let delivered = eventually(Duration::from_secs(20), || async {
+        target.count() == N + 1
+    })
+    .await;
+    assert!(delivered, "every request was answered");
+    // Longer than a lease more, for a late taker to show itself.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let per_id = target.sends_per_id_arrived();
+    assert_eq!(per_id.len(), N + 1, "{per_id:?}");
+    assert!(per_id.values().all(|n| *n == 1), "sent twice: {per_id:?}");
+    // Its event carries the ledger's time, not its own clock's.
+    use sqlx::Connection;
+    let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let stamped: i64 = sqlx::query_scalar(
+        "SELECT received_at - (extract(epoch FROM clock_timestamp()) * 1000)::int8
+         FROM hookgate_events WHERE event_id = 'evt_from_ahead'",
+    )
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    assert!(stamped < 30_000, "stamped {stamped} ms ahead of the ledger");
+}

@@ -20,6 +20,7 @@ use super::console::Dialect;
 use super::portable::Portable;
 use super::{Backend, StoreError};
 use crate::primitives::secret::Secret;
+use crate::primitives::time::Millis;
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, PgConnection, Postgres};
@@ -208,6 +209,19 @@ impl Backend for PgStore {
         self.bounded(&self.pool, async |c| {
             sqlx::query("SELECT 1").execute(&mut *c).await?;
             Ok(())
+        })
+        .await
+    }
+
+    async fn clock(&self) -> Result<Option<Millis>, StoreError> {
+        // clock_timestamp(), not now(): the time the statement runs, not
+        // when its transaction began.
+        self.bounded(&self.pool, async |c| {
+            let ms: i64 =
+                sqlx::query_scalar("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::int8")
+                    .fetch_one(&mut *c)
+                    .await?;
+            Ok(Some(Millis(ms)))
         })
         .await
     }

@@ -135,4 +135,8 @@ impl Backend for SqliteStore {
         self.pool.execute("SELECT 1").await?;
         Ok(())
     }
+
+    async fn clock(&self) -> Result<Option<crate::primitives::time::Millis>, StoreError> {
+        Ok(None)
+    }
 }

@@ -74,6 +74,8 @@ pub struct Opts {
     pub storage_extra: String,
     /// `(source, duration)`: `silent_after` on one of the built-in sources.
     pub silent_after: Option<(String, String)>,
+    /// Extra environment of the gateway process (`Gateway::start` only).
+    pub env: Vec<(String, String)>,
 }
 
 impl Opts {
@@ -107,6 +109,7 @@ impl Opts {
             server_extra: String::new(),
             storage_extra: String::new(),
             silent_after: None,
+            env: vec![],
         }
     }
 

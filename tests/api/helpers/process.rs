@@ -33,11 +33,12 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start(opts: &Opts, db: &TestDb, prefix: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        Self::start_in(
+        Self::spawn(
             dir,
             |addr| opts.toml(db, prefix, addr),
             &reqwest::Client::new(),
             "http",
+            &opts.env,
         )
         .await
     }
@@ -50,6 +51,16 @@ impl Gateway {
         text: impl FnOnce(&str) -> String,
         client: &reqwest::Client,
         scheme: &'static str,
+    ) -> Self {
+        Self::spawn(dir, text, client, scheme, &[]).await
+    }
+
+    async fn spawn(
+        dir: tempfile::TempDir,
+        text: impl FnOnce(&str) -> String,
+        client: &reqwest::Client,
+        scheme: &'static str,
+        env: &[(String, String)],
     ) -> Self {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
@@ -67,6 +78,7 @@ impl Gateway {
                     "warn"
                 },
             )
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()
