@@ -460,3 +460,34 @@ async fn a_dead_publish_is_replayed_once_a_stream_captures_it() {
     );
     stream.delete().await;
 }
+
+/// A published message carries the attempt's `traceparent` header, so a
+/// consumer's spans join the webhook's trace under the `send` span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nats_message_carries_the_trace() {
+    use crate::traces::{Collector, attr, telemetry, traceparent};
+    let (collector, endpoint) = Collector::start().await;
+    let prefix = unique_prefix();
+    let stream = TestStream::create(&prefix).await;
+    let subject = format!("{prefix}.stripe");
+    let mut opts = nats_opts(Backend::Embedded, &nats_url(), &subject, "");
+    opts.extra.push_str(&telemetry(&endpoint, 1.0));
+    let app = spawn_app(opts).await;
+
+    assert_eq!(app.post_stripe("evt_nats_traced").await.status(), 200);
+
+    let arrived = eventually(WAIT, || async { stream.count().await == 1 }).await;
+    assert!(arrived, "one message in stream {}", stream.name);
+    let sends = collector.wait_for(&format!("send {subject}"), 1).await;
+    let send = &sends[0];
+    assert_eq!(attr(send, "messaging.system").as_deref(), Some("nats"));
+    let root = collector.wait_for("POST /webhooks/{source}", 1).await;
+    assert_eq!(send.trace_id, root[0].trace_id);
+    let m = &stream.messages().await[0];
+    let (trace, parent, flags) = traceparent(&m.header("traceparent"));
+    assert_eq!(trace, hex::encode(&send.trace_id));
+    assert_eq!(parent, hex::encode(&send.span_id));
+    assert_eq!(flags, "01");
+    app.stop().await;
+    stream.delete().await;
+}

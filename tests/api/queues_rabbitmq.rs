@@ -408,3 +408,31 @@ async fn a_rabbitmq_outage_keeps_events_pending_and_they_arrive_after_it_returns
     assert!(ids.iter().all(|id| n.contains_key(id)), "{n:?}");
     queue.delete().await;
 }
+
+/// A published message carries the attempt's `traceparent` in its AMQP
+/// headers, so a consumer's spans join the webhook's trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_message_carries_the_trace() {
+    use crate::traces::{Collector, attr, telemetry, traceparent};
+    let (collector, endpoint) = Collector::start().await;
+    let prefix = unique_prefix();
+    let mut queue = TestQueue::create(&prefix).await;
+    let mut opts = rabbit_opts(Backend::Embedded, &amqp_url(), &prefix, "hooks.traced", "");
+    opts.extra.push_str(&telemetry(&endpoint, 1.0));
+    let app = spawn_app(opts).await;
+
+    assert_eq!(app.post_stripe("evt_amqp_traced").await.status(), 200);
+
+    assert!(queue.wait_for(1).await, "one message in queue {prefix}");
+    let sends = collector.wait_for("send hooks.traced", 1).await;
+    let send = &sends[0];
+    assert_eq!(attr(send, "messaging.system").as_deref(), Some("rabbitmq"));
+    let root = collector.wait_for("POST /webhooks/{source}", 1).await;
+    assert_eq!(send.trace_id, root[0].trace_id);
+    let (trace, parent, flags) = traceparent(&header(&queue.got[0], "traceparent"));
+    assert_eq!(trace, hex::encode(&send.trace_id));
+    assert_eq!(parent, hex::encode(&send.span_id));
+    assert_eq!(flags, "01");
+    app.stop().await;
+    queue.delete().await;
+}

@@ -21,14 +21,14 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A loopback OTLP/HTTP collector: every request's raw bytes and decoded spans.
 #[derive(Clone, Default)]
-struct Collector {
+pub(crate) struct Collector {
     raw: Arc<Mutex<Vec<Bytes>>>,
     spans: Arc<Mutex<Vec<(String, Span)>>>,
 }
 
 impl Collector {
     /// Starts it; returns it and its base URL (`http://127.0.0.1:<port>`).
-    async fn start() -> (Self, String) {
+    pub(crate) async fn start() -> (Self, String) {
         let c = Self::default();
         let app = Router::new()
             .route("/v1/traces", post(receive))
@@ -56,7 +56,7 @@ impl Collector {
     }
 
     /// The spans named `name`, once there are `n` of them.
-    async fn wait_for(&self, name: &str, n: usize) -> Vec<Span> {
+    pub(crate) async fn wait_for(&self, name: &str, n: usize) -> Vec<Span> {
         let named =
             |c: &Self| -> Vec<Span> { c.spans().into_iter().filter(|s| s.name == name).collect() };
         let ok = eventually(WAIT, || async { named(self).len() >= n }).await;
@@ -102,7 +102,7 @@ fn names(spans: &[Span]) -> Vec<&str> {
 }
 
 /// Attribute `key` of `span`, as text.
-fn attr(span: &Span, key: &str) -> Option<String> {
+pub(crate) fn attr(span: &Span, key: &str) -> Option<String> {
     span.attributes
         .iter()
         .find(|kv| kv.key == key)
@@ -120,7 +120,7 @@ fn with_attr<'a>(spans: &'a [Span], key: &str, value: &str) -> &'a Span {
 }
 
 /// `[telemetry]` exporting to `collector` quickly, at `ratio`.
-fn telemetry(collector: &str, ratio: f64) -> String {
+pub(crate) fn telemetry(collector: &str, ratio: f64) -> String {
     format!(
         "[telemetry]\notlp_endpoint = \"{collector}\"\nsample_ratio = {ratio}\n\
          service_name = \"hookgate-test\"\nexport_interval = \"50ms\"\n"
@@ -128,7 +128,7 @@ fn telemetry(collector: &str, ratio: f64) -> String {
 }
 
 /// `traceparent` as (trace id, parent id, flags), hex.
-fn traceparent(value: &str) -> (String, String, String) {
+pub(crate) fn traceparent(value: &str) -> (String, String, String) {
     let parts: Vec<&str> = value.split('-').collect();
     assert_eq!(parts.len(), 4, "traceparent: {value}");
     assert_eq!(parts[0], "00");
