@@ -167,7 +167,7 @@ cleanup() {
   cp "$work"/*.jsonl "$work"/*.log "$work"/schedule "$work"/verdict.md "$OUT"/ 2>/dev/null || true
   rm -rf "$work"
   if ((st != 0)); then
-    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES; logs in $OUT"
+    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES --rate $RATE --replicas $REPLICAS${FAULTS:+ --faults $FAULTS} --pg-standby $PG_STANDBY --redis $REDIS_MODE --backend $BACKEND; logs in $OUT"
   fi
   exit "$st"
 }

@@ -723,8 +723,9 @@ fn quantile_ms(v: &mut [u64], q: f64) -> u64 {
 }
 
 /// Fault kinds during which a target may see an event twice: the sender
-/// died (or lost its database) between the target's answer and the attempt's
-/// record, or the target took it but answered too late.
+/// died (or lost its database, or could not write to it: a full disk)
+/// between the target's answer and the attempt's record, or the target took
+/// it but answered too late.
 fn explains_duplicate(kind: &str) -> bool {
     matches!(
         kind,
@@ -732,6 +733,7 @@ fn explains_duplicate(kind: &str) -> bool {
             | "rolling"
             | "pg-restart"
             | "pg-failover"
+            | "disk-full"
             | "target-slow"
             | "target-hang"
             | "clock-step"
