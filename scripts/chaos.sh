@@ -8,6 +8,7 @@
 #                    [--replicas 2|3] [--resume-max S] [--out DIR]
 #                    [--faults K,K] [--pg-standby none|async|sync]
 #                    [--redis single|sentinel] [--backend production|embedded]
+#                    [--partition]
 #
 #   --profile short   ~2 minutes of load, 5 faults (one of each main kind); CI runs it
 #   --profile long    --minutes of load (default 30), ~4 faults a minute, overlapping
@@ -27,6 +28,10 @@
 #                     enables the sentinel-failover fault
 #   --backend embedded  one replica on SQLite on a small tmpfs (no Redis);
 #                     enables the disk-full fault (e.g. --faults disk-full)
+#   --partition       replica r1 runs in its own network namespace, reaching
+#                     PostgreSQL, Redis and the targets over one veth link
+#                     each (and the load over a fourth); enables the
+#                     partition fault (a link taken down)
 #
 # Installs what is missing from Debian packages (PostgreSQL, Redis, NATS,
 # libfaketime, jq, curl, iproute2). Builds hookgate and the bench crate's
@@ -41,7 +46,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 PROFILE=short SEED="" MINUTES="" REPLICAS=3 RESUME_MAX=15 RATE=40 OUT=""
-FAULTS="" PG_STANDBY=none REDIS_MODE=single BACKEND=production
+FAULTS="" PG_STANDBY=none REDIS_MODE=single BACKEND=production PARTITION=0
 while (($#)); do
   case $1 in
     --profile) PROFILE=$2; shift 2 ;;
@@ -55,6 +60,7 @@ while (($#)); do
     --pg-standby) PG_STANDBY=$2; shift 2 ;;
     --redis) REDIS_MODE=$2; shift 2 ;;
     --backend) BACKEND=$2; shift 2 ;;
+    --partition) PARTITION=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -73,6 +79,12 @@ if [[ $BACKEND == embedded ]]; then
     { echo "chaos: --backend embedded has no PostgreSQL standby or Redis" >&2; exit 2; }
 else
   [[ $REPLICAS =~ ^[23]$ ]] || { echo "chaos: --replicas 2 or 3" >&2; exit 2; }
+fi
+if ((PARTITION)); then
+  # The sentinel names its master by a loopback address, which the
+  # namespace cannot reach; SQLite has no network.
+  [[ $BACKEND == production && $REDIS_MODE == single ]] ||
+    { echo "chaos: --partition needs --backend production and --redis single" >&2; exit 2; }
 fi
 SEED=${SEED:-$(( (RANDOM << 15) | RANDOM ))}
 LOAD_SECS=$(awk -v m="$MINUTES" 'BEGIN {printf "%d", m * 60}')
@@ -110,6 +122,7 @@ fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 SKIP=""
 [[ $PG_STANDBY == none ]] && SKIP+="pg-failover,"
+((PARTITION)) || SKIP+="partition,"
 [[ $REDIS_MODE == single ]] && SKIP+="sentinel-failover,"
 if [[ $BACKEND == embedded ]]; then
   # No PostgreSQL, no Redis, a single process: only the faults that apply.
@@ -136,6 +149,8 @@ FAULT_PIDS=()   # fault subshells
 PGDATA=$work/pg
 PG_STARTED=0
 DISK_MOUNTED=0
+NETNS_MADE=0
+NETNS=""
 DONE=0
 
 kill_pid() { # pid: TERM, up to 5 s, then KILL
@@ -160,6 +175,8 @@ cleanup() {
     done
   fi
   [[ -f $work/haproxy.pid ]] && kill_pid "$(cat "$work/haproxy.pid")"
+  # Deleting the namespace deletes its veth ends, and with them their peers.
+  ((NETNS_MADE)) && { as_root ip netns del "$NETNS" 2>/dev/null || true; }
   if ((DISK_MOUNTED)); then
     as_root umount "$work/disk" 2>/dev/null || as_root umount -l "$work/disk" 2>/dev/null || true
   fi
@@ -167,7 +184,7 @@ cleanup() {
   cp "$work"/*.jsonl "$work"/*.log "$work"/schedule "$work"/verdict.md "$OUT"/ 2>/dev/null || true
   rm -rf "$work"
   if ((st != 0)); then
-    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES --rate $RATE --replicas $REPLICAS${FAULTS:+ --faults $FAULTS} --pg-standby $PG_STANDBY --redis $REDIS_MODE --backend $BACKEND; logs in $OUT"
+    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES --rate $RATE --replicas $REPLICAS${FAULTS:+ --faults $FAULTS} --pg-standby $PG_STANDBY --redis $REDIS_MODE --backend $BACKEND$( ((PARTITION)) && echo " --partition"); logs in $OUT"
   fi
   exit "$st"
 }
@@ -347,6 +364,40 @@ for t in plain ordered; do
 done
 target_mode() { curl -sf -X POST "http://127.0.0.1:$1/mode/$2" >/dev/null || true; }
 
+# ---- the partitioned replica's network (--partition) ----------------------
+# r1 lives in network namespace hgc<pid>. Link j (0: PostgreSQL, 1: Redis,
+# 2: the targets, 3: the load) is a veth pair, host end 10.213.(N+j).1, r1's
+# end .2; on the host a socat per service forwards the host end's address to
+# the loopback service. Taking a host end down partitions r1 from that
+# dependency alone (packets dropped, as in a real partition; no RST).
+declare -a RH VETH
+for i in $(seq 1 "$REPLICAS"); do RH[i]=127.0.0.1; done
+if ((PARTITION)); then
+  NETNS=hgc$$
+  N=$((($$ % 60) * 4))
+  as_root ip netns add "$NETNS"
+  NETNS_MADE=1
+  as_root ip netns exec "$NETNS" ip link set lo up
+  for j in 0 1 2 3; do
+    VETH[j]=hgc$$h$j
+    as_root ip link add "${VETH[j]}" type veth peer name "hgc$$n$j"
+    as_root ip link set "hgc$$n$j" netns "$NETNS"
+    as_root ip addr add "10.213.$((N + j)).1/30" dev "${VETH[j]}"
+    as_root ip link set "${VETH[j]}" up
+    as_root ip netns exec "$NETNS" ip addr add "10.213.$((N + j)).2/30" dev "hgc$$n$j"
+    as_root ip netns exec "$NETNS" ip link set "hgc$$n$j" up
+  done
+  fwd() { # link port: host end of link j, port → 127.0.0.1:port
+    socat "TCP-LISTEN:$2,bind=10.213.$((N + $1)).1,fork,reuseaddr" "TCP:127.0.0.1:$2" 9>&- &
+    PIDS+=($!)
+  }
+  fwd 0 "$PGPORT"
+  fwd 1 "$RPORT"
+  for p in "$TPORT_plain" "$TPORT_ordered" "$RTPORT" "$NPORT"; do fwd 2 "$p"; done
+  RH[1]=10.213.$((N + 3)).2
+  log "r1 in network namespace $NETNS (links ${VETH[*]}: PostgreSQL, Redis, targets, load)"
+fi
+
 # ---- replicas ---------------------------------------------------------------
 if [[ $BACKEND == embedded ]]; then
   # A small tmpfs of its own under the SQLite file, so disk-full fills
@@ -363,7 +414,7 @@ for i in $(seq 1 "$REPLICAS"); do
   echo "+0" >"$work/r$i.faketime"
   cat >"$work/r$i.toml" <<TOML
 [server]
-listen = "127.0.0.1:${RP[i]}"
+listen = "${RH[i]}:${RP[i]}"
 admin_token = "$ADMIN"
 log_level = "warn"
 shutdown_grace = "5s"
@@ -402,20 +453,31 @@ url = "$NATS_URL"
 subject = "chaos.{source}"
 TOML
 done
+if ((PARTITION)); then
+  sed -i -e "s/127\.0\.0\.1:$PGPORT\b/10.213.$N.1:$PGPORT/" \
+    -e "s/127\.0\.0\.1:$RPORT\b/10.213.$((N + 1)).1:$RPORT/" \
+    -e "s/127\.0\.0\.1:\($TPORT_plain\|$TPORT_ordered\|$RTPORT\|$NPORT\)\b/10.213.$((N + 2)).1:\1/" \
+    "$work/r1.toml"
+fi
 start_replica() { # i: starts it; a start that fails (its database is down
   # in another fault) is tried again, for up to 2 minutes
-  local i=$1 pre=() try
+  local i=$1 pre=() try ns=()
+  # (ip netns exec execs the command: $! stays the replica's PID)
+  if ((PARTITION && i == 1)); then
+    ns=(ip netns exec "$NETNS")
+    [[ $(id -u) == 0 ]] || ns=(sudo "${ns[@]}")
+  fi
   # libfaketime on this process only; its offset file is re-read every
   # second, so a clock step needs no restart. Monotonic time is left alone.
   [[ -n $FAKETIME_LIB ]] && pre=(LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$work/r$i.faketime"
     FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1)
   for try in $(seq 1 40); do
-    env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
+    "${ns[@]}" env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
       "$bin/hookgate" -c "$work/r$i.toml" serve >>"$work/r$i.log" 2>&1 9>&- &
     echo $! >"$work/r$i.pid"
     disown $!
     for _ in $(seq 1 600); do
-      curl -sf "http://127.0.0.1:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
+      curl -sf "http://${RH[i]}:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
       kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null || break
       sleep 0.1
     done
@@ -527,6 +589,15 @@ f_pg_failover() { # dur_ms: the primary crashes, the standby is promoted, HAProx
   pg_make_standby "$old" "$new"
   fault_log pg-failover "$old>$new" "$t"
 }
+f_partition() { # pg|redis|target dur_ms: r1's link to it goes down
+  local t j; t=$(now_ms)
+  case $1 in pg) j=0 ;; redis) j=1 ;; target) j=2 ;; *) die "partition from $1?" ;; esac
+  log "fault: r1 partitioned from $1 for $(($2 / 1000)) s (link ${VETH[j]} down)"
+  as_root ip link set "${VETH[j]}" down
+  sleep "$(($2 / 1000))"
+  as_root ip link set "${VETH[j]}" up
+  fault_log partition "$1" "$t"
+}
 f_disk_full() { # dur_ms: the tmpfs under the SQLite file fills up
   local t; t=$(now_ms)
   log "fault: the SQLite file's disk is full for $(($1 / 1000)) s"
@@ -575,6 +646,7 @@ run_fault() { # kind arg dur_ms
     sentinel-failover) locked redis f_sentinel_failover "$3" ;;
     pg-failover) locked pg f_pg_failover "$3" ;;
     disk-full) locked disk f_disk_full "$3" ;;
+    partition) locked "net$2" f_partition "$2" "$3" ;;
     *) die "unknown fault $1" ;;
   esac
 }
@@ -604,7 +676,7 @@ PIDS+=($!)
 "$bin/chaos" schedule --seed "$SEED" --profile "$PROFILE" --secs "$LOAD_SECS" \
   --replicas "$REPLICAS" --skip "$SKIP" --only "$FAULTS" >"$work/schedule"
 log "seed $SEED, profile $PROFILE, $LOAD_SECS s of load at $RATE/s, $(wc -l <"$work/schedule") faults (schedule in $OUT/schedule)"
-urls=$(for i in $(seq 1 "$REPLICAS"); do printf 'http://127.0.0.1:%s,' "${RP[i]}"; done)
+urls=$(for i in $(seq 1 "$REPLICAS"); do printf 'http://%s:%s,' "${RH[i]}" "${RP[i]}"; done)
 "$bin/chaos" load --urls "${urls%,}" --out "$work/load.jsonl" --secs "$LOAD_SECS" --rate "$RATE" \
   --secret "$SECRET" --seed "$SEED" --prefix "$PREFIX" --settle-secs 90 >>"$work/load.log" 2>&1 &
 LOAD_PID=$!

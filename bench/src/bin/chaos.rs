@@ -172,7 +172,7 @@ impl Rng {
 /// request (a standby, a sentinel, the embedded backend): the script skips
 /// them otherwise, which leaves the schedule of a seed as it was before
 /// they existed.
-const KINDS: [(&str, u64); 11] = [
+const KINDS: [(&str, u64); 12] = [
     ("kill9", 5),
     ("rolling", 1),
     ("redis-restart", 3),
@@ -184,6 +184,7 @@ const KINDS: [(&str, u64); 11] = [
     ("pg-failover", 2),
     ("sentinel-failover", 2),
     ("disk-full", 3),
+    ("partition", 3),
 ];
 
 fn schedule(
@@ -215,6 +216,7 @@ fn schedule(
         match kind {
             "kill9" | "clock-step" => format!("r{}", rng.range(1, replicas as u64)),
             k if k.starts_with("target-") => ["plain", "ordered"][rng.below(2) as usize].into(),
+            "partition" => ["pg", "redis", "target"][rng.below(3) as usize].into(),
             _ => "-".into(),
         }
     };
@@ -393,6 +395,9 @@ struct Sent {
     status: u16,
     /// `Hookgate-Dedup`: `new`, `duplicate` or empty.
     dedup: String,
+    /// The answer carried `Retry-After`.
+    #[serde(default)]
+    retry_after: bool,
 }
 
 fn event_body(id: &str, key: &str, seq: u64, created: i64) -> Vec<u8> {
@@ -418,7 +423,7 @@ struct LoadShared {
     out: Mutex<std::io::BufWriter<std::fs::File>>,
 }
 
-async fn post_once(s: &LoadShared, replica: usize, id: &str, body: &[u8]) -> (u16, String) {
+async fn post_once(s: &LoadShared, replica: usize, id: &str, body: &[u8]) -> (u16, String, bool) {
     let host = &s.hosts[replica];
     let attempt = async {
         let stream = TcpStream::connect(host).await?;
@@ -440,13 +445,14 @@ async fn post_once(s: &LoadShared, replica: usize, id: &str, body: &[u8]) -> (u1
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
+        let retry_after = resp.headers().contains_key("retry-after");
         resp.into_body().collect().await?;
-        anyhow::Ok((status, dedup))
+        anyhow::Ok((status, dedup, retry_after))
     };
     let _ = id;
     match tokio::time::timeout(Duration::from_secs(10), attempt).await {
         Ok(Ok(r)) => r,
-        _ => (0, String::new()),
+        _ => (0, String::new(), false),
     }
 }
 
@@ -464,7 +470,7 @@ struct Pending {
 async fn send(s: &LoadShared, p: &Pending, kind: &str, replica: usize) -> bool {
     let body = event_body(&p.id, &p.key, p.seq, s.created);
     let t0 = unix_millis();
-    let (status, dedup) = post_once(s, replica, &p.id, &body).await;
+    let (status, dedup, retry_after) = post_once(s, replica, &p.id, &body).await;
     record(
         s,
         &Sent {
@@ -476,6 +482,7 @@ async fn send(s: &LoadShared, p: &Pending, kind: &str, replica: usize) -> bool {
             replica,
             status,
             dedup,
+            retry_after,
         },
     );
     (200..300).contains(&status)
@@ -737,6 +744,7 @@ fn explains_duplicate(kind: &str) -> bool {
             | "target-slow"
             | "target-hang"
             | "clock-step"
+            | "partition"
     )
 }
 
@@ -865,6 +873,29 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
                     .into(),
             result: twice_async.len().to_string(),
             ok: true,
+        });
+    }
+    // A partition cuts replica r1 (the load's replica 0) off from one
+    // dependency: what it answered meanwhile. A refusal must say when to
+    // come back; a 2xx for an event it could not store would show as lost
+    // below.
+    let parts: Vec<&Fault> = faults.iter().filter(|f| f.kind == "partition").collect();
+    if !parts.is_empty() {
+        let mut by_status: BTreeMap<u16, u64> = BTreeMap::new();
+        let mut no_retry_after = 0;
+        for s in &sent {
+            if s.replica == 0 && parts.iter().any(|f| s.t0 >= f.start && s.t0 <= f.end) {
+                *by_status.entry(s.status).or_default() += 1;
+                if s.status == 503 && !s.retry_after {
+                    no_retry_after += 1;
+                }
+            }
+        }
+        rows.push(Row {
+            check: "partitioned replica's answers during partitions (by status; 503 without Retry-After)"
+                .into(),
+            result: format!("{by_status:?}; {no_retry_after}"),
+            ok: no_retry_after == 0,
         });
     }
     let mut fault_kinds: BTreeMap<&str, u64> = BTreeMap::new();
