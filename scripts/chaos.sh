@@ -10,7 +10,8 @@
 #                    [--redis single|sentinel] [--backend production|embedded]
 #                    [--partition]
 #
-#   --profile short   ~2 minutes of load, 5 faults (one of each main kind); CI runs it
+#   --profile short   ~2 minutes of load, 5 faults (one of each main kind; 6 with
+#                     --redis sentinel); CI runs it with --redis sentinel
 #   --profile long    --minutes of load (default 30), ~4 faults a minute, overlapping
 #   --seed N          the fault schedule and the load's choices (printed; replay with it)
 #   --minutes M       minutes of load (short: 1.5)

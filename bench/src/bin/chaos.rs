@@ -224,10 +224,12 @@ fn schedule(
         // A few faults, one of each main kind, spread over the load, the
         // kill early so the held deliveries' lease runs out within the drain.
         "short" => {
+            // (sentinel-failover only with --redis sentinel: skipped otherwise)
             let mut plan = vec![
                 "kill9",
                 "target-flap",
                 "redis-restart",
+                "sentinel-failover",
                 "pg-restart",
                 "rolling",
             ];
@@ -1290,7 +1292,13 @@ mod tests {
             a.iter()
                 .all(|l| !l.contains("clock-step") && !l.contains("pg-restart"))
         );
-        assert_eq!(schedule(1, "short", 120, 2, "", "").unwrap().len(), 5);
+        assert_eq!(schedule(1, "short", 120, 2, "", "").unwrap().len(), 6);
+        assert_eq!(
+            schedule(1, "short", 120, 2, "sentinel-failover", "")
+                .unwrap()
+                .len(),
+            5
+        );
     }
 
     #[test]
