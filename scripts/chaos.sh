@@ -35,7 +35,8 @@
 #                     partition fault (a link taken down)
 #
 # Installs what is missing from Debian packages (PostgreSQL, Redis, NATS,
-# libfaketime, jq, curl, iproute2). Builds hookgate and the bench crate's
+# libfaketime, jq, curl, iproute2; redis-sentinel, haproxy, socat when the
+# options need them). Builds hookgate and the bench crate's
 # `chaos` and `queue` binaries (debug profile, the CI's build). Starts, and at
 # the end (also on failure or Ctrl-C) stops by PID, only what it started: a
 # PostgreSQL cluster under a temp dir (never the shared :5432 one), two
@@ -111,7 +112,7 @@ command -v ss >/dev/null || missing+=(iproute2)
 command -v flock >/dev/null || missing+=(util-linux)
 [[ $REDIS_MODE == sentinel ]] && ! command -v redis-sentinel >/dev/null && missing+=(redis-sentinel)
 [[ $PG_STANDBY != none ]] && ! command -v haproxy >/dev/null && missing+=(haproxy)
-[[ $PG_STANDBY != none ]] && ! command -v socat >/dev/null && missing+=(socat)
+[[ $PG_STANDBY != none || $PARTITION == 1 ]] && ! command -v socat >/dev/null && missing+=(socat)
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
 [[ -n $FAKETIME_LIB ]] || missing+=(libfaketime)
 if ((${#missing[@]})); then
