@@ -305,9 +305,16 @@ CFG
 fi
 
 # ---- Redis (storage), Redis (stream target), NATS --------------------------
-redis_start() { # name port [redis-server args]
+redis_start() { # name port [redis-server args]: starts it empty
   local name=$1 port=$2; shift 2
-  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --daemonize no "$@" \
+  # Its own directory, emptied: a replica's full sync writes dump.rdb there
+  # (even with --save ""), and a redis-server loads a dump.rdb it finds at
+  # start, so a node restarted "empty" would come back with old keys (and a
+  # later run in the same directory with this one's).
+  rm -rf "$work/$name.d"
+  mkdir -p "$work/$name.d"
+  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --daemonize no \
+    --dir "$work/$name.d" "$@" \
     >>"$work/$name.log" 2>&1 9>&- &
   echo $! >"$work/$name.pid"
   disown $!

@@ -106,14 +106,16 @@ struct AuditArgs {
     /// The run's directory (load.jsonl, faults.jsonl, samples.jsonl, t-*.jsonl).
     #[arg(long)]
     dir: PathBuf,
+    /// The Redis stream target; left out (with --nats-url) to audit a
+    /// finished run's saved records again, HTTP targets only.
+    #[arg(long, requires = "redis_stream")]
+    redis_url: Option<String>,
     #[arg(long)]
-    redis_url: String,
+    redis_stream: Option<String>,
+    #[arg(long, requires = "nats_stream")]
+    nats_url: Option<String>,
     #[arg(long)]
-    redis_stream: String,
-    #[arg(long)]
-    nats_url: String,
-    #[arg(long)]
-    nats_stream: String,
+    nats_stream: Option<String>,
     /// HTTP targets, `name` (log at DIR/t-<name>.jsonl); the ordered one is
     /// named by --ordered.
     #[arg(long, value_delimiter = ',')]
@@ -925,18 +927,22 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
             ordered_log = log;
         }
     }
-    targets.push((
-        "redis-stream".into(),
-        redis_arrivals(&a.redis_url, &a.redis_stream)
-            .await
-            .context("reading the Redis stream")?,
-    ));
-    targets.push((
-        "nats".into(),
-        nats_arrivals(&a.nats_url, &a.nats_stream)
-            .await
-            .context("reading the JetStream stream")?,
-    ));
+    if let (Some(url), Some(stream)) = (&a.redis_url, &a.redis_stream) {
+        targets.push((
+            "redis-stream".into(),
+            redis_arrivals(url, stream)
+                .await
+                .context("reading the Redis stream")?,
+        ));
+    }
+    if let (Some(url), Some(stream)) = (&a.nats_url, &a.nats_stream) {
+        targets.push((
+            "nats".into(),
+            nats_arrivals(url, stream)
+                .await
+                .context("reading the JetStream stream")?,
+        ));
+    }
 
     let mut missing_total = 0;
     let mut first_arrival: Vec<HashMap<&str, u64>> = Vec::new();
