@@ -6,8 +6,12 @@
 #
 #   scripts/chaos.sh --profile short|long [--seed N] [--minutes M]
 #                    [--replicas 2|3] [--resume-max S] [--out DIR]
+#                    [--faults K,K] [--pg-standby none|async|sync]
+#                    [--redis single|sentinel] [--backend production|embedded]
+#                    [--partition]
 #
-#   --profile short   ~2 minutes of load, 5 faults (one of each main kind); CI runs it
+#   --profile short   ~2 minutes of load, 5 faults (one of each main kind; 6 with
+#                     --redis sentinel); CI runs it with --redis sentinel
 #   --profile long    --minutes of load (default 30), ~4 faults a minute, overlapping
 #   --seed N          the fault schedule and the load's choices (printed; replay with it)
 #   --minutes M       minutes of load (short: 1.5)
@@ -17,9 +21,22 @@
 #   --rate R          requests per second of load (default 40)
 #   --out DIR         where the verdict, the fault log and the logs are kept
 #                     (default target/chaos/<seed>)
+#   --faults K,K      the fault kinds drawn (short: the plan, in this order);
+#                     default: the profile's
+#   --pg-standby M    async|sync: a streaming standby made with pg_basebackup,
+#                     reached through HAProxy; enables the pg-failover fault
+#   --redis sentinel  storage Redis as master + replica + redis-sentinel;
+#                     enables the sentinel-failover fault
+#   --backend embedded  one replica on SQLite on a small tmpfs (no Redis);
+#                     enables the disk-full fault (e.g. --faults disk-full)
+#   --partition       replica r1 runs in its own network namespace, reaching
+#                     PostgreSQL, Redis and the targets over one veth link
+#                     each (and the load over a fourth); enables the
+#                     partition fault (a link taken down)
 #
 # Installs what is missing from Debian packages (PostgreSQL, Redis, NATS,
-# libfaketime, jq, curl, iproute2). Builds hookgate and the bench crate's
+# libfaketime, jq, curl, iproute2; redis-sentinel, haproxy, socat when the
+# options need them). Builds hookgate and the bench crate's
 # `chaos` and `queue` binaries (debug profile, the CI's build). Starts, and at
 # the end (also on failure or Ctrl-C) stops by PID, only what it started: a
 # PostgreSQL cluster under a temp dir (never the shared :5432 one), two
@@ -31,6 +48,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 PROFILE=short SEED="" MINUTES="" REPLICAS=3 RESUME_MAX=15 RATE=40 OUT=""
+FAULTS="" PG_STANDBY=none REDIS_MODE=single BACKEND=production PARTITION=0
 while (($#)); do
   case $1 in
     --profile) PROFILE=$2; shift 2 ;;
@@ -40,6 +58,11 @@ while (($#)); do
     --resume-max) RESUME_MAX=$2; shift 2 ;;
     --rate) RATE=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
+    --faults) FAULTS=$2; shift 2 ;;
+    --pg-standby) PG_STANDBY=$2; shift 2 ;;
+    --redis) REDIS_MODE=$2; shift 2 ;;
+    --backend) BACKEND=$2; shift 2 ;;
+    --partition) PARTITION=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "chaos: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -49,7 +72,22 @@ case $PROFILE in
   long) MINUTES=${MINUTES:-30} ;;
   *) echo "chaos: --profile short|long" >&2; exit 2 ;;
 esac
-[[ $REPLICAS =~ ^[23]$ ]] || { echo "chaos: --replicas 2 or 3" >&2; exit 2; }
+[[ $PG_STANDBY =~ ^(none|async|sync)$ ]] || { echo "chaos: --pg-standby none|async|sync" >&2; exit 2; }
+[[ $REDIS_MODE =~ ^(single|sentinel)$ ]] || { echo "chaos: --redis single|sentinel" >&2; exit 2; }
+[[ $BACKEND =~ ^(production|embedded)$ ]] || { echo "chaos: --backend production|embedded" >&2; exit 2; }
+if [[ $BACKEND == embedded ]]; then
+  REPLICAS=1 # one process owns a SQLite file
+  [[ $PG_STANDBY == none && $REDIS_MODE == single ]] ||
+    { echo "chaos: --backend embedded has no PostgreSQL standby or Redis" >&2; exit 2; }
+else
+  [[ $REPLICAS =~ ^[23]$ ]] || { echo "chaos: --replicas 2 or 3" >&2; exit 2; }
+fi
+if ((PARTITION)); then
+  # The sentinel names its master by a loopback address, which the
+  # namespace cannot reach; SQLite has no network.
+  [[ $BACKEND == production && $REDIS_MODE == single ]] ||
+    { echo "chaos: --partition needs --backend production and --redis single" >&2; exit 2; }
+fi
 SEED=${SEED:-$(( (RANDOM << 15) | RANDOM ))}
 LOAD_SECS=$(awk -v m="$MINUTES" 'BEGIN {printf "%d", m * 60}')
 OUT=${OUT:-$root/target/chaos/$SEED}
@@ -72,6 +110,9 @@ command -v jq >/dev/null || missing+=(jq)
 command -v curl >/dev/null || missing+=(curl)
 command -v ss >/dev/null || missing+=(iproute2)
 command -v flock >/dev/null || missing+=(util-linux)
+[[ $REDIS_MODE == sentinel ]] && ! command -v redis-sentinel >/dev/null && missing+=(redis-sentinel)
+[[ $PG_STANDBY != none ]] && ! command -v haproxy >/dev/null && missing+=(haproxy)
+[[ $PG_STANDBY != none || $PARTITION == 1 ]] && ! command -v socat >/dev/null && missing+=(socat)
 FAKETIME_LIB=$(ls /usr/lib/*/faketime/libfaketime.so.1 2>/dev/null | head -n 1 || true)
 [[ -n $FAKETIME_LIB ]] || missing+=(libfaketime)
 if ((${#missing[@]})); then
@@ -82,20 +123,36 @@ if ((${#missing[@]})); then
 fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
 SKIP=""
+[[ $PG_STANDBY == none ]] && SKIP+="pg-failover,"
+((PARTITION)) || SKIP+="partition,"
+[[ $REDIS_MODE == single ]] && SKIP+="sentinel-failover,"
+if [[ $BACKEND == embedded ]]; then
+  # No PostgreSQL, no Redis, a single process: only the faults that apply.
+  SKIP+="redis-restart,pg-restart,rolling,"
+else
+  SKIP+="disk-full,"
+fi
 [[ -n $FAKETIME_LIB ]] || { SKIP+="clock-step,"; log "libfaketime missing: no clock steps"; }
 
 log "building (cargo build --locked: hookgate, bench chaos + queue; debug profile)"
 cargo build --locked -q -p hookgate --bin hookgate
 cargo build --locked -q -p hookgate-bench --bin chaos --bin queue
-bin=$root/target/debug
 
 # ---- state and cleanup ----------------------------------------------------
 work=$(mktemp -d /tmp/hg-chaos.XXXXXX)
 chmod 755 "$work"
+# The run uses its own copy of the binaries: a rebuild during a long run
+# must not mix versions when a replica is restarted.
+mkdir -p "$work/bin"
+cp "$root/target/debug/hookgate" "$root/target/debug/chaos" "$root/target/debug/queue" "$work/bin/"
+bin=$work/bin
 PIDS=()         # long-lived helpers (targets, nats, load, sampler)
 FAULT_PIDS=()   # fault subshells
 PGDATA=$work/pg
 PG_STARTED=0
+DISK_MOUNTED=0
+NETNS_MADE=0
+NETNS=""
 DONE=0
 
 kill_pid() { # pid: TERM, up to 5 s, then KILL
@@ -114,14 +171,22 @@ cleanup() {
     [[ -f $f ]] && kill_pid "$(cat "$f")"
   done
   for p in "${PIDS[@]}"; do kill_pid "$p"; done
-  if ((PG_STARTED)) && [[ -f $PGDATA/postmaster.pid ]]; then
-    as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m immediate -w stop >/dev/null 2>&1 || true
+  if ((PG_STARTED)); then
+    for d in "$work"/pg "$work"/pg-a "$work"/pg-b; do
+      [[ -f $d/postmaster.pid ]] && { as_pg "$PGBIN/pg_ctl" -D "$d" -m immediate -w stop >/dev/null 2>&1 || true; }
+    done
+  fi
+  [[ -f $work/haproxy.pid ]] && kill_pid "$(cat "$work/haproxy.pid")"
+  # Deleting the namespace deletes its veth ends, and with them their peers.
+  ((NETNS_MADE)) && { as_root ip netns del "$NETNS" 2>/dev/null || true; }
+  if ((DISK_MOUNTED)); then
+    as_root umount "$work/disk" 2>/dev/null || as_root umount -l "$work/disk" 2>/dev/null || true
   fi
   mkdir -p "$OUT"
   cp "$work"/*.jsonl "$work"/*.log "$work"/schedule "$work"/verdict.md "$OUT"/ 2>/dev/null || true
   rm -rf "$work"
   if ((st != 0)); then
-    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES; logs in $OUT"
+    log "FAILED: seed $SEED; replay: scripts/chaos.sh --profile $PROFILE --seed $SEED --minutes $MINUTES --rate $RATE --replicas $REPLICAS${FAULTS:+ --faults $FAULTS} --pg-standby $PG_STANDBY --redis $REDIS_MODE --backend $BACKEND$( ((PARTITION)) && echo " --partition"); logs in $OUT"
   fi
   exit "$st"
 }
@@ -139,6 +204,10 @@ free_port() {
 USED_PORTS=""
 PGPORT=$(free_port); USED_PORTS+=" $PGPORT"
 RPORT=$(free_port); USED_PORTS+=" $RPORT"
+PGPORT_a=$(free_port); USED_PORTS+=" $PGPORT_a"
+PGPORT_b=$(free_port); USED_PORTS+=" $PGPORT_b"
+RPORT_b=$(free_port); USED_PORTS+=" $RPORT_b"
+SPORT=$(free_port); USED_PORTS+=" $SPORT"
 RTPORT=$(free_port); USED_PORTS+=" $RTPORT"
 NPORT=$(free_port); USED_PORTS+=" $NPORT"
 TPORT_plain=$(free_port); USED_PORTS+=" $TPORT_plain"
@@ -155,29 +224,134 @@ wait_tcp() { # port seconds name
   die "$3 not listening on $1 after $2 s"
 }
 
-# ---- PostgreSQL: its own cluster ------------------------------------------
-pg_start() {
-  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -l "$work/pg.log" -w -t 60 \
-    -o "-p $PGPORT -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pgsock -c max_connections=200" \
+# ---- PostgreSQL: its own cluster (and its standby) ------------------------
+# Without a standby the cluster is $work/pg on $PGPORT. With one, the two
+# clusters are $work/pg-a and $work/pg-b on their own ports, $work/pg.primary
+# names the primary (a or b), and HAProxy on $PGPORT forwards to it: the
+# replicas only ever know $PGPORT, as behind a production proxy.
+pg_dir() { if [[ $PG_STANDBY == none ]]; then echo "$work/pg"; else echo "$work/pg-$(cat "$work/pg.primary")"; fi; }
+pg_port() { if [[ $PG_STANDBY == none ]]; then echo "$PGPORT"; else local v=PGPORT_$(cat "$work/pg.primary"); echo "${!v}"; fi; }
+pg_start_dir() { # dir port
+  local lg; lg=$work/$(basename "$1").log
+  [[ $(id -u) == 0 ]] && touch "$lg" && chown postgres: "$lg"
+  as_pg "$PGBIN/pg_ctl" -D "$1" -l "$lg" -w -t 60 \
+    -o "-p $2 -c listen_addresses=127.0.0.1 -c unix_socket_directories=$work/pgsock -c max_connections=200" \
     start >/dev/null 9>&-
 }
-mkdir -p "$PGDATA" "$work/pgsock"
-[[ $(id -u) == 0 ]] && chown postgres: "$PGDATA" "$work/pgsock" && touch "$work/pg.log" && chown postgres: "$work/pg.log"
-as_pg "$PGBIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 >/dev/null
-PG_STARTED=1
-pg_start
-psql -h 127.0.0.1 -p "$PGPORT" -U postgres -XAtqc "CREATE DATABASE $DB" >/dev/null
-log "PostgreSQL cluster on 127.0.0.1:$PGPORT ($PGBIN)"
+pg_start() { pg_start_dir "$(pg_dir)" "$(pg_port)"; }
+pg_sql() { psql -h 127.0.0.1 -p "$1" -U postgres -XAtqc "$2"; }
+pg_make_standby() { # new from: $work/pg-<new> becomes a streaming standby of <from>
+  local d=$work/pg-$1 fp=PGPORT_$2 np=PGPORT_$1
+  rm -rf "$d"
+  mkdir -m 700 "$d"
+  [[ $(id -u) == 0 ]] && chown postgres: "$d"
+  as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "${!fp}" -U postgres -D "$d" -R -X stream -c fast
+  # The standby's name is what synchronous_standby_names waits for.
+  echo "primary_conninfo = 'host=127.0.0.1 port=${!fp} user=postgres application_name=hgstandby'" \
+    >>"$d/postgresql.auto.conf"
+  pg_start_dir "$d" "${!np}"
+  if [[ $PG_STANDBY == sync ]]; then
+    pg_sql "${!fp}" "ALTER SYSTEM SET synchronous_standby_names = 'hgstandby'" >/dev/null
+    pg_sql "${!fp}" "SELECT pg_reload_conf()" >/dev/null
+  fi
+  for _ in $(seq 1 300); do
+    [[ $(pg_sql "${!fp}" "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'" 2>/dev/null) == 1 ]] && return 0
+    sleep 0.2
+  done
+  die "standby pg-$1 is not streaming from pg-$2 after 60 s"
+}
+haproxy_cmd() { echo "$1" | socat stdio "unix-connect:$work/haproxy.sock" >/dev/null; }
+mkdir -p "$work/pgsock"
+[[ $(id -u) == 0 ]] && chown postgres: "$work/pgsock"
+if [[ $BACKEND == embedded ]]; then
+  log "embedded backend: no PostgreSQL"
+elif [[ $PG_STANDBY == none ]]; then
+  mkdir -p "$PGDATA"
+  [[ $(id -u) == 0 ]] && chown postgres: "$PGDATA"
+  as_pg "$PGBIN/initdb" -D "$PGDATA" -U postgres --auth=trust -E UTF8 >/dev/null
+  PG_STARTED=1
+  pg_start
+  pg_sql "$PGPORT" "CREATE DATABASE $DB" >/dev/null
+  log "PostgreSQL cluster on 127.0.0.1:$PGPORT ($PGBIN)"
+else
+  echo a >"$work/pg.primary"
+  mkdir -p "$work/pg-a"
+  [[ $(id -u) == 0 ]] && chown postgres: "$work/pg-a"
+  as_pg "$PGBIN/initdb" -D "$work/pg-a" -U postgres --auth=trust -E UTF8 >/dev/null
+  PG_STARTED=1
+  pg_start
+  pg_sql "$PGPORT_a" "CREATE DATABASE $DB" >/dev/null
+  pg_make_standby b a
+  cat >"$work/haproxy.cfg" <<CFG
+global
+  stats socket $work/haproxy.sock mode 600 level admin
+defaults
+  mode tcp
+  timeout connect 2s
+  timeout client 10m
+  timeout server 10m
+frontend pg
+  bind 127.0.0.1:$PGPORT
+  default_backend pg
+backend pg
+  server a 127.0.0.1:$PGPORT_a
+  server b 127.0.0.1:$PGPORT_b disabled
+CFG
+  haproxy -db -f "$work/haproxy.cfg" >>"$work/haproxy.log" 2>&1 9>&- &
+  echo $! >"$work/haproxy.pid"
+  disown $!
+  wait_tcp "$PGPORT" 20 haproxy
+  log "PostgreSQL primary :$PGPORT_a, $PG_STANDBY standby :$PGPORT_b (pg_basebackup), HAProxy on :$PGPORT"
+fi
 
 # ---- Redis (storage), Redis (stream target), NATS --------------------------
-redis_start() { # name port
-  redis-server --bind 127.0.0.1 --port "$2" --save "" --appendonly no --daemonize no \
-    >>"$work/$1.log" 2>&1 9>&- &
-  echo $! >"$work/$1.pid"
+redis_start() { # name port [redis-server args]: starts it empty
+  local name=$1 port=$2; shift 2
+  # Its own directory, emptied: a replica's full sync writes dump.rdb there
+  # (even with --save ""), and a redis-server loads a dump.rdb it finds at
+  # start, so a node restarted "empty" would come back with old keys (and a
+  # later run in the same directory with this one's).
+  rm -rf "$work/$name.d"
+  mkdir -p "$work/$name.d"
+  redis-server --bind 127.0.0.1 --port "$port" --save "" --appendonly no --daemonize no \
+    --dir "$work/$name.d" "$@" \
+    >>"$work/$name.log" 2>&1 9>&- &
+  echo $! >"$work/$name.pid"
   disown $!
-  wait_tcp "$2" 20 "$1"
+  wait_tcp "$port" 20 "$name"
 }
-redis_start redis "$RPORT"
+# With --redis sentinel: redis-a ($RPORT) and redis-b ($RPORT_b), one the
+# master and the other its replica, watched by one redis-sentinel (quorum 1).
+sentinel_master() { redis-cli -p "$SPORT" SENTINEL GET-MASTER-ADDR-BY-NAME hg 2>/dev/null | tail -n 1; }
+redis_node() { if [[ $1 == "$RPORT" ]]; then echo redis-a; else echo redis-b; fi; }
+REDIS_URL="redis://127.0.0.1:$RPORT"
+if [[ $BACKEND == embedded ]]; then
+  :
+elif [[ $REDIS_MODE == single ]]; then
+  redis_start redis "$RPORT"
+else
+  redis_start redis-a "$RPORT"
+  redis_start redis-b "$RPORT_b" --replicaof 127.0.0.1 "$RPORT"
+  cat >"$work/sentinel.conf" <<CFG
+bind 127.0.0.1
+port $SPORT
+sentinel monitor hg 127.0.0.1 $RPORT 1
+sentinel down-after-milliseconds hg 1000
+sentinel failover-timeout hg 3000
+sentinel parallel-syncs hg 1
+CFG
+  redis-sentinel "$work/sentinel.conf" >>"$work/redis-sentinel.log" 2>&1 9>&- &
+  echo $! >"$work/redis-sentinel.pid"
+  disown $!
+  wait_tcp "$SPORT" 20 redis-sentinel
+  for _ in $(seq 1 200); do
+    redis-cli -p "$SPORT" SENTINEL REPLICAS hg 2>/dev/null | grep -qx "$RPORT_b" && break
+    sleep 0.1
+  done
+  redis-cli -p "$SPORT" SENTINEL REPLICAS hg | grep -qx "$RPORT_b" || die "the sentinel does not see the replica"
+  REDIS_URL="redis+sentinel://127.0.0.1:$SPORT/hg"
+  log "Redis master :$RPORT, replica :$RPORT_b, sentinel :$SPORT"
+fi
 redis_start redis-target "$RTPORT"
 mkdir -p "$work/nats"
 nats-server -a 127.0.0.1 -p "$NPORT" -js -sd "$work/nats" >>"$work/nats.log" 2>&1 &
@@ -199,19 +373,63 @@ for t in plain ordered; do
 done
 target_mode() { curl -sf -X POST "http://127.0.0.1:$1/mode/$2" >/dev/null || true; }
 
+# ---- the partitioned replica's network (--partition) ----------------------
+# r1 lives in network namespace hgc<pid>. Link j (0: PostgreSQL, 1: Redis,
+# 2: the targets, 3: the load) is a veth pair, host end 10.213.(N+j).1, r1's
+# end .2; on the host a socat per service forwards the host end's address to
+# the loopback service. Taking a host end down partitions r1 from that
+# dependency alone (packets dropped, as in a real partition; no RST).
+declare -a RH VETH
+for i in $(seq 1 "$REPLICAS"); do RH[i]=127.0.0.1; done
+if ((PARTITION)); then
+  NETNS=hgc$$
+  N=$((($$ % 60) * 4))
+  as_root ip netns add "$NETNS"
+  NETNS_MADE=1
+  as_root ip netns exec "$NETNS" ip link set lo up
+  for j in 0 1 2 3; do
+    VETH[j]=hgc$$h$j
+    as_root ip link add "${VETH[j]}" type veth peer name "hgc$$n$j"
+    as_root ip link set "hgc$$n$j" netns "$NETNS"
+    as_root ip addr add "10.213.$((N + j)).1/30" dev "${VETH[j]}"
+    as_root ip link set "${VETH[j]}" up
+    as_root ip netns exec "$NETNS" ip addr add "10.213.$((N + j)).2/30" dev "hgc$$n$j"
+    as_root ip netns exec "$NETNS" ip link set "hgc$$n$j" up
+  done
+  fwd() { # link port: host end of link j, port → 127.0.0.1:port
+    socat "TCP-LISTEN:$2,bind=10.213.$((N + $1)).1,fork,reuseaddr" "TCP:127.0.0.1:$2" 9>&- &
+    PIDS+=($!)
+  }
+  fwd 0 "$PGPORT"
+  fwd 1 "$RPORT"
+  for p in "$TPORT_plain" "$TPORT_ordered" "$RTPORT" "$NPORT"; do fwd 2 "$p"; done
+  RH[1]=10.213.$((N + 3)).2
+  log "r1 in network namespace $NETNS (links ${VETH[*]}: PostgreSQL, Redis, targets, load)"
+fi
+
 # ---- replicas ---------------------------------------------------------------
+if [[ $BACKEND == embedded ]]; then
+  # A small tmpfs of its own under the SQLite file, so disk-full fills
+  # it and nothing else.
+  mkdir -p "$work/disk"
+  as_root mount -t tmpfs -o size=64m,mode=755 tmpfs "$work/disk"
+  DISK_MOUNTED=1
+  STORAGE_LINES="database_url = \"sqlite://$work/disk/hookgate.db\""
+else
+  STORAGE_LINES="database_url = \"postgres://postgres@127.0.0.1:$PGPORT/$DB\"
+redis_url = \"$REDIS_URL\""
+fi
 for i in $(seq 1 "$REPLICAS"); do
   echo "+0" >"$work/r$i.faketime"
   cat >"$work/r$i.toml" <<TOML
 [server]
-listen = "127.0.0.1:${RP[i]}"
+listen = "${RH[i]}:${RP[i]}"
 admin_token = "$ADMIN"
 log_level = "warn"
 shutdown_grace = "5s"
 
 [storage]
-database_url = "postgres://postgres@127.0.0.1:$PGPORT/$DB"
-redis_url = "redis://127.0.0.1:$RPORT"
+$STORAGE_LINES
 key_prefix = "$PREFIX"
 
 [delivery]
@@ -244,20 +462,31 @@ url = "$NATS_URL"
 subject = "chaos.{source}"
 TOML
 done
+if ((PARTITION)); then
+  sed -i -e "s/127\.0\.0\.1:$PGPORT\b/10.213.$N.1:$PGPORT/" \
+    -e "s/127\.0\.0\.1:$RPORT\b/10.213.$((N + 1)).1:$RPORT/" \
+    -e "s/127\.0\.0\.1:\($TPORT_plain\|$TPORT_ordered\|$RTPORT\|$NPORT\)\b/10.213.$((N + 2)).1:\1/" \
+    "$work/r1.toml"
+fi
 start_replica() { # i: starts it; a start that fails (its database is down
   # in another fault) is tried again, for up to 2 minutes
-  local i=$1 pre=() try
+  local i=$1 pre=() try ns=()
+  # (ip netns exec execs the command: $! stays the replica's PID)
+  if ((PARTITION && i == 1)); then
+    ns=(ip netns exec "$NETNS")
+    [[ $(id -u) == 0 ]] || ns=(sudo "${ns[@]}")
+  fi
   # libfaketime on this process only; its offset file is re-read every
   # second, so a clock step needs no restart. Monotonic time is left alone.
   [[ -n $FAKETIME_LIB ]] && pre=(LD_PRELOAD="$FAKETIME_LIB" FAKETIME_TIMESTAMP_FILE="$work/r$i.faketime"
     FAKETIME_CACHE_DURATION=1 FAKETIME_DONT_FAKE_MONOTONIC=1)
   for try in $(seq 1 40); do
-    env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
+    "${ns[@]}" env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${pre[@]}" \
       "$bin/hookgate" -c "$work/r$i.toml" serve >>"$work/r$i.log" 2>&1 9>&- &
     echo $! >"$work/r$i.pid"
     disown $!
     for _ in $(seq 1 600); do
-      curl -sf "http://127.0.0.1:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
+      curl -sf "http://${RH[i]}:${RP[i]}/healthz" >/dev/null 2>&1 && return 0
       kill -0 "$(cat "$work/r$i.pid")" 2>/dev/null || break
       sleep 0.1
     done
@@ -305,18 +534,92 @@ f_rolling() {
   fault_log rolling - "$t"
 }
 f_redis_restart() { # dur_ms
-  local t; t=$(now_ms)
-  kill -KILL "$(cat "$work/redis.pid")" 2>/dev/null || true
-  log "fault: Redis killed, back empty in $(($1 / 1000)) s"
-  sleep "$(($1 / 1000))"
-  redis_start redis "$RPORT"
+  local t m o; t=$(now_ms)
+  if [[ $REDIS_MODE == single ]]; then
+    kill -KILL "$(cat "$work/redis.pid")" 2>/dev/null || true
+    log "fault: Redis killed, back empty in $(($1 / 1000)) s"
+    sleep "$(($1 / 1000))"
+    redis_start redis "$RPORT"
+  else
+    # Both nodes at once: nothing to fail over to; back empty as they were.
+    m=$(sentinel_master)
+    o=$RPORT; [[ $m == "$RPORT" ]] && o=$RPORT_b
+    kill -KILL "$(cat "$work/redis-a.pid")" "$(cat "$work/redis-b.pid")" 2>/dev/null || true
+    log "fault: Redis master :$m and replica :$o killed, back empty in $(($1 / 1000)) s"
+    sleep "$(($1 / 1000))"
+    redis_start "$(redis_node "$m")" "$m"
+    redis_start "$(redis_node "$o")" "$o" --replicaof 127.0.0.1 "$m"
+  fi
   fault_log redis-restart - "$t"
+}
+f_sentinel_failover() { # dur_ms: the master is killed, the sentinel promotes the replica
+  local t m n; t=$(now_ms)
+  m=$(sentinel_master)
+  kill -KILL "$(cat "$work/$(redis_node "$m").pid")" 2>/dev/null || true
+  log "fault: Redis master :$m killed; sentinel failover"
+  for _ in $(seq 1 300); do
+    n=$(sentinel_master)
+    [[ -n $n && $n != "$m" ]] && break
+    sleep 0.1
+  done
+  [[ -n $n && $n != "$m" ]] || die "the sentinel did not promote the replica within 30 s"
+  log "sentinel: :$n is master; the old master returns empty as its replica in $(($1 / 1000)) s"
+  sleep "$(($1 / 1000))"
+  redis_start "$(redis_node "$m")" "$m" --replicaof 127.0.0.1 "$n"
+  fault_log sentinel-failover ":$m>:$n" "$t"
+}
+f_pg_failover() { # dur_ms: the primary crashes, the standby is promoted, HAProxy switched
+  local t old new ws op np; t=$(now_ms)
+  old=$(cat "$work/pg.primary")
+  new=b; [[ $old == b ]] && new=a
+  op=PGPORT_$old np=PGPORT_$new
+  # A lagging standby: the primary's WAL sender is stopped for 3 s before
+  # the crash, so the primary commits WAL the standby never receives. An
+  # asynchronous primary acknowledges those commits; a synchronous one
+  # waits for the standby and does not. Meanwhile the ordered target hangs,
+  # so deliveries are behind, as under real load: an acknowledged event the
+  # promoted ledger lacks and no target had yet is lost.
+  ws=$(pg_sql "${!op}" "SELECT pid FROM pg_stat_replication LIMIT 1" 2>/dev/null || true)
+  log "fault: PostgreSQL failover pg-$old → pg-$new ($PG_STANDBY standby; WAL shipping stopped and target ordered hung 3 s before the crash)"
+  target_mode "$TPORT_ordered" hang
+  [[ -n $ws ]] && kill -STOP "$ws" 2>/dev/null
+  sleep 3
+  # The WAL sender dies with what it did not send; the primary crashes.
+  [[ -n $ws ]] && kill -KILL "$ws" 2>/dev/null
+  as_pg "$PGBIN/pg_ctl" -D "$work/pg-$old" -m immediate -w stop >/dev/null 2>&1 || true
+  as_pg "$PGBIN/pg_ctl" -D "$work/pg-$new" -w -t 60 promote >/dev/null
+  echo "$new" >"$work/pg.primary"
+  haproxy_cmd "enable server pg/$new"
+  haproxy_cmd "disable server pg/$old"
+  haproxy_cmd "shutdown sessions server pg/$old"
+  target_mode "$TPORT_ordered" ok
+  log "pg-$new promoted, HAProxy switched; pg-$old rebuilt as its standby in $(($1 / 1000)) s"
+  sleep "$(($1 / 1000))"
+  pg_make_standby "$old" "$new"
+  fault_log pg-failover "$old>$new" "$t"
+}
+f_partition() { # pg|redis|target dur_ms: r1's link to it goes down
+  local t j; t=$(now_ms)
+  case $1 in pg) j=0 ;; redis) j=1 ;; target) j=2 ;; *) die "partition from $1?" ;; esac
+  log "fault: r1 partitioned from $1 for $(($2 / 1000)) s (link ${VETH[j]} down)"
+  as_root ip link set "${VETH[j]}" down
+  sleep "$(($2 / 1000))"
+  as_root ip link set "${VETH[j]}" up
+  fault_log partition "$1" "$t"
+}
+f_disk_full() { # dur_ms: the tmpfs under the SQLite file fills up
+  local t; t=$(now_ms)
+  log "fault: the SQLite file's disk is full for $(($1 / 1000)) s"
+  dd if=/dev/zero of="$work/disk/filler" bs=64k 2>/dev/null || true
+  sleep "$(($1 / 1000))"
+  rm -f "$work/disk/filler"
+  fault_log disk-full - "$t"
 }
 f_pg_restart() { # dur_ms
   local t; t=$(now_ms) mode=fast
   (($1 % 2)) && mode=immediate
   log "fault: PostgreSQL stopped ($mode), back in $(($1 / 1000)) s"
-  as_pg "$PGBIN/pg_ctl" -D "$PGDATA" -m "$mode" -w stop >/dev/null 2>&1 || true
+  as_pg "$PGBIN/pg_ctl" -D "$(pg_dir)" -m "$mode" -w stop >/dev/null 2>&1 || true
   sleep "$(($1 / 1000))"
   pg_start
   fault_log pg-restart "$mode" "$t"
@@ -349,6 +652,10 @@ run_fault() { # kind arg dur_ms
     target-slow) locked "t$2" f_target slow "$2" "$3" ;;
     target-hang) locked "t$2" f_target hang "$2" "$3" ;;
     clock-step) locked "clock$2" f_clock "$2" "$3" ;;
+    sentinel-failover) locked redis f_sentinel_failover "$3" ;;
+    pg-failover) locked pg f_pg_failover "$3" ;;
+    disk-full) locked disk f_disk_full "$3" ;;
+    partition) locked "net$2" f_partition "$2" "$3" ;;
     *) die "unknown fault $1" ;;
   esac
 }
@@ -376,9 +683,9 @@ PIDS+=($!)
 
 # ---- the run --------------------------------------------------------------------
 "$bin/chaos" schedule --seed "$SEED" --profile "$PROFILE" --secs "$LOAD_SECS" \
-  --replicas "$REPLICAS" --skip "$SKIP" >"$work/schedule"
+  --replicas "$REPLICAS" --skip "$SKIP" --only "$FAULTS" >"$work/schedule"
 log "seed $SEED, profile $PROFILE, $LOAD_SECS s of load at $RATE/s, $(wc -l <"$work/schedule") faults (schedule in $OUT/schedule)"
-urls=$(for i in $(seq 1 "$REPLICAS"); do printf 'http://127.0.0.1:%s,' "${RP[i]}"; done)
+urls=$(for i in $(seq 1 "$REPLICAS"); do printf 'http://%s:%s,' "${RH[i]}" "${RP[i]}"; done)
 "$bin/chaos" load --urls "${urls%,}" --out "$work/load.jsonl" --secs "$LOAD_SECS" --rate "$RATE" \
   --secret "$SECRET" --seed "$SEED" --prefix "$PREFIX" --settle-secs 90 >>"$work/load.log" 2>&1 &
 LOAD_PID=$!
@@ -399,7 +706,8 @@ log "load done; auditing (waiting up to $((RESUME_MAX + 30)) s for the last deli
 set +e
 "$bin/chaos" audit --dir "$work" --redis-url "redis://127.0.0.1:$RTPORT" --redis-stream "chaos:stripe" \
   --nats-url "$NATS_URL" --nats-stream "$JS_STREAM" --http plain,ordered --ordered ordered \
-  --wait "$((RESUME_MAX + 30))" --resume-max-s "$RESUME_MAX" --verdict "$work/verdict.md"
+  --wait "$((RESUME_MAX + 30))" --resume-max-s "$RESUME_MAX" --verdict "$work/verdict.md" \
+  $([[ $PG_STANDBY == async ]] && echo --async-failover)
 st=$?
 set -e
 DONE=1
