@@ -286,6 +286,34 @@ pub struct StreamEvent {
     pub body: Vec<u8>,
 }
 
+/// What a bulk replay would touch: the dead deliveries matching a filter
+/// with `id <= bound`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadPlan {
+    /// The largest delivery id the plan covers.
+    pub bound: i64,
+    /// `(source, target, dead deliveries)`.
+    pub deliveries: Vec<(String, String, i64)>,
+    /// `(source, events)`: events with at least one matching dead delivery.
+    pub events: Vec<(String, i64)>,
+}
+
+impl DeadPlan {
+    pub fn total_deliveries(&self) -> i64 {
+        self.deliveries.iter().map(|d| d.2).sum()
+    }
+}
+
+/// One page of a bulk replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayPage {
+    /// Deliveries made pending.
+    pub replayed: u64,
+    /// The last delivery id examined (the next page starts after it);
+    /// `None`: nothing was left.
+    pub last: Option<i64>,
+}
+
 /// The console's view of the ledger; see the module doc.
 #[async_trait]
 pub trait Console: Send + Sync + 'static {
@@ -315,6 +343,23 @@ pub trait Console: Send + Sync + 'static {
     /// pending again, due now; those with an ordering key go to the back of
     /// their keys. Returns how many.
     async fn replay_matching(&self, filter: &EventFilter, now: Millis) -> Result<u64, StoreError>;
+    /// The dead deliveries `filter` matches now, counted by source and
+    /// target, with `id <= bound` (`None`: up to the largest id now).
+    async fn dead_plan(
+        &self,
+        filter: &EventFilter,
+        bound: Option<i64>,
+    ) -> Result<DeadPlan, StoreError>;
+    /// Replays (as [`Console::replay_matching`]) the next `limit` matching
+    /// dead deliveries with `after < id <= upto`, in one transaction.
+    async fn replay_page(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        upto: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<ReplayPage, StoreError>;
     /// Attempts of one event's delivery to one target, oldest first.
     async fn attempts(
         &self,
