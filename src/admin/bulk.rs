@@ -253,8 +253,8 @@ fn unknown() -> Response {
     )
 }
 
-fn stale_before(pause_ms: i64) -> Millis {
-    Millis(Millis::now().0 - STALE_AFTER.as_millis() as i64 - pause_ms)
+fn stale_before() -> Millis {
+    Millis(Millis::now().0 - STALE_AFTER.as_millis() as i64)
 }
 
 /// An action's answer. A plan past its expiry shows `expired`.
@@ -390,7 +390,7 @@ pub async fn start(
         Err(e) => return e.into_response(),
     };
     let bulk = &state.store.bulk;
-    let row = match bulk.bulk(&id, stale_before(0)).await {
+    let row = match bulk.bulk(&id, stale_before()).await {
         Ok(Some(r)) => r,
         Ok(None) => return unknown(),
         Err(e) => return unavailable(&e),
@@ -486,7 +486,7 @@ pub async fn start(
         seen: std::sync::Mutex::new("running".into()),
     };
     tokio::spawn(run(state.clone(), kind, filter, row.bound, job));
-    match bulk.bulk(&id, stale_before(row.pause_ms)).await {
+    match bulk.bulk(&id, stale_before()).await {
         Ok(Some(r)) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
         Ok(None) => unknown(),
         Err(e) => unavailable(&e),
@@ -543,13 +543,8 @@ async fn run(
 
 /// `GET /admin/bulk/{id}`.
 pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    // The stale rule needs the row's pause: read it once without, then with.
-    match state.store.bulk.bulk(&id, stale_before(MAX_PAUSE_MS)).await {
-        Ok(Some(r)) => match state.store.bulk.bulk(&id, stale_before(r.pause_ms)).await {
-            Ok(Some(r)) => Json(doc(&r)).into_response(),
-            Ok(None) => unknown(),
-            Err(e) => unavailable(&e),
-        },
+    match state.store.bulk.bulk(&id, stale_before()).await {
+        Ok(Some(r)) => Json(doc(&r)).into_response(),
         Ok(None) => unknown(),
         Err(e) => unavailable(&e),
     }
@@ -557,7 +552,7 @@ pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Resp
 
 /// `GET /admin/bulk`: the 20 newest actions.
 pub async fn recent(State(state): State<AppState>) -> Response {
-    match state.store.bulk.recent_bulk(20).await {
+    match state.store.bulk.recent_bulk(20, stale_before()).await {
         Ok(rows) => {
             Json(json!({"items": rows.iter().map(doc).collect::<Vec<_>>()})).into_response()
         }
@@ -579,7 +574,7 @@ pub async fn cancel(
         Err(e) => return e.into_response(),
     };
     let bulk = &state.store.bulk;
-    let before = match bulk.bulk(&id, stale_before(MAX_PAUSE_MS)).await {
+    let before = match bulk.bulk(&id, stale_before()).await {
         Ok(Some(r)) => r,
         Ok(None) => return unknown(),
         Err(e) => return unavailable(&e),
@@ -612,7 +607,7 @@ pub async fn cancel(
             tracing::error!(error = %e, bulk.id = id, "audit entry not written");
         }
     }
-    match bulk.bulk(&id, stale_before(before.pause_ms)).await {
+    match bulk.bulk(&id, stale_before()).await {
         Ok(Some(r)) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
         Ok(None) => unknown(),
         Err(e) => unavailable(&e),

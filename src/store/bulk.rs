@@ -69,10 +69,14 @@ pub const MAX_AUDIT_PAGE: i64 = 500;
 pub trait BulkStore: Send + Sync + 'static {
     async fn create_bulk(&self, row: &BulkRow) -> Result<(), StoreError>;
     /// The action, after marking it `interrupted` when it is running but
-    /// its runner's heartbeat is older than `stale_before`.
+    /// its runner's heartbeat is older than `stale_before` less its pause.
     async fn bulk(&self, id: &str, stale_before: Millis) -> Result<Option<BulkRow>, StoreError>;
-    /// Newest first.
-    async fn recent_bulk(&self, limit: i64) -> Result<Vec<BulkRow>, StoreError>;
+    /// Newest first, stale ones marked `interrupted` first (as [`BulkStore::bulk`]).
+    async fn recent_bulk(
+        &self,
+        limit: i64,
+        stale_before: Millis,
+    ) -> Result<Vec<BulkRow>, StoreError>;
     /// `planned` → `running` with `total`, unless expired at `now`; false
     /// when the action is not (or no longer) a plan that may start.
     async fn start_bulk(
@@ -128,10 +132,16 @@ const INSERT_SQL: &str = "INSERT INTO hookgate_bulk_actions
      created_at, expires_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 'planned', $9, $10, $11)";
 
-/// `$1` = id, `$2` = now, `$3` = stale before.
+/// `$1` = id, `$2` = now, `$3` = stale before (less the row's pause: a
+/// runner sleeps that long between two heartbeats).
 const INTERRUPT_SQL: &str = "UPDATE hookgate_bulk_actions
     SET state = 'interrupted', finished_at = $2
-    WHERE id = $1 AND state IN ('running', 'cancelling') AND heartbeat_at < $3";
+    WHERE id = $1 AND state IN ('running', 'cancelling') AND heartbeat_at < $3 - pause_ms";
+
+/// [`INTERRUPT_SQL`] for every action: `$1` = now, `$2` = stale before.
+const INTERRUPT_ALL_SQL: &str = "UPDATE hookgate_bulk_actions
+    SET state = 'interrupted', finished_at = $1
+    WHERE state IN ('running', 'cancelling') AND heartbeat_at < $2 - pause_ms";
 
 /// `$1` = id, `$2` = total, `$3` = by, `$4` = now.
 const START_SQL: &str = "UPDATE hookgate_bulk_actions
@@ -241,7 +251,16 @@ where
         Ok(row.as_ref().map(bulk_row).transpose()?)
     }
 
-    async fn recent_bulk(&self, limit: i64) -> Result<Vec<BulkRow>, StoreError> {
+    async fn recent_bulk(
+        &self,
+        limit: i64,
+        stale_before: Millis,
+    ) -> Result<Vec<BulkRow>, StoreError> {
+        sqlx::query(INTERRUPT_ALL_SQL)
+            .bind(Millis::now().0)
+            .bind(stale_before.0)
+            .execute(&self.pool)
+            .await?;
         let sql = format!(
             "SELECT {COLUMNS} FROM hookgate_bulk_actions ORDER BY created_at DESC, id LIMIT $1"
         );

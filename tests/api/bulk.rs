@@ -449,3 +449,51 @@ async fn stale_expired_and_crashed_actions_are_refused_or_shown_so(b: Backend) {
     assert!(doc["finished_at"].is_string());
     assert_eq!(broken.count(), 3);
 }
+
+/// Two replicas on one PostgreSQL ledger: a plan made on one is started on
+/// the other, followed and cancelled from the first; a replica that stops
+/// while running leaves its action `interrupted`, not running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_replica_follows_cancels_and_sees_an_interrupted_run() {
+    let (a, _billing, broken, _broken2) = gateway(Backend::Production).await;
+    let b = spawn_on(a.opts.clone(), a.db.clone(), a.prefix.clone()).await;
+    seed_stripe(&a, "evt_replica", 10).await;
+    assert!(eventually(WAIT, || async { dead(&a, "broken").await == 10 }).await);
+    broken.always(None);
+    let body = json!({"kind": "replay", "target": "broken", "page_size": 2, "pause_ms": 400});
+    let (status, plan) = post(&a, "/admin/bulk/plan", body.clone()).await;
+    assert_eq!(status, 201);
+    let id = plan["id"].as_str().unwrap().to_owned();
+    let (status, _) = post(&b, &format!("/admin/bulk/{id}/start"), json!({})).await;
+    assert_eq!(status, 202);
+    let path = format!("/admin/bulk/{id}");
+    assert!(
+        eventually(WAIT, || async {
+            get(&a, &path).await["done"].as_i64().unwrap_or(0) >= 2
+        })
+        .await
+    );
+    let (status, _) = post(&a, &format!("{path}/cancel"), json!({})).await;
+    assert_eq!(status, 202);
+    let end = until_ended(&a, &id).await;
+    assert_eq!(end["state"], "cancelled", "{end}");
+    let done = end["done"].as_i64().unwrap();
+    assert!(done < 10, "{end}");
+    assert!(
+        eventually(WAIT, || async {
+            dead(&a, "broken").await == 10 - done as usize
+        })
+        .await
+    );
+
+    // The rest, started on `b`, which then stops mid-run.
+    let (_, plan) = post(&a, "/admin/bulk/plan", body).await;
+    assert_eq!(plan["planned"], 10 - done);
+    let id = plan["id"].as_str().unwrap().to_owned();
+    let (status, _) = post(&b, &format!("/admin/bulk/{id}/start"), json!({})).await;
+    assert_eq!(status, 202);
+    b.stop().await;
+    let end = until_ended(&a, &id).await;
+    assert_eq!(end["state"], "interrupted", "{end}");
+    assert!(end["done"].as_i64().unwrap() < 10 - done, "{end}");
+}
