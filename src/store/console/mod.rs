@@ -384,7 +384,7 @@ pub trait Console: Send + Sync + 'static {
 
 #[cfg(test)]
 mod tests {
-    use super::sql::{Arg, list_sql, replay_sql};
+    use super::sql::{Arg, dead_counts_sql, dead_page_sql, list_sql, replay_ids_sql, replay_sql};
     use super::*;
 
     #[test]
@@ -440,5 +440,45 @@ mod tests {
         assert_eq!(sql.args.last(), Some(&Arg::Int(50)));
         let sql = replay_sql(&EventFilter::default(), Millis(1), Dialect::Sqlite);
         assert!(!sql.text.contains("event_pk IN"), "{}", sql.text);
+    }
+
+    #[test]
+    fn a_bulk_page_binds_its_bounds_then_the_filter_then_the_limit() {
+        let f = EventFilter {
+            source: Some("stripe".into()),
+            target: Some("billing".into()),
+            q: Some("evt_".into()),
+            ..Default::default()
+        };
+        let sql = dead_page_sql(&f, 10, 99, 25, Dialect::Postgres);
+        assert!(sql.text.contains("id > $1 AND id <= $2"), "{}", sql.text);
+        assert!(sql.text.contains("target = $3") && sql.text.contains("source = $4"));
+        assert!(
+            sql.text.contains("ORDER BY id LIMIT $8 FOR UPDATE"),
+            "{}",
+            sql.text
+        );
+        assert_eq!(sql.args[..2], [Arg::Int(10), Arg::Int(99)]);
+        assert_eq!(sql.args.last(), Some(&Arg::Int(25)));
+        assert!(
+            !dead_page_sql(&f, 0, 1, 1, Dialect::Sqlite)
+                .text
+                .contains("FOR UPDATE")
+        );
+        let counts = dead_counts_sql(&EventFilter::default(), 7, Dialect::Sqlite);
+        assert!(
+            counts.text.contains("state = 'dead' AND id <= $1"),
+            "{}",
+            counts.text
+        );
+        assert_eq!(counts.args, [Arg::Int(7)]);
+        let update = replay_ids_sql(&[3, 4], Millis(5));
+        assert!(
+            update
+                .text
+                .contains("WHERE state = 'dead' AND id IN ($2, $3)"),
+            "{}",
+            update.text
+        );
     }
 }
