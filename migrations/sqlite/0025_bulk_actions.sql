@@ -38,3 +38,9 @@ CREATE TABLE hookgate_audit (
     bulk_id  TEXT
 );
 CREATE INDEX hookgate_audit_bulk ON hookgate_audit (bulk_id);
+
+-- A bulk replay's pages: the next dead deliveries by id after the last
+-- page's, without walking the live rows in between. Only dead rows are in
+-- it; `state` is indexed already (0002), so updates of live rows cost the
+-- same as before.
+CREATE INDEX hookgate_deliveries_dead_id ON hookgate_deliveries (id) WHERE state = 'dead';
