@@ -508,6 +508,7 @@ function bulkShow(b) {
 async function bulkFollow(id) {
   const b = await api('/admin/bulk/' + encodeURIComponent(id));
   if (bulkShow(b)) { setTimeout(() => bulkFollow(id).catch((x) => report($('#dead-message'), x)), 500); return; }
+  $('#bulk-title').textContent = `Bulk replay ${b.state}`;
   $('#dead-message').textContent = `Bulk replay ${b.state}: ${b.done} of ${b.total} dead deliveries queued.`;
   loadDead(false).catch(() => {});
   loadAudit().catch(() => {});
@@ -517,6 +518,7 @@ async function bulkConfirm() {
   if (!bulk) return;
   const b = await api(`/admin/bulk/${encodeURIComponent(bulk.id)}/start`, { method: 'POST' });
   $('#bulk-title').textContent = 'Replaying';
+  $('#bulk-summary').textContent = $('#bulk-summary').textContent.replace(/ Confirm before .*$/, '');
   $('#bulk-plan-actions').hidden = true;
   $('#bulk-run').hidden = false;
   bulkShow(b);
