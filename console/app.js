@@ -440,6 +440,7 @@ async function replay(body, message) {
   const r = await api('/admin/replay', { method: 'POST', body: JSON.stringify(body) });
   message.textContent = `Queued ${r.replayed} dead deliver${r.replayed === 1 ? 'y' : 'ies'} for replay.`;
   setTimeout(() => loadDead(false).catch(() => {}), 800);
+  loadAudit().catch(() => {});
 }
 
 async function loadDead(append) {
@@ -465,12 +466,84 @@ async function loadDead(append) {
   $('#dead-more').hidden = !deadCursor;
 }
 
+// "Replay all matching" is a bulk action: a plan (counts per source and
+// target) the operator confirms, then a run with progress and a cancel.
+let bulk = null;
+
+function bulkRows(tbody, counts) {
+  const rows = Object.entries(counts || {}).map(([k, n]) => el('tr', {}, td(k), td(n, 'num')));
+  fill(tbody, rows.length ? rows : [el('tr', {}, el('td', { colspan: '2' }, 'none'))]);
+}
+
 async function replayAll() {
-  const p = filterQuery($('#dead-filter'));
-  const body = Object.fromEntries(p);
-  const scope = Object.keys(body).length ? 'matching ' + p.toString().replaceAll('&', ', ') : 'of every source and target';
-  if (!window.confirm(`Replay ALL dead deliveries ${scope}?`)) return;
-  await replay(body, $('#dead-message'));
+  const body = Object.fromEntries(filterQuery($('#dead-filter')));
+  const plan = await api('/admin/bulk/plan', { method: 'POST', body: JSON.stringify({ kind: 'replay', ...body }) });
+  bulk = plan;
+  const c = plan.counts;
+  const scope = Object.keys(body).length ? 'matching ' + new URLSearchParams(body).toString().replaceAll('&', ', ') : 'of every source and target';
+  $('#bulk-title').textContent = 'Replay plan';
+  $('#bulk-summary').textContent = `${c.deliveries} dead deliver${c.deliveries === 1 ? 'y' : 'ies'} of ${c.events} event${c.events === 1 ? '' : 's'} ${scope}. ` +
+    `Confirm before ${plan.expires_at.slice(11, 19)} UTC.`;
+  bulkRows($('#bulk-sources tbody'), c.by_source);
+  bulkRows($('#bulk-targets tbody'), c.by_target);
+  $('#bulk-plan-actions').hidden = false;
+  $('#dead-message').textContent = '';
+  $('#bulk-run').hidden = true;
+  $('#bulk-panel').hidden = false;
+  $('#bulk-panel').dataset.state = plan.state;
+}
+
+function bulkShow(b) {
+  bulk = b;
+  const total = Math.max(b.total, 1);
+  $('#bulk-progress').max = total;
+  $('#bulk-progress').value = Math.min(b.done, total);
+  $('#bulk-status').textContent = `${b.done} of ${b.total} replayed · ${b.state}`;
+  $('#bulk-panel').dataset.state = b.state;
+  const running = b.state === 'running' || b.state === 'cancelling';
+  $('#bulk-stop').hidden = !running;
+  return running;
+}
+
+async function bulkFollow(id) {
+  const b = await api('/admin/bulk/' + encodeURIComponent(id));
+  if (bulkShow(b)) { setTimeout(() => bulkFollow(id).catch((x) => report($('#dead-message'), x)), 500); return; }
+  $('#bulk-title').textContent = `Bulk replay ${b.state}`;
+  $('#dead-message').textContent = `Bulk replay ${b.state}: ${b.done} of ${b.total} dead deliveries queued.`;
+  loadDead(false).catch(() => {});
+  loadAudit().catch(() => {});
+}
+
+async function bulkConfirm() {
+  if (!bulk) return;
+  const b = await api(`/admin/bulk/${encodeURIComponent(bulk.id)}/start`, { method: 'POST' });
+  $('#bulk-title').textContent = 'Replaying';
+  $('#bulk-summary').textContent = $('#bulk-summary').textContent.replace(/ Confirm before .*$/, '');
+  $('#bulk-plan-actions').hidden = true;
+  $('#bulk-run').hidden = false;
+  bulkShow(b);
+  await bulkFollow(b.id);
+}
+
+async function bulkCancel(hide) {
+  if (!bulk) return;
+  const b = await api(`/admin/bulk/${encodeURIComponent(bulk.id)}/cancel`, { method: 'POST' });
+  if (hide) {
+    $('#bulk-panel').hidden = true;
+    $('#dead-message').textContent = 'Replay plan cancelled: nothing was replayed.';
+    bulk = null;
+    loadAudit().catch(() => {});
+  } else {
+    bulkShow(b);
+  }
+}
+
+async function loadAudit() {
+  const page = await api('/admin/audit?limit=20');
+  const rows = page.items.map((a) => el('tr', { dataset: { action: a.action } }, timeCell(a.at), td(a.who), td(a.action),
+    td(Object.entries(a.filter || {}).filter(([, v]) => v != null).map(([k, v]) => `${k}=${v}`).join(', ') || 'everything', 'wrap'),
+    td(a.count, 'num'), td(a.outcome)));
+  fill($('#audit-table tbody'), rows.length ? rows : [el('tr', {}, el('td', { colspan: '6' }, 'No operator actions yet.'))]);
 }
 
 function showDead() {
@@ -478,8 +551,10 @@ function showDead() {
   $('#dead-message').textContent = '';
   buildFilters($('#dead-filter'), false, () => loadDead(false).catch((e) => alertError(e)));
   presetFilters($('#dead-filter'));
+  $('#bulk-panel').hidden = true;
   loadDead(false).catch((e) => alertError(e));
-  every(() => { if (!document.hidden) loadDead(false).catch(() => {}); });
+  loadAudit().catch((e) => alertError(e));
+  every(() => { if (!document.hidden) { loadDead(false).catch(() => {}); loadAudit().catch(() => {}); } });
 }
 
 // ---------- start ----------
@@ -493,6 +568,9 @@ document.addEventListener('DOMContentLoaded', () => {
   $('#dead-more').addEventListener('click', () => loadDead(true).catch(alertError));
   $('#redeliver-all').addEventListener('click', () => redeliver(null));
   $('#replay-all').addEventListener('click', () => replayAll().catch((x) => report($('#dead-message'), x)));
+  $('#bulk-confirm').addEventListener('click', () => bulkConfirm().catch((x) => report($('#dead-message'), x)));
+  $('#bulk-discard').addEventListener('click', () => bulkCancel(true).catch((x) => report($('#dead-message'), x)));
+  $('#bulk-stop').addEventListener('click', () => bulkCancel(false).catch((x) => report($('#dead-message'), x)));
   document.addEventListener('keydown', (e) => {
     const typing = /^(INPUT|SELECT|TEXTAREA)$/.test(document.activeElement.tagName);
     if (e.key === '/' && !typing && token()) {

@@ -71,6 +71,12 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
             post(admin::events::redeliver),
         )
         .route("/admin/stats/series", get(admin::series::handler))
+        .route("/admin/bulk", get(admin::bulk::recent))
+        .route("/admin/bulk/plan", post(admin::bulk::plan))
+        .route("/admin/bulk/{id}", get(admin::bulk::show))
+        .route("/admin/bulk/{id}/start", post(admin::bulk::start))
+        .route("/admin/bulk/{id}/cancel", post(admin::bulk::cancel))
+        .route("/admin/audit", get(admin::bulk::audit))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_token,

@@ -218,9 +218,10 @@ pub async fn redeliver(
     Path((source, event_id)): Path<(String, String)>,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(e) = super::authorize(&state, &headers) {
-        return e.into_response();
-    }
+    let who = match super::authorize_scope(&state, &headers, crate::config::Scope::Admin) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
     let req: RedeliverRequest = if body.iter().all(u8::is_ascii_whitespace) {
         RedeliverRequest::default()
     } else {
@@ -253,7 +254,9 @@ pub async fn redeliver(
                 Some(t) => state.wake.notify(&[t]),
                 None => state.wake.notify_all(),
             }
-            tracing::info!(source, event.id = event_id, target = ?req.target, queued = n, "operator redelivery");
+            tracing::info!(source, event.id = event_id, target = ?req.target, queued = n, by = who, "operator redelivery");
+            let what = json!({"source": source, "event_id": event_id, "target": req.target});
+            super::bulk::record(&state, &who, "redeliver", what, n).await;
             Json(json!({ "queued": n })).into_response()
         }
         Err(e) => unavailable(&e),

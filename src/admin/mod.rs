@@ -1,6 +1,7 @@
-//! Admin endpoints: stats, metrics, health, replay. Everything that reveals
+//! Admin endpoints: stats, metrics, health, replay, bulk actions and the audit log. Everything that reveals
 //! or changes state sits behind the bearer `admin_token`.
 
+pub mod bulk;
 pub mod console;
 pub mod events;
 pub mod health;

@@ -2,7 +2,9 @@
 //!
 //! The body takes the filters of `GET /admin/events` (`source`, `target`,
 //! `type`, `since`, `until`, `q`, `event_id`; `state` may only be `dead`);
-//! `{}` replays every dead delivery. The answer says how many were queued.
+//! `{}` replays every dead delivery. The answer says how many were queued;
+//! the audit log records it (`admin/bulk.rs`). For a plan to confirm,
+//! progress and cancel, use `POST /admin/bulk/plan` with `kind` = replay.
 
 use crate::error::ApiError;
 use crate::primitives::time::Millis;
@@ -44,9 +46,11 @@ pub async fn handler(
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Err(e) = super::authorize(&state, &headers) {
-        return e.into_response();
-    }
+    let who = match super::authorize_scope(&state, &headers, crate::config::Scope::Admin) {
+        Ok(w) => w,
+        Err(e) => return e.into_response(),
+    };
+    let audited: Value = serde_json::from_slice(&body).unwrap_or_else(|_| json!({}));
     let filter = match parse_request(&body) {
         Ok(f) => f,
         Err(e) => return e.into_response(),
@@ -59,7 +63,8 @@ pub async fn handler(
     {
         Ok(n) => {
             state.wake.notify_all();
-            tracing::info!(replayed = n, "dead deliveries replayed");
+            tracing::info!(replayed = n, by = who, "dead deliveries replayed");
+            super::bulk::record(&state, &who, "replay", audited, n).await;
             Json(json!({ "replayed": n })).into_response()
         }
         Err(e) => {

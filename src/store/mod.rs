@@ -9,6 +9,7 @@
 //! - [`Console`]: the admin console's queries and operator writes;
 //! - [`ReconcileStore`]: reconciliation's leases, checkpoints and resends;
 //! - [`IdempotencyStore`]: the Idempotency-Key proxy's rows;
+//! - [`BulkStore`]: bulk actions (plan, progress, cancel) and the audit log;
 //! - [`Backend`]: the database itself (migrations, readiness).
 //!
 //! Rule: an event row and its delivery rows are written in one transaction,
@@ -20,6 +21,7 @@
 
 pub mod backlog;
 pub mod body_hashes;
+pub mod bulk;
 pub mod clock;
 
 /// Most rows one purge statement deletes; purges loop over batches so a
@@ -41,6 +43,7 @@ pub mod sqlite;
 pub mod tallies;
 
 pub use backlog::Backlog;
+pub use bulk::BulkStore;
 pub use console::Console;
 pub use event_log::{EventFacts, EventLog, HandoffLease, LeasedRow, NewEvent, Recorded, Written};
 pub use handshake_secrets::HandshakeSecrets;
@@ -155,6 +158,8 @@ pub struct Store {
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub handshake_secrets: Arc<dyn HandshakeSecrets>,
     pub provider_keys: Arc<dyn ProviderKeys>,
+    /// Bulk actions and the audit log.
+    pub bulk: Arc<dyn BulkStore>,
 }
 
 impl Store {
@@ -164,8 +169,13 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>:
-            Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
+        Portable<DB>: Backlog
+            + Console
+            + ReconcileStore
+            + IdempotencyStore
+            + HandshakeSecrets
+            + ProviderKeys
+            + BulkStore,
     {
         let portable = Arc::new(portable);
         Self {
@@ -178,7 +188,8 @@ impl Store {
             reconcile: portable.clone(),
             idempotency: portable.clone(),
             handshake_secrets: portable.clone(),
-            provider_keys: portable,
+            provider_keys: portable.clone(),
+            bulk: portable,
         }
     }
 }

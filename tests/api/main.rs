@@ -8,6 +8,7 @@ mod admin_find;
 mod availability;
 mod backup;
 mod body_dedup;
+mod bulk;
 mod cli;
 mod cli_events;
 mod crash_recovery;

@@ -3,6 +3,8 @@
 // config and a loopback node target, sends signed Stripe events (one target
 // fails), then: login, find an event by id, open it and see its attempts,
 // replay the dead delivery from the console and see the target receive it;
+// "replay all matching" shows a plan (cancelled: nothing replayed; confirmed:
+// a progress bar to done) and the audit log names the token;
 // the overview says which sources sign their event id and type (Stripe
 // does, a GitHub source does not).
 // Then reconciliation for real: a loopback fake of Stripe's events API has
@@ -383,10 +385,39 @@ max_attempts = 1
     await until(async () => (await page.locator('#dead-table tbody tr').count()) === 2, 'dead list refresh');
   });
 
-  await step('"replay all matching" asks first, then replays the rest', async () => {
+  await step('"replay all matching" shows a plan per source and target; Cancel replays nothing', async () => {
     await page.click('#replay-all');
-    await page.locator('#dead-message', { hasText: 'Queued 2' }).waitFor();
+    await page.locator('#bulk-panel[data-state=planned]').waitFor();
+    const summary = await page.locator('#bulk-summary').innerText();
+    assert(summary.startsWith('2 dead deliveries of 2 events'), summary);
+    const targets = await page.locator('#bulk-targets tbody').innerText();
+    assert(/flaky\s+2/.test(targets), targets);
+    const sources = await page.locator('#bulk-sources tbody').innerText();
+    assert(/stripe\s+2/.test(sources), sources);
+    await page.screenshot({ path: join(ARTIFACTS, 'bulk-plan.png'), fullPage: true });
+    await page.click('#bulk-discard');
+    await page.locator('#dead-message', { hasText: 'nothing was replayed' }).waitFor();
+    assert(await page.locator('#bulk-panel').isHidden(), 'plan panel closed');
+    await new Promise((r) => setTimeout(r, 1000));
+    assert(target.got.flaky.length === 4, `a cancelled plan replays nothing: ${target.got.flaky}`);
+    assert((await page.locator('#dead-table tbody tr').count()) === 2, 'still two dead');
+  });
+
+  await step('a confirmed plan replays the rest with a progress bar, and the audit log names the token', async () => {
+    await page.click('#replay-all');
+    await page.locator('#bulk-panel[data-state=planned]').waitFor();
+    await page.click('#bulk-confirm');
+    await page.locator('#bulk-panel[data-state=done]').waitFor();
+    const status = await page.locator('#bulk-status').innerText();
+    assert(status.startsWith('2 of 2 replayed'), status);
+    assert((await page.locator('#bulk-progress').getAttribute('max')) === '2', 'progress max');
+    await page.locator('#dead-message', { hasText: 'Bulk replay done' }).waitFor();
     await until(() => target.got.flaky.length === 6, 'bulk replay delivered');
+    const audit = page.locator('#audit-table tbody tr[data-action="bulk.replay"]');
+    await audit.waitFor();
+    const text = await audit.innerText();
+    assert(/admin\s+bulk\.replay/.test(text) && /\b2\s+done/.test(text), text);
+    await page.locator('#audit-table tbody tr[data-action=replay]').waitFor();
     await page.screenshot({ path: join(ARTIFACTS, 'dead-letters.png'), fullPage: true });
   });
 

@@ -286,6 +286,34 @@ pub struct StreamEvent {
     pub body: Vec<u8>,
 }
 
+/// What a bulk replay would touch: the dead deliveries matching a filter
+/// with `id <= bound`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeadPlan {
+    /// The largest delivery id the plan covers.
+    pub bound: i64,
+    /// `(source, target, dead deliveries)`.
+    pub deliveries: Vec<(String, String, i64)>,
+    /// `(source, events)`: events with at least one matching dead delivery.
+    pub events: Vec<(String, i64)>,
+}
+
+impl DeadPlan {
+    pub fn total_deliveries(&self) -> i64 {
+        self.deliveries.iter().map(|d| d.2).sum()
+    }
+}
+
+/// One page of a bulk replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplayPage {
+    /// Deliveries made pending.
+    pub replayed: u64,
+    /// The last delivery id examined (the next page starts after it);
+    /// `None`: nothing was left.
+    pub last: Option<i64>,
+}
+
 /// The console's view of the ledger; see the module doc.
 #[async_trait]
 pub trait Console: Send + Sync + 'static {
@@ -315,6 +343,23 @@ pub trait Console: Send + Sync + 'static {
     /// pending again, due now; those with an ordering key go to the back of
     /// their keys. Returns how many.
     async fn replay_matching(&self, filter: &EventFilter, now: Millis) -> Result<u64, StoreError>;
+    /// The dead deliveries `filter` matches now, counted by source and
+    /// target, with `id <= bound` (`None`: up to the largest id now).
+    async fn dead_plan(
+        &self,
+        filter: &EventFilter,
+        bound: Option<i64>,
+    ) -> Result<DeadPlan, StoreError>;
+    /// Replays (as [`Console::replay_matching`]) the next `limit` matching
+    /// dead deliveries with `after < id <= upto`, in one transaction.
+    async fn replay_page(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        upto: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<ReplayPage, StoreError>;
     /// Attempts of one event's delivery to one target, oldest first.
     async fn attempts(
         &self,
@@ -339,7 +384,7 @@ pub trait Console: Send + Sync + 'static {
 
 #[cfg(test)]
 mod tests {
-    use super::sql::{Arg, list_sql, replay_sql};
+    use super::sql::{Arg, dead_counts_sql, dead_page_sql, list_sql, replay_ids_sql, replay_sql};
     use super::*;
 
     #[test]
@@ -395,5 +440,45 @@ mod tests {
         assert_eq!(sql.args.last(), Some(&Arg::Int(50)));
         let sql = replay_sql(&EventFilter::default(), Millis(1), Dialect::Sqlite);
         assert!(!sql.text.contains("event_pk IN"), "{}", sql.text);
+    }
+
+    #[test]
+    fn a_bulk_page_binds_its_bounds_then_the_filter_then_the_limit() {
+        let f = EventFilter {
+            source: Some("stripe".into()),
+            target: Some("billing".into()),
+            q: Some("evt_".into()),
+            ..Default::default()
+        };
+        let sql = dead_page_sql(&f, 10, 99, 25, Dialect::Postgres);
+        assert!(sql.text.contains("id > $1 AND id <= $2"), "{}", sql.text);
+        assert!(sql.text.contains("target = $3") && sql.text.contains("source = $4"));
+        assert!(
+            sql.text.contains("ORDER BY id LIMIT $8 FOR UPDATE"),
+            "{}",
+            sql.text
+        );
+        assert_eq!(sql.args[..2], [Arg::Int(10), Arg::Int(99)]);
+        assert_eq!(sql.args.last(), Some(&Arg::Int(25)));
+        assert!(
+            !dead_page_sql(&f, 0, 1, 1, Dialect::Sqlite)
+                .text
+                .contains("FOR UPDATE")
+        );
+        let counts = dead_counts_sql(&EventFilter::default(), 7, Dialect::Sqlite);
+        assert!(
+            counts.text.contains("state = 'dead' AND id <= $1"),
+            "{}",
+            counts.text
+        );
+        assert_eq!(counts.args, [Arg::Int(7)]);
+        let update = replay_ids_sql(&[3, 4], Millis(5));
+        assert!(
+            update
+                .text
+                .contains("WHERE state = 'dead' AND id IN ($2, $3)"),
+            "{}",
+            update.text
+        );
     }
 }

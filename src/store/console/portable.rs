@@ -6,14 +6,15 @@
 
 use super::sql::{
     ARRIVALS_SQL, ATTEMPTS_SQL, BACKLOG_SQL, DEAD_SQL, EVENT_ATTEMPTS_SQL, EVENT_SQL,
-    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, REDELIVER_ALL_SQL, REDELIVER_ONE_SQL,
-    REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, deliveries_sql, field_scan_sql,
-    list_sql, lock_rows, replay_ordered_sql, replay_sql, summaries_sql,
+    LISTEN_HORIZON_SQL, LISTEN_PAGE_SQL, LISTEN_SINCE_SQL, MAX_DELIVERY_SQL, REDELIVER_ALL_SQL,
+    REDELIVER_ONE_SQL, REDELIVER_ORDERED_SQL, SET_SEQ_SQL, arguments, begin_write, dead_counts_sql,
+    dead_events_sql, dead_page_sql, deliveries_sql, field_scan_sql, list_sql, lock_rows,
+    replay_ids_sql, replay_ordered_sql, replay_sql, summaries_sql,
 };
 use super::{
-    ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeliveryInfo, DeliveryState,
-    EventFilter, EventPage, EventRecord, EventSummary, FIELD_SCAN, MAX_DETAIL_ROWS, MAX_LIMIT,
-    StreamEvent,
+    ArrivalInfo, AttemptInfo, AttemptRow, Backlog, Console, Cursor, DeadPlan, DeliveryInfo,
+    DeliveryState, EventFilter, EventPage, EventRecord, EventSummary, FIELD_SCAN, MAX_DETAIL_ROWS,
+    MAX_LIMIT, ReplayPage, StreamEvent,
 };
 use crate::primitives::time::Millis;
 use crate::store::StoreError;
@@ -185,6 +186,91 @@ where
             .await?;
         tx.commit().await?;
         Ok(moved.rows_affected())
+    }
+
+    async fn dead_plan(
+        &self,
+        filter: &EventFilter,
+        bound: Option<i64>,
+    ) -> Result<DeadPlan, StoreError> {
+        let bound = match bound {
+            Some(b) => b,
+            None => {
+                sqlx::query_scalar(MAX_DELIVERY_SQL)
+                    .fetch_one(&self.pool)
+                    .await?
+            }
+        };
+        let sql = dead_counts_sql(filter, bound, self.dialect);
+        let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+            .fetch_all(&self.pool)
+            .await?;
+        let deliveries = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        let sql = dead_events_sql(filter, bound, self.dialect);
+        let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+            .fetch_all(&self.pool)
+            .await?;
+        let events = rows
+            .iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect::<Result<Vec<_>, sqlx::Error>>()?;
+        Ok(DeadPlan {
+            bound,
+            deliveries,
+            events,
+        })
+    }
+
+    async fn replay_page(
+        &self,
+        filter: &EventFilter,
+        after: i64,
+        upto: i64,
+        limit: i64,
+        now: Millis,
+    ) -> Result<ReplayPage, StoreError> {
+        let mut tx = self.pool.begin_with(begin_write(self.dialect)).await?;
+        let sql = dead_page_sql(filter, after, upto, limit, self.dialect);
+        let rows = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut ordered: Vec<(String, String, i64, i64)> = Vec::new();
+        for r in &rows {
+            let id: i64 = r.try_get(0)?;
+            ids.push(id);
+            let key: Option<String> = r.try_get(2)?;
+            let seq: Option<i64> = r.try_get(3)?;
+            if let Some(key) = key {
+                ordered.push((r.try_get(1)?, key, seq.unwrap_or(0), id));
+            }
+        }
+        let Some(&last) = ids.last() else {
+            return Ok(ReplayPage {
+                replayed: 0,
+                last: None,
+            });
+        };
+        // To the back of their keys in key and sequence order, as a whole
+        // replay does.
+        ordered.sort();
+        let ordered: Vec<(i64, String, String)> = ordered
+            .into_iter()
+            .map(|(t, k, _, id)| (id, t, k))
+            .collect();
+        Self::resequence(&mut tx, &ordered).await?;
+        let sql = replay_ids_sql(&ids, now);
+        let moved = sqlx::query_with(AssertSqlSafe(sql.text), arguments::<DB>(&sql.args)?)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ReplayPage {
+            replayed: moved.rows_affected(),
+            last: Some(last),
+        })
     }
 
     async fn backlog(&self) -> Result<Vec<Backlog>, StoreError> {

@@ -188,6 +188,70 @@ pub(crate) fn replay_ordered_sql(f: &EventFilter, d: Dialect) -> Sql {
     sql
 }
 
+/// The dead deliveries a bulk replay's plan counts (`id <= upto`), by
+/// source and target: `source, target, deliveries, events`.
+pub(crate) fn dead_counts_sql(f: &EventFilter, upto: i64, d: Dialect) -> Sql {
+    let mut sql = Sql::default();
+    let bound = sql.arg(Arg::Int(upto));
+    let c = dead_deliveries(f, d, &mut sql, &format!("state = 'dead' AND id <= {bound}"));
+    sql.text = format!(
+        "SELECT source, target, CAST(COUNT(*) AS BIGINT), CAST(COUNT(DISTINCT event_pk) AS BIGINT)
+         FROM hookgate_deliveries {c} GROUP BY source, target ORDER BY source, target"
+    );
+    sql
+}
+
+/// The dead deliveries a bulk replay's events per source: `source, events`
+/// (an event with two dead targets counts once).
+pub(crate) fn dead_events_sql(f: &EventFilter, upto: i64, d: Dialect) -> Sql {
+    let mut sql = Sql::default();
+    let bound = sql.arg(Arg::Int(upto));
+    let c = dead_deliveries(f, d, &mut sql, &format!("state = 'dead' AND id <= {bound}"));
+    sql.text = format!(
+        "SELECT source, CAST(COUNT(DISTINCT event_pk) AS BIGINT)
+         FROM hookgate_deliveries {c} GROUP BY source ORDER BY source"
+    );
+    sql
+}
+
+/// One page of a bulk replay: the next `limit` dead deliveries with
+/// `after < id <= upto`, in id order, as `id, target, order_key, order_seq`,
+/// locked for the transaction that makes them pending.
+pub(crate) fn dead_page_sql(f: &EventFilter, after: i64, upto: i64, limit: i64, d: Dialect) -> Sql {
+    let mut sql = Sql::default();
+    let lo = sql.arg(Arg::Int(after));
+    let hi = sql.arg(Arg::Int(upto));
+    let state = format!("state = 'dead' AND id > {lo} AND id <= {hi}");
+    let c = dead_deliveries(f, d, &mut sql, &state);
+    let lim = sql.arg(Arg::Int(limit));
+    sql.text = format!(
+        "SELECT id, target, order_key, order_seq FROM hookgate_deliveries {c}
+         ORDER BY id LIMIT {lim}{}",
+        lock_rows(d)
+    );
+    sql
+}
+
+/// Makes the dead deliveries `ids` pending again, due now (as [`replay_sql`]).
+pub(crate) fn replay_ids_sql(ids: &[i64], now: Millis) -> Sql {
+    let mut sql = Sql::default();
+    let at = sql.arg(Arg::Int(now.0));
+    let list: Vec<String> = ids.iter().map(|i| sql.arg(Arg::Int(*i))).collect();
+    sql.text = format!(
+        "UPDATE hookgate_deliveries
+         SET state = 'pending', earlier_attempts = earlier_attempts + attempts, attempts = 0,
+             next_attempt_at = {at}, updated_at = {at},
+             lease_until = NULL, lease_token = NULL
+         WHERE state = 'dead' AND id IN ({})",
+        list.join(", ")
+    );
+    sql
+}
+
+/// The largest delivery id (0 when there is none): a plan's bound.
+pub(crate) const MAX_DELIVERY_SQL: &str =
+    "SELECT CAST(COALESCE(MAX(id), 0) AS BIGINT) FROM hookgate_deliveries";
+
 /// The `WHERE` clause on `hookgate_deliveries` of a replay: `state` (the
 /// dead rows, or some of them), then the filter's target, source and event
 /// conditions, in that order of placeholders.
