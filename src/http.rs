@@ -71,6 +71,16 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
             post(admin::events::redeliver),
         )
         .route("/admin/stats/series", get(admin::series::handler))
+        .route("/admin/refused", get(admin::refused::list))
+        .route(
+            "/admin/refused/reverify",
+            post(admin::refused::reverify_all),
+        )
+        .route("/admin/refused/{id}", get(admin::refused::show))
+        .route(
+            "/admin/refused/{id}/reverify",
+            post(admin::refused::reverify),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_token,

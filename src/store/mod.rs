@@ -9,6 +9,8 @@
 //! - [`Console`]: the admin console's queries and operator writes;
 //! - [`ReconcileStore`]: reconciliation's leases, checkpoints and resends;
 //! - [`IdempotencyStore`]: the Idempotency-Key proxy's rows;
+//! - [`RefusedLog`]: requests that failed verification (ingest's writer,
+//!   the console's refused view);
 //! - [`Backend`]: the database itself (migrations, readiness).
 //!
 //! Rule: an event row and its delivery rows are written in one transaction,
@@ -35,6 +37,7 @@ mod portable;
 pub mod postgres;
 pub mod provider_keys;
 pub mod reconcile;
+pub mod refused;
 mod rows;
 pub mod sqlite;
 pub mod tallies;
@@ -49,6 +52,7 @@ pub use outbox::{
 };
 pub use provider_keys::ProviderKeys;
 pub use reconcile::ReconcileStore;
+pub use refused::RefusedLog;
 pub use tallies::{DeliveryCount, Tallies};
 
 use async_trait::async_trait;
@@ -149,6 +153,7 @@ pub struct Store {
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub handshake_secrets: Arc<dyn HandshakeSecrets>,
     pub provider_keys: Arc<dyn ProviderKeys>,
+    pub refused: Arc<dyn RefusedLog>,
 }
 
 impl Store {
@@ -158,8 +163,13 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>:
-            Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
+        Portable<DB>: Backlog
+            + Console
+            + ReconcileStore
+            + IdempotencyStore
+            + HandshakeSecrets
+            + ProviderKeys
+            + RefusedLog,
     {
         let portable = Arc::new(portable);
         Self {
@@ -172,7 +182,8 @@ impl Store {
             reconcile: portable.clone(),
             idempotency: portable.clone(),
             handshake_secrets: portable.clone(),
-            provider_keys: portable,
+            provider_keys: portable.clone(),
+            refused: portable,
         }
     }
 }
