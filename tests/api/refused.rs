@@ -96,10 +96,16 @@ async fn a_forged_request_is_logged_with_its_reason_and_redacted_headers(b: Back
     let (status, doc) = get(&app, &format!("/admin/refused/{id}")).await;
     assert_eq!(status, 200, "{doc}");
     let text = doc["headers"].to_string();
-    assert!(text.contains(r#"["stripe-signature","[redacted]"]"#), "{text}");
+    assert!(
+        text.contains(r#"["stripe-signature","[redacted]"]"#),
+        "{text}"
+    );
     assert!(text.contains(r#"["authorization","[redacted]"]"#), "{text}");
     assert!(text.contains("Stripe/1.0"), "{text}");
-    assert!(!text.contains("c2VjcmV0") && !text.contains("v1="), "{text}");
+    assert!(
+        !text.contains("c2VjcmV0") && !text.contains("v1="),
+        "{text}"
+    );
     // Body capture is off by default: no body, and nothing to re-verify.
     assert_eq!(doc["body"], Value::Null);
     assert_eq!(doc["reverifiable"], false);
@@ -142,10 +148,16 @@ async fn a_refused_request_reverifies_once_after_the_secret_is_added(b: Backend)
     let forged = signers::stripe("whsec_attacker", now(), &fake);
     assert_eq!(app.post("rotated", &forged, &fake).await.status(), 401);
     let items = listed(&app, "source=rotated", 2).await;
-    let (fake_id, real_id) = (items[0]["id"].as_i64().unwrap(), items[1]["id"].as_i64().unwrap());
+    let (fake_id, real_id) = (
+        items[0]["id"].as_i64().unwrap(),
+        items[1]["id"].as_i64().unwrap(),
+    );
     let (_, doc) = get(&app, &format!("/admin/refused/{real_id}")).await;
     assert_eq!(doc["reverifiable"], true, "{doc}");
-    assert_eq!(doc["body"]["data"], String::from_utf8(body.clone()).unwrap());
+    assert_eq!(
+        doc["body"]["data"],
+        String::from_utf8(body.clone()).unwrap()
+    );
     // Shown redacted although stored as received (re-verifying needs it).
     assert!(doc["headers"].to_string().contains("[redacted]"));
 
@@ -157,13 +169,10 @@ async fn a_refused_request_reverifies_once_after_the_secret_is_added(b: Backend)
     assert_eq!(app.rows("rotated", "evt_rotated").await, 0);
 
     // The operator adds the new secret (what a reload swaps in).
-    let text = app
-        .opts
-        .toml(&app.db, &app.prefix, "127.0.0.1:0")
-        .replace(
-            &format!("secrets = [\"{OLD}\"]"),
-            &format!("secrets = [\"{OLD}\", \"{NEW}\"]"),
-        );
+    let text = app.opts.toml(&app.db, &app.prefix, "127.0.0.1:0").replace(
+        &format!("secrets = [\"{OLD}\"]"),
+        &format!("secrets = [\"{OLD}\", \"{NEW}\"]"),
+    );
     let config = Config::from_toml_str(&text, std::path::Path::new(".")).unwrap();
     app.state.swap(Live::new(Arc::new(config)));
 
@@ -183,7 +192,12 @@ async fn a_refused_request_reverifies_once_after_the_secret_is_added(b: Backend)
     assert_eq!(app.rows("rotated", "evt_rotated").await, 1);
 
     // All matching: the forgery still fails and stays, with its reason.
-    let (status, doc) = post(&app, "/admin/refused/reverify", json!({"source": "rotated"})).await;
+    let (status, doc) = post(
+        &app,
+        "/admin/refused/reverify",
+        json!({"source": "rotated"}),
+    )
+    .await;
     assert_eq!(status, 200, "{doc}");
     assert_eq!(doc["checked"], 1, "{doc}");
     assert_eq!(doc["still_refused"], 1);
@@ -345,7 +359,11 @@ async fn flood(b: Backend, log: bool) {
     .await;
     let s = app.stats().await;
     assert!(settled, "{}", s["refused"]);
-    assert!(s["refused"]["dropped"].as_u64().unwrap() > 0, "{}", s["refused"]);
+    assert!(
+        s["refused"]["dropped"].as_u64().unwrap() > 0,
+        "{}",
+        s["refused"]
+    );
     assert!(s["refused"]["logged"].as_i64().unwrap() >= CAP);
     let kept = eventually(Duration::from_secs(5), || async {
         app.state.store.refused.count().await.unwrap() == CAP
