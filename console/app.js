@@ -114,6 +114,7 @@ function route() {
   if (view === 'events') showEvents();
   else if (view === 'event' && rest.length >= 2) showEvent(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join('/')));
   else if (view === 'dead') showDead();
+  else if (view === 'refused') showRefused();
   else showOverview();
 }
 
@@ -557,6 +558,68 @@ function showDead() {
   every(() => { if (!document.hidden) { loadDead(false).catch(() => {}); loadAudit().catch(() => {}); } });
 }
 
+// ---------- refused requests ----------
+let refusedCursor = null;
+
+function refusedQuery(extra = {}) {
+  const p = new URLSearchParams();
+  for (const [k, v] of new FormData($('#refused-filter'))) if (v.trim()) p.set(k, v.trim());
+  for (const [k, v] of Object.entries(extra)) if (v) p.set(k, v);
+  return p;
+}
+
+function reverifiedText(r) {
+  if (r.result === 're-verified') return `Re-verified: admitted ${r.event_ids.join(', ') || 'an answer-only request'} (${r.dedup}).`;
+  if (r.result === 'refused') return `Still refused: ${r.detail}.`;
+  if (r.result === 'already_reverified') return 'Already re-verified.';
+  return `Cannot re-verify: ${r.detail}.`;
+}
+
+async function reverifyOne(id) {
+  const r = await api(`/admin/refused/${id}/reverify`, { method: 'POST', body: '{}' });
+  $('#refused-message').textContent = `#${id}: ${reverifiedText(r)}`;
+  await loadRefused(false);
+}
+
+async function reverifyAll() {
+  const p = refusedQuery();
+  p.delete('state');
+  const body = Object.fromEntries(p);
+  const scope = Object.keys(body).length ? 'matching ' + p.toString().replaceAll('&', ', ') : 'of every source';
+  if (!window.confirm(`Re-verify ALL refused requests ${scope}?`)) return;
+  const r = await api('/admin/refused/reverify', { method: 'POST', body: JSON.stringify(body) });
+  $('#refused-message').textContent = `Checked ${r.checked}: ${r.reverified} re-verified, ${r.still_refused} still refused, ${r.skipped} not re-verifiable.`;
+  await loadRefused(false);
+}
+
+async function loadRefused(append) {
+  const page = await api('/admin/refused?' + refusedQuery({ limit: '50', cursor: append ? refusedCursor : '' }));
+  const rows = page.items.map((r) => {
+    const reason = td(r.reason);
+    reason.title = r.detail;
+    const done = r.state === 're-verified';
+    const button = el('button', { type: 'button', class: 'secondary reverify-one', dataset: { id: String(r.id) },
+      onclick: () => reverifyOne(r.id).catch((x) => report($('#refused-message'), x)) }, 'Re-verify');
+    if (done) button.disabled = true;
+    return el('tr', { dataset: { id: String(r.id) } }, timeCell(r.received_at), td(r.source), reason,
+      td(r.peer || '—'), td(r.body_size, 'num'),
+      el('td', {}, stateTag(r.state), ...(done && r.event_id ? [' ', el('a', { href: eventHref(r.source, r.event_id) }, r.event_id)] : [])),
+      el('td', {}, button));
+  });
+  const tbody = $('#refused-table tbody');
+  if (append) tbody.append(...rows);
+  else fill(tbody, rows.length ? rows : [el('tr', {}, el('td', { colspan: '7' }, 'No refused requests match.'))]);
+  refusedCursor = page.next_cursor;
+  $('#refused-more').hidden = !refusedCursor;
+}
+
+function showRefused() {
+  $('#view-refused').hidden = false;
+  $('#refused-message').textContent = '';
+  loadRefused(false).catch((e) => alertError(e));
+  every(() => { if (!document.hidden) loadRefused(false).catch(() => {}); });
+}
+
 // ---------- start ----------
 document.addEventListener('DOMContentLoaded', () => {
   $('#login-form').addEventListener('submit', (e) => login(e).catch((x) => { $('#login-error').textContent = x.message; }));
@@ -566,6 +629,10 @@ document.addEventListener('DOMContentLoaded', () => {
   }
   $('#events-more').addEventListener('click', () => { $('#events-more').dataset.paged = '1'; loadEvents(true).catch(alertError); });
   $('#dead-more').addEventListener('click', () => loadDead(true).catch(alertError));
+  $('#refused-more').addEventListener('click', () => loadRefused(true).catch(alertError));
+  $('#reverify-all').addEventListener('click', () => reverifyAll().catch((x) => report($('#refused-message'), x)));
+  $('#refused-filter').addEventListener('change', () => loadRefused(false).catch(alertError));
+  $('#refused-filter').addEventListener('submit', (e) => { e.preventDefault(); loadRefused(false).catch(alertError); });
   $('#redeliver-all').addEventListener('click', () => redeliver(null));
   $('#replay-all').addEventListener('click', () => replayAll().catch((x) => report($('#dead-message'), x)));
   $('#bulk-confirm').addEventListener('click', () => bulkConfirm().catch((x) => report($('#dead-message'), x)));

@@ -115,6 +115,21 @@ impl App {
             clock_apart,
             stop.clone(),
         ));
+        // The writer prunes by the loaded `[refused]` section: a reload
+        // applies to the next prune.
+        let loaded: Arc<std::sync::OnceLock<AppState>> = Default::default();
+        let (refused, refused_writer) = {
+            let (loaded, first) = (loaded.clone(), config.refused.clone());
+            crate::ingest::refused::Refused::start(
+                store.refused.clone(),
+                move || match loaded.get() {
+                    Some(s) => s.config().refused.clone(),
+                    None => first.clone(),
+                },
+                stop.clone(),
+            )
+        };
+        background.spawn(refused_writer);
         background.spawn(flush_loop(
             counters.clone(),
             store.tallies.clone(),
@@ -161,7 +176,7 @@ impl App {
                 dedup,
                 counters,
                 (wake, health),
-                arrivals,
+                (arrivals, refused),
                 metrics,
                 reqwest::Client::builder()
                     .redirect(reqwest::redirect::Policy::none())
@@ -171,6 +186,7 @@ impl App {
             )
             .with_traces(traces),
         );
+        let _ = loaded.set(state.clone());
         let reconcilers = Reconcilers::start(&state, &config, stop.clone());
         Ok(Self {
             state,

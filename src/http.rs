@@ -77,6 +77,16 @@ fn admin_routes(state: &AppState) -> Router<AppState> {
         .route("/admin/bulk/{id}/start", post(admin::bulk::start))
         .route("/admin/bulk/{id}/cancel", post(admin::bulk::cancel))
         .route("/admin/audit", get(admin::bulk::audit))
+        .route("/admin/refused", get(admin::refused::list))
+        .route(
+            "/admin/refused/reverify",
+            post(admin::refused::reverify_all),
+        )
+        .route("/admin/refused/{id}", get(admin::refused::show))
+        .route(
+            "/admin/refused/{id}/reverify",
+            post(admin::refused::reverify),
+        )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             admin::require_token,

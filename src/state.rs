@@ -42,6 +42,9 @@ pub struct Handles {
     pub health: Health,
     /// Duplicate arrivals, recorded in the background (best effort).
     pub arrivals: Arrivals,
+    /// Requests that failed verification, recorded in the background
+    /// (best effort; `ingest::refused`).
+    pub refused: crate::ingest::refused::Refused,
     pub metrics: PrometheusHandle,
     /// Client for `[apis.*]` upstreams (no redirects followed).
     pub upstream: reqwest::Client,
@@ -91,7 +94,7 @@ impl Handles {
         dedup: Arc<Dedup>,
         counters: Arc<Counters>,
         (wake, health): (Wake, Health),
-        arrivals: Arrivals,
+        (arrivals, refused): (Arrivals, crate::ingest::refused::Refused),
         metrics: PrometheusHandle,
         upstream: reqwest::Client,
         reload: Reload,
@@ -119,6 +122,7 @@ impl Handles {
             wake,
             health,
             arrivals,
+            refused,
             metrics,
             upstream,
             reloads: ReloadStatus::default(),

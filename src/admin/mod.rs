@@ -7,6 +7,7 @@ pub mod events;
 pub mod health;
 pub mod listen;
 pub mod metrics;
+pub mod refused;
 pub mod replay;
 pub mod series;
 pub mod stats;
@@ -154,6 +155,15 @@ pub async fn stats_handler(State(state): State<AppState>, headers: HeaderMap) ->
     match stats::snapshot(&config, &state.counters, &*store.tallies, &*store.reconcile).await {
         Ok(mut doc) => {
             doc["config"] = config_doc(&state, &config);
+            // This process's refused-request log (`ingest::refused`).
+            let c = state.refused.counts();
+            let load =
+                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            doc["refused"] = serde_json::json!({
+                "logged": load(&c.logged),
+                "dropped": load(&c.dropped),
+                "reverified": load(&c.reverified),
+            });
             // This process's view: each replica judges the attempts it made.
             let now = crate::primitives::time::Millis::now();
             doc["targets"] = config

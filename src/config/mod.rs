@@ -65,6 +65,8 @@ pub struct Config {
     pub reconcile: BTreeMap<String, Arc<reconcile::Reconcile>>,
     /// `[telemetry]`: where traces go; `None` without `otlp_endpoint`.
     pub traces: Option<Traces>,
+    /// `[refused]`: the refused-request log.
+    pub refused: Refused,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,
@@ -295,6 +297,17 @@ pub struct Dedup {
     pub inflight_wait: Duration,
     pub purge_interval: Duration,
     pub stats_flush_interval: Duration,
+}
+
+/// `[refused]`: which refused requests are logged and for how long
+/// (`ingest::refused`). Read per request and per prune, so a reload applies.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub enabled: bool,
+    pub keep: Duration,
+    pub max_rows: i64,
+    pub capture_body: bool,
+    pub body_cap: usize,
 }
 
 #[derive(Debug, Clone)]

@@ -41,6 +41,36 @@ pub struct RawConfig {
     /// Traces (OpenTelemetry over OTLP); docs/operations.md, "Traces".
     #[serde(default)]
     pub telemetry: RawTelemetry,
+    /// The refused-request log; docs/operations.md, "Refused requests".
+    #[serde(default)]
+    pub refused: RawRefused,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawRefused {
+    /// Whether refused requests are logged at all. Default true.
+    pub enabled: bool,
+    /// How long a refused request is kept. Default 7d.
+    pub keep: Dur,
+    /// Most refused requests kept; the oldest go first. Default 10000.
+    pub max_rows: i64,
+    /// Whether the body is stored (needed to re-verify). Default false.
+    pub capture_body: bool,
+    /// Most body bytes stored per request. Default 64 KiB.
+    pub body_cap: usize,
+}
+
+impl Default for RawRefused {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            keep: Dur(Duration::from_secs(7 * 86_400)),
+            max_rows: 10_000,
+            capture_body: false,
+            body_cap: 64 * 1024,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

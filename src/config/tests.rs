@@ -754,3 +754,22 @@ fn apis_without_an_admin_listener_are_refused() {
     let with_admin = GOOD.replace("[server]\n", "[server]\nadmin_listen = \"127.0.0.1:0\"\n");
     assert!(Config::from_toml_str(&format!("{with_admin}{api}"), Path::new(".")).is_ok());
 }
+
+#[test]
+fn refused_log_defaults_and_bad_values_name_their_key() {
+    let c = Config::from_toml_str(GOOD, Path::new(".")).unwrap();
+    assert!(c.refused.enabled && !c.refused.capture_body);
+    assert_eq!(c.refused.keep, Duration::from_secs(7 * 86_400));
+    assert_eq!((c.refused.max_rows, c.refused.body_cap), (10_000, 65_536));
+    let p = problems(&format!(
+        "{GOOD}\n[refused]\nkeep = \"0s\"\nmax_rows = 0\nbody_cap = 0\n"
+    ));
+    let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["refused.keep", "refused.max_rows", "refused.body_cap"],
+        "{p:?}"
+    );
+    let p = problems(&format!("{GOOD}\n[refused]\ncapture = true\n"));
+    assert!(p.iter().any(|(_, m)| m.contains("capture")), "{p:?}");
+}

@@ -4,6 +4,7 @@
 //! log line written per request.
 
 pub mod challenge;
+pub mod refused;
 
 use crate::dedup::{self, DedupError};
 use crate::error::ApiError;
@@ -139,6 +140,12 @@ async fn handle(
         false => source.clone(),
     };
     let again = learns.then(|| (request.headers.clone(), bytes.clone()));
+    // What the refused-request log needs if verification fails (the body
+    // is shared, not copied).
+    let kept = config
+        .refused
+        .enabled
+        .then(|| (request.headers.clone(), bytes.clone()));
     let incoming = Incoming {
         headers: request.headers,
         body: bytes,
@@ -169,6 +176,20 @@ async fn handle(
         t.verified(verify_started);
     }
     let reject_status = source.provider.response.reject_status;
+    if let (Err(e), Some((headers, body))) = (&checked, &kept) {
+        state.refused.push(
+            &config.refused,
+            refused::Request {
+                source: source_name,
+                error: *e,
+                peer: request.client,
+                query: request.query,
+                headers,
+                body,
+                at: now,
+            },
+        );
+    }
     let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
     let cache_ttl = config.cache_ttl(source);
     let (events, reply) = match checked {
@@ -257,7 +278,7 @@ fn dedup_label(outcome: Outcome) -> &'static str {
 
 /// Dedupes and stores one verified event; counts its type, routing and
 /// arrival.
-async fn admit(
+pub(crate) async fn admit(
     state: &AppState,
     source_name: &str,
     metrics: Option<&crate::stats::requests::SourceMetrics>,
@@ -325,7 +346,7 @@ async fn admit(
 
 /// `source` with the keys its handshakes handed over, read from the ledger
 /// the first time (`verify::learned`).
-async fn learned_source(
+pub(crate) async fn learned_source(
     state: &AppState,
     source: &Arc<verify::source::Source>,
 ) -> Result<Arc<verify::source::Source>, ApiError> {

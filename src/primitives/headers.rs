@@ -131,6 +131,31 @@ impl std::fmt::Debug for StoredHeaders {
     }
 }
 
+/// Parts of header names that carry credentials.
+const SECRET_PARTS: &[&str] = &[
+    "authorization",
+    "cookie",
+    "token",
+    "signature",
+    "secret",
+    "password",
+    "hmac",
+    "key",
+    "credential",
+    "session",
+    "auth",
+];
+
+/// `[redacted]` for any header that may carry a credential or signature.
+pub fn redact(name: &str, value: &str) -> String {
+    let n = name.to_ascii_lowercase();
+    if SECRET_PARTS.iter().any(|p| n.contains(p)) {
+        "[redacted]".to_owned()
+    } else {
+        value.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,6 +81,21 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Duplicate arrivals not recorded for the console because their queue was full.",
     ),
     (
+        "hookgate_refused_logged_total",
+        Kind::Counter,
+        "Requests that failed verification written to the refused-request log.",
+    ),
+    (
+        "hookgate_refused_dropped_total",
+        Kind::Counter,
+        "Refused requests not logged because their queue was full or their write failed.",
+    ),
+    (
+        "hookgate_refused_reverified_total",
+        Kind::Counter,
+        "Refused requests that verified when re-checked and were admitted, by source.",
+    ),
+    (
         "hookgate_ledger_batch_size",
         Kind::Histogram,
         "New events per group-commit write of the event writer.",

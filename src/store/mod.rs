@@ -10,6 +10,8 @@
 //! - [`ReconcileStore`]: reconciliation's leases, checkpoints and resends;
 //! - [`IdempotencyStore`]: the Idempotency-Key proxy's rows;
 //! - [`BulkStore`]: bulk actions (plan, progress, cancel) and the audit log;
+//! - [`RefusedLog`]: requests that failed verification (ingest's writer,
+//!   the console's refused view);
 //! - [`Backend`]: the database itself (migrations, readiness).
 //!
 //! Rule: an event row and its delivery rows are written in one transaction,
@@ -38,6 +40,7 @@ mod portable;
 pub mod postgres;
 pub mod provider_keys;
 pub mod reconcile;
+pub mod refused;
 mod rows;
 pub mod sqlite;
 pub mod tallies;
@@ -53,6 +56,7 @@ pub use outbox::{
 };
 pub use provider_keys::ProviderKeys;
 pub use reconcile::ReconcileStore;
+pub use refused::RefusedLog;
 pub use tallies::{DeliveryCount, Tallies};
 
 use async_trait::async_trait;
@@ -160,6 +164,7 @@ pub struct Store {
     pub provider_keys: Arc<dyn ProviderKeys>,
     /// Bulk actions and the audit log.
     pub bulk: Arc<dyn BulkStore>,
+    pub refused: Arc<dyn RefusedLog>,
 }
 
 impl Store {
@@ -175,7 +180,8 @@ impl Store {
             + IdempotencyStore
             + HandshakeSecrets
             + ProviderKeys
-            + BulkStore,
+            + BulkStore
+            + RefusedLog,
     {
         let portable = Arc::new(portable);
         Self {
@@ -189,7 +195,8 @@ impl Store {
             idempotency: portable.clone(),
             handshake_secrets: portable.clone(),
             provider_keys: portable.clone(),
-            bulk: portable,
+            bulk: portable.clone(),
+            refused: portable,
         }
     }
 }

@@ -31,6 +31,7 @@ mod queues_rabbitmq;
 mod rate;
 mod reconcile;
 mod reconcile_resend;
+mod refused;
 mod reload;
 mod retry_window;
 mod reverse_proxy;

@@ -10,7 +10,9 @@
 // Then reconciliation for real: a loopback fake of Stripe's events API has
 // one more event than the gateway received, `hookgate reconcile` (a child
 // process, same config) recovers it, and the console shows it with the
-// "recovered" badge and finds it with the Origin filter.
+// "recovered" badge and finds it with the Origin filter. Last, a request
+// signed with a secret the gateway lacks is refused, listed in the Refused
+// view, and re-verified there after the secret is added and reloaded.
 // Screenshots go to target/browser-artifacts/. Everything it starts is
 // stopped by PID; the whole run is bounded by DEADLINE_MS.
 //
@@ -34,6 +36,9 @@ const ARTIFACTS = join(ROOT, 'target/browser-artifacts');
 const DEADLINE_MS = 120_000;
 const STRIPE_SECRET = 'whsec_browser_test_secret';
 const ADMIN_TOKEN = randomBytes(18).toString('hex');
+// The `rotated` source's secret before and after the provider rotated it.
+const ROTATED_OLD = 'whsec_browser_before_rotation';
+const ROTATED_NEW = 'whsec_browser_after_rotation';
 const STRIPE_API_KEY = `rk_test_${randomBytes(12).toString('hex')}`;
 
 let passed = 0;
@@ -167,9 +172,9 @@ function freePort() {
   });
 }
 
-function stripeHeaders(body) {
+function stripeHeaders(body, secret = STRIPE_SECRET) {
   const t = Math.floor(Date.now() / 1000);
-  const sig = createHmac('sha256', STRIPE_SECRET).update(`${t}.${body}`).digest('hex');
+  const sig = createHmac('sha256', secret).update(`${t}.${body}`).digest('hex');
   return { 'content-type': 'application/json', 'stripe-signature': `t=${t},v1=${sig}` };
 }
 
@@ -183,7 +188,7 @@ async function main() {
   const dir = mkdtempSync(join(tmpdir(), 'hookgate-browser-'));
   cleanups.push(() => rmSync(dir, { recursive: true, force: true }));
   const config = join(dir, 'hookgate.toml');
-  writeFileSync(config, `
+  const configText = `
 [server]
 listen = "127.0.0.1:${port}"
 admin_token = "${ADMIN_TOKEN}"
@@ -212,7 +217,13 @@ url = "http://127.0.0.1:${target.port}/billing"
 [targets.flaky]
 url = "http://127.0.0.1:${target.port}/flaky"
 max_attempts = 1
-`);
+[sources.rotated]
+provider = "stripe"
+secrets = ["${ROTATED_OLD}"]
+[refused]
+capture_body = true
+`;
+  writeFileSync(config, configText);
   const gateway = spawn(BIN, ['serve', '--config', config], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...withoutBackends(process.env), RUST_LOG: 'warn' },
@@ -468,6 +479,33 @@ max_attempts = 1
     await page.selectOption('#events-filter-recovered', 'false');
     await until(async () => (await rows.count()) === 3
       && !(await page.locator('#events-table tbody').innerText()).includes('evt_browser_recovered'), 'only received events listed');
+  });
+
+  await step('a refused request is re-verified after its secret is added', async () => {
+    // The provider signs with a secret the gateway does not have yet.
+    const body = JSON.stringify({ id: 'evt_browser_rotated', object: 'event', type: 'invoice.paid' });
+    const r = await fetch(`${base}/webhooks/rotated`, { method: 'POST', headers: stripeHeaders(body, ROTATED_NEW), body });
+    assert(r.status === 401, `refused first: ${r.status}`);
+    await page.click('nav a[data-view=refused]');
+    const row = page.locator('#refused-table tbody tr', { hasText: 'rotated' });
+    await row.waitFor();
+    const text = await row.innerText();
+    assert(text.includes('invalid_signature') && text.includes('127.0.0.1') && text.includes('refused'), text);
+    // Before the fix, re-verifying says it still fails.
+    await row.locator('button.reverify-one').click();
+    await page.locator('#refused-message', { hasText: 'Still refused' }).waitFor();
+    // The operator adds the new secret and reloads.
+    writeFileSync(config, configText.replace(`secrets = ["${ROTATED_OLD}"]`, `secrets = ["${ROTATED_OLD}", "${ROTATED_NEW}"]`));
+    const reload = await fetch(`${base}/admin/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert(reload.ok, `reload: ${reload.status} ${await reload.text()}`);
+    await row.locator('button.reverify-one').click();
+    await page.locator('#refused-message', { hasText: 'Re-verified' }).waitFor();
+    await until(async () => (await row.innerText()).includes('re-verified'), 'the row marked re-verified');
+    assert(await row.locator('button.reverify-one').isDisabled(), 'a re-verified row cannot be re-verified again');
+    await page.screenshot({ path: join(ARTIFACTS, 'refused.png'), fullPage: true });
+    // Admitted once, through dedup: the provider's retry is a duplicate.
+    const again = await fetch(`${base}/webhooks/rotated`, { method: 'POST', headers: stripeHeaders(body, ROTATED_NEW), body });
+    assert(again.headers.get('hookgate-dedup') === 'duplicate', `retry after re-verify: ${again.status} ${again.headers.get('hookgate-dedup')}`);
   });
 
   await step('no CSP violation, no token in any URL', async () => {

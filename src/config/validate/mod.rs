@@ -50,6 +50,7 @@ pub(super) fn config(
     let storage = storage(raw.storage, &mut v);
     let dedup = dedup(raw.dedup, &mut v);
     let traces = traces(raw.telemetry, &mut v);
+    let refused = refused(raw.refused, &mut v);
     let delivery = delivery(raw.delivery, &mut v);
     let mut targets = targets(raw.targets, &delivery, &mut v);
     let mut raw_sources = raw.sources;
@@ -96,6 +97,7 @@ pub(super) fn config(
             apis,
             reconcile,
             traces,
+            refused,
             providers,
             warnings: v.warnings,
         })
@@ -483,6 +485,31 @@ fn dedup(raw: raw::RawDedup, v: &mut Validator<'_>) -> Dedup {
         v.positive(key, d);
     }
     dedup
+}
+
+/// Largest `refused.body_cap`: a refused body is kept for re-verification,
+/// not as an archive; the request itself is bounded by `max_body_bytes`.
+const MAX_REFUSED_BODY_CAP: usize = 16 * 1024 * 1024;
+
+/// `[refused]`: the refused-request log.
+fn refused(raw: raw::RawRefused, v: &mut Validator<'_>) -> super::Refused {
+    v.positive("refused.keep", raw.keep.0);
+    if raw.max_rows < 1 {
+        v.problem("refused.max_rows", "must be at least 1".into());
+    }
+    if raw.body_cap == 0 || raw.body_cap > MAX_REFUSED_BODY_CAP {
+        v.problem(
+            "refused.body_cap",
+            format!("must be 1..={MAX_REFUSED_BODY_CAP} bytes"),
+        );
+    }
+    super::Refused {
+        enabled: raw.enabled,
+        keep: raw.keep.0,
+        max_rows: raw.max_rows,
+        capture_body: raw.capture_body,
+        body_cap: raw.body_cap,
+    }
 }
 
 /// `[telemetry]`: traces when `otlp_endpoint` is set. The endpoint is an
