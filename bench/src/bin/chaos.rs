@@ -736,7 +736,8 @@ fn quantile_ms(v: &mut [u64], q: f64) -> u64 {
 /// Fault kinds during which a target may see an event twice: the sender
 /// died (or lost its database, or could not write to it: a full disk)
 /// between the target's answer and the attempt's record, or the target took
-/// it but answered too late.
+/// it but answered too late. Not a clock step: replicas keep the ledger's
+/// clock, so a stepped wall clock must not make one take another's row.
 fn explains_duplicate(kind: &str) -> bool {
     matches!(
         kind,
@@ -747,7 +748,6 @@ fn explains_duplicate(kind: &str) -> bool {
             | "disk-full"
             | "target-slow"
             | "target-hang"
-            | "clock-step"
             | "partition"
     )
 }
