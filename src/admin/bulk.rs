@@ -24,6 +24,7 @@ use crate::primitives::time::Millis;
 use crate::state::AppState;
 use crate::store::StoreError;
 use crate::store::bulk::{AuditEntry, BulkRow, MAX_AUDIT_PAGE};
+use crate::store::refused::{REFUSED, RefusedFilter};
 use async_trait::async_trait;
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -137,6 +138,7 @@ pub trait BulkKind: Send + Sync {
 pub fn kind(name: &str) -> Option<Arc<dyn BulkKind>> {
     match name {
         "replay" => Some(Arc::new(Replay)),
+        "reverify" => Some(Arc::new(Reverify)),
         _ => None,
     }
 }
@@ -226,6 +228,111 @@ impl BulkKind for Replay {
                 state.wake.notify_all();
             }
             job.progress(page.replayed).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Re-verifies refused requests (as `POST /admin/refused/reverify`), in
+/// pages of refused-log ids, newest first; `total` counts requests.
+struct Reverify;
+
+impl Reverify {
+    /// The refused log's filter (`source`, `reason`, `since`, `until`),
+    /// only rows still refused.
+    fn filter(filter: &Map<String, Value>) -> Result<RefusedFilter, ApiError> {
+        let pairs: Vec<(String, String)> = filter
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => (k.clone(), s.clone()),
+                other => (k.clone(), other.to_string()),
+            })
+            .collect();
+        let (mut f, _, _) = super::refused::parse_filter(
+            pairs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            false,
+        )?;
+        if f.state.as_deref().is_some_and(|s| s != REFUSED) {
+            return Err(ApiError::BadRequest(
+                "a bulk re-verify acts on requests still refused: leave `state` out".into(),
+            ));
+        }
+        f.state = Some(REFUSED.to_owned());
+        Ok(f)
+    }
+}
+
+#[async_trait]
+impl BulkKind for Reverify {
+    fn name(&self) -> &'static str {
+        "reverify"
+    }
+
+    fn check(&self, state: &AppState, filter: &Map<String, Value>) -> Result<(), ApiError> {
+        let f = Self::filter(filter)?;
+        if let Some(s) = &f.source
+            && !state.config().sources.contains_key(s)
+        {
+            return Err(ApiError::BadRequest(format!("unknown source `{s}`")));
+        }
+        Ok(())
+    }
+
+    async fn plan(
+        &self,
+        state: &AppState,
+        filter: &Map<String, Value>,
+        bound: Option<i64>,
+    ) -> Result<Plan, StoreError> {
+        // Checked when planned; a stored filter parses the same way.
+        let f = Self::filter(filter).unwrap_or_default();
+        let (largest, per_source) = state.store.refused.plan(&f, bound).await?;
+        let total = per_source.iter().map(|(_, n)| n).sum();
+        let by_source: BTreeMap<&str, i64> =
+            per_source.iter().map(|(s, n)| (s.as_str(), *n)).collect();
+        Ok(Plan {
+            total,
+            bound: bound.unwrap_or(largest),
+            counts: json!({ "requests": total, "by_source": by_source }),
+            cells: per_source.iter().cloned().collect(),
+        })
+    }
+
+    async fn run(
+        &self,
+        state: &AppState,
+        filter: &Map<String, Value>,
+        bound: i64,
+        job: &Job,
+    ) -> Result<(), StoreError> {
+        let f = Self::filter(filter).unwrap_or_default();
+        let log = &state.store.refused;
+        // Newest first from the plan's bound: rows refused after the plan
+        // are not part of it.
+        let mut before = Some(bound.saturating_add(1));
+        while !job.cancelled() {
+            let page = log.list(&f, before, job.page_size).await?;
+            let Some(last) = page.last() else { break };
+            before = Some(last.id);
+            let mut n = 0;
+            for listed in &page {
+                if job.cancelled() {
+                    break;
+                }
+                // Pruned meanwhile: nothing to do, but it was planned.
+                if let Some(row) = log.get(listed.id).await? {
+                    // Admission failed (ledger unavailable): the action
+                    // stops; handled rows keep their result.
+                    super::refused::reverify_one(state, &row)
+                        .await
+                        .map_err(|_| StoreError::Closed)?;
+                }
+                n += 1;
+            }
+            job.progress(n).await?;
+            if (page.len() as i64) < job.page_size {
+                break;
+            }
         }
         Ok(())
     }

@@ -247,7 +247,7 @@ pub async fn reverify_matching(
 }
 
 /// Parses list or re-verify filters. `paging`: `cursor` and `limit` too.
-fn parse_filter<'a>(
+pub(super) fn parse_filter<'a>(
     pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
     paging: bool,
 ) -> Result<(RefusedFilter, Option<i64>, i64), ApiError> {

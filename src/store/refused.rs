@@ -107,6 +107,13 @@ pub trait RefusedLog: Send + Sync {
     ) -> Result<(), StoreError>;
     /// Rows stored now.
     async fn count(&self) -> Result<i64, StoreError>;
+    /// What `filter` matches among ids up to `bound` (every id when
+    /// `None`): rows per source, and the largest id matched (0 if none).
+    async fn plan(
+        &self,
+        filter: &RefusedFilter,
+        bound: Option<i64>,
+    ) -> Result<(i64, Vec<(String, i64)>), StoreError>;
 }
 
 const INSERT_SQL: &str = "INSERT INTO hookgate_refused
@@ -119,6 +126,17 @@ const PRUNE_OLD_SQL: &str = "DELETE FROM hookgate_refused WHERE id IN
 /// The rows beyond the newest `$1`, oldest first, at most `$2` of them.
 const PRUNE_EXCESS_SQL: &str = "DELETE FROM hookgate_refused WHERE id IN
      (SELECT id FROM hookgate_refused ORDER BY id DESC LIMIT $2 OFFSET $1)";
+
+/// [`LIST_SQL`]'s filters, `$6` the largest id counted, per source.
+const PLAN_SQL: &str = "SELECT source, COUNT(*), MAX(id)
+       FROM hookgate_refused
+      WHERE ($1 IS NULL OR source = $1)
+        AND ($2 IS NULL OR reason = $2)
+        AND ($3 IS NULL OR received_at >= $3)
+        AND ($4 IS NULL OR received_at < $4)
+        AND ($5 IS NULL OR state = $5)
+        AND ($6 IS NULL OR id <= $6)
+      GROUP BY source ORDER BY source";
 
 /// `$1` source, `$2` reason, `$3` since, `$4` until, `$5` state, `$6`
 /// below this id, `$7` limit. The table is bounded by `max_rows`, and the
@@ -287,5 +305,28 @@ where
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM hookgate_refused")
             .fetch_one(&self.pool)
             .await?)
+    }
+
+    async fn plan(
+        &self,
+        filter: &RefusedFilter,
+        bound: Option<i64>,
+    ) -> Result<(i64, Vec<(String, i64)>), StoreError> {
+        let rows = sqlx::query(PLAN_SQL)
+            .bind(filter.source.as_deref())
+            .bind(filter.reason.as_deref())
+            .bind(filter.since.map(|m| m.0))
+            .bind(filter.until.map(|m| m.0))
+            .bind(filter.state.as_deref())
+            .bind(bound)
+            .fetch_all(&self.pool)
+            .await?;
+        let mut largest = 0;
+        let mut per_source = Vec::with_capacity(rows.len());
+        for r in &rows {
+            per_source.push((r.try_get(0usize)?, r.try_get(1usize)?));
+            largest = largest.max(r.try_get::<i64, _>(2usize)?);
+        }
+        Ok((largest, per_source))
     }
 }

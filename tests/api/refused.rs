@@ -16,6 +16,7 @@ both_backends!(
     a_forged_request_is_logged_with_its_reason_and_redacted_headers,
     a_refused_request_reverifies_once_after_the_secret_is_added,
     a_flood_of_forged_requests_keeps_the_log_at_its_cap,
+    a_bulk_reverify_is_planned_runs_in_pages_and_can_be_cancelled,
 );
 
 const OLD: &str = "whsec_before_rotation";
@@ -387,5 +388,136 @@ async fn flood(b: Backend, log: bool) {
         p99(&quiet),
         p99(&during),
     );
+    app.stop().await;
+}
+
+/// The bulk action `/admin/bulk/{id}` once it is no longer running.
+async fn bulk_ended(app: &TestApp, id: &str) -> Value {
+    let path = format!("/admin/bulk/{id}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, d) = get(app, &path).await;
+        if !matches!(d["state"].as_str(), Some("running" | "cancelling")) {
+            return d;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "bulk action {id} did not end: {d}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// "Re-verify all matching" through the bulk framework: a plan counted
+/// per source first, then pages with progress; a cancel stops it between
+/// requests; a second plan takes the rest, and the forgery stays refused.
+async fn a_bulk_reverify_is_planned_runs_in_pages_and_can_be_cancelled(b: Backend) {
+    const N: usize = 6;
+    let mut opts = Opts::new(b);
+    opts.extra = rotated(&format!("\"{OLD}\""));
+    let app = spawn_app(opts).await;
+    for i in 0..N {
+        let body = stripe_body(&format!("evt_bulk_rv_{i}"));
+        let h = signers::stripe(NEW, now(), &body);
+        assert_eq!(app.post("rotated", &h, &body).await.status(), 401);
+    }
+    let fake = stripe_body("evt_bulk_fake");
+    let forged = signers::stripe("whsec_attacker", now(), &fake);
+    assert_eq!(app.post("rotated", &forged, &fake).await.status(), 401);
+    listed(&app, "source=rotated", N + 1).await;
+
+    // An unknown source or a state other than refused is refused.
+    let (status, _) = post(
+        &app,
+        "/admin/bulk/plan",
+        json!({"kind": "reverify", "source": "nope"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let (status, _) = post(
+        &app,
+        "/admin/bulk/plan",
+        json!({"kind": "reverify", "state": "re-verified"}),
+    )
+    .await;
+    assert_eq!(status, 400);
+
+    let text = app.opts.toml(&app.db, &app.prefix, "127.0.0.1:0").replace(
+        &format!("secrets = [\"{OLD}\"]"),
+        &format!("secrets = [\"{OLD}\", \"{NEW}\"]"),
+    );
+    let config = Config::from_toml_str(&text, std::path::Path::new(".")).unwrap();
+    app.state.swap(Live::new(Arc::new(config)));
+
+    // The plan counts, and re-verifies nothing.
+    let (status, plan) = post(
+        &app,
+        "/admin/bulk/plan",
+        json!({"kind": "reverify", "source": "rotated", "page_size": 1, "pause_ms": 300}),
+    )
+    .await;
+    assert_eq!(status, 201, "{plan}");
+    assert_eq!(
+        plan["counts"],
+        json!({"requests": N + 1, "by_source": {"rotated": N + 1}})
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(app.rows("rotated", "evt_bulk_rv_0").await, 0);
+
+    // Started, then cancelled after its first pages.
+    let id = plan["id"].as_str().unwrap().to_owned();
+    let (status, _) = post(&app, &format!("/admin/bulk/{id}/start"), json!({})).await;
+    assert_eq!(status, 202);
+    let path = format!("/admin/bulk/{id}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(&app, &path).await.1["done"].as_i64().unwrap_or(0) < 1 {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (status, _) = post(&app, &format!("{path}/cancel"), json!({})).await;
+    assert_eq!(status, 202);
+    let end = bulk_ended(&app, &id).await;
+    assert_eq!(end["state"], "cancelled", "{end}");
+    let done = end["done"].as_i64().unwrap() as usize;
+    assert!((1..=N).contains(&done), "{end}");
+    // Newest first: the forgery (sent last) was handled first and stays
+    // refused; every other handled request is marked, and no more.
+    let (_, marked) = get(&app, "/admin/refused?source=rotated&state=re-verified").await;
+    assert_eq!(
+        marked["items"].as_array().unwrap().len(),
+        done - 1,
+        "{marked}"
+    );
+    let (_, still) = get(&app, "/admin/refused?source=rotated&state=refused").await;
+    let still = still["items"].as_array().unwrap().len();
+    assert_eq!(still, N + 2 - done);
+
+    // A second plan takes the rest; the forgery stays refused.
+    let (status, plan) = post(
+        &app,
+        "/admin/bulk/plan",
+        json!({"kind": "reverify", "source": "rotated", "pause_ms": 0}),
+    )
+    .await;
+    assert_eq!(status, 201, "{plan}");
+    assert_eq!(plan["counts"]["requests"], still);
+    let id = plan["id"].as_str().unwrap().to_owned();
+    let (status, _) = post(&app, &format!("/admin/bulk/{id}/start"), json!({})).await;
+    assert_eq!(status, 202);
+    let end = bulk_ended(&app, &id).await;
+    assert_eq!(end["state"], "done", "{end}");
+    assert_eq!(end["done"], still);
+    for i in 0..N {
+        assert_eq!(
+            app.rows("rotated", &format!("evt_bulk_rv_{i}")).await,
+            1,
+            "{i}"
+        );
+    }
+    assert_eq!(app.rows("rotated", "evt_bulk_fake").await, 0);
+    let (_, left) = get(&app, "/admin/refused?source=rotated&state=refused").await;
+    assert_eq!(left["items"].as_array().unwrap().len(), 1, "{left}");
+    let (_, audit) = get(&app, "/admin/audit").await;
+    assert_eq!(audit["items"][0]["action"], "bulk.reverify", "{audit}");
     app.stop().await;
 }
