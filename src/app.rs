@@ -166,6 +166,7 @@ impl App {
             .with_traces(traces),
         );
         let reconcilers = Reconcilers::start(&state, &config, stop.clone());
+        background.spawn(crate::alerts::run(state.clone(), stop.clone()));
         Ok(Self {
             state,
             stop,

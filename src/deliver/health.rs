@@ -212,6 +212,16 @@ impl Health {
             .remove(target);
     }
 
+    /// `target`'s state as of `now` and its last success, as this process
+    /// saw them; `None`: it made no attempt to `target` (alerts).
+    pub fn view(&self, target: &str, now: Millis) -> Option<(State, Option<Millis>)> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(target)
+            .map(|h| (h.state(now), h.last_success))
+    }
+
     /// `/stats`'s view of `target`: `{"state": "healthy"}`, or `failing`
     /// with `since`, `failed_attempts` and `last_error`, or `recovering`
     /// with `since`; with `last_success` and `last_failure` (`at`,

@@ -9,6 +9,7 @@
 //! - [`Console`]: the admin console's queries and operator writes;
 //! - [`ReconcileStore`]: reconciliation's leases, checkpoints and resends;
 //! - [`IdempotencyStore`]: the Idempotency-Key proxy's rows;
+//! - [`AlertState`]: alert conditions' episodes (compare-and-set);
 //! - [`Backend`]: the database itself (migrations, readiness).
 //!
 //! Rule: an event row and its delivery rows are written in one transaction,
@@ -18,6 +19,7 @@
 //! capability's module or in `rows`, and the backends hold only what
 //! differs.
 
+pub mod alert_state;
 pub mod backlog;
 pub mod body_hashes;
 
@@ -39,6 +41,7 @@ mod rows;
 pub mod sqlite;
 pub mod tallies;
 
+pub use alert_state::AlertState;
 pub use backlog::Backlog;
 pub use console::Console;
 pub use event_log::{EventFacts, EventLog, HandoffLease, LeasedRow, NewEvent, Recorded, Written};
@@ -149,6 +152,8 @@ pub struct Store {
     pub idempotency: Arc<dyn IdempotencyStore>,
     pub handshake_secrets: Arc<dyn HandshakeSecrets>,
     pub provider_keys: Arc<dyn ProviderKeys>,
+    /// Alert conditions' episodes (`alerts`).
+    pub alert_state: Arc<dyn AlertState>,
 }
 
 impl Store {
@@ -159,7 +164,13 @@ impl Store {
     where
         B: Backend + EventLog + Outbox + Tallies,
         Portable<DB>:
-            Backlog + Console + ReconcileStore + IdempotencyStore + HandshakeSecrets + ProviderKeys,
+            Backlog
+            + Console
+            + ReconcileStore
+            + IdempotencyStore
+            + HandshakeSecrets
+            + ProviderKeys
+            + AlertState,
     {
         let portable = Arc::new(portable);
         Self {
@@ -172,7 +183,8 @@ impl Store {
             reconcile: portable.clone(),
             idempotency: portable.clone(),
             handshake_secrets: portable.clone(),
-            provider_keys: portable,
+            provider_keys: portable.clone(),
+            alert_state: portable,
         }
     }
 }

@@ -1,0 +1,336 @@
+//! What each condition sees in one tick: a pure function of the tick's
+//! reads ([`Inputs`]) and a sink's thresholds, so it is tested without a
+//! ledger or a clock.
+//!
+//! Rule: a condition whose data could not be read this tick is unknown:
+//! it neither fires nor clears (a ledger hiccup is not a recovery).
+
+use crate::config::alerts::{AlertSink, Condition, TARGET_PREFIX};
+use crate::deliver::health::State;
+use crate::primitives::time::Millis;
+use crate::stats::RejectReason;
+use crate::store::backlog::Snapshot;
+use crate::store::reconcile::Status;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+/// The reasons that count as verification failures: the request's
+/// signature or timestamp was refused (a secret rotated at the provider and
+/// not here, or a forger), not its body or size.
+pub const VERIFICATION_REASONS: [RejectReason; 5] = [
+    RejectReason::MissingSignature,
+    RejectReason::MalformedSignature,
+    RejectReason::InvalidSignature,
+    RejectReason::BadTimestamp,
+    RejectReason::TimestampOutOfTolerance,
+];
+
+/// One tick's reads.
+#[derive(Default)]
+pub struct Inputs<'a> {
+    pub now: Millis,
+    /// Per target this process attempted: its state and last success
+    /// (`deliver::health`). Targets it never attempted are absent.
+    pub health: BTreeMap<String, (State, Option<Millis>)>,
+    /// The targets configured now (a removed one's alert clears).
+    pub targets: Vec<&'a str>,
+    /// The cluster-wide backlog (`store::backlog`); `None`: not read.
+    pub backlog: Option<&'a Snapshot>,
+    /// Sources with `silent_after`.
+    pub silent_after: Vec<(&'a str, Duration)>,
+    /// Reconciliation's last runs; `None`: not read.
+    pub reconcile: Option<&'a [Status]>,
+    /// The sources reconciled now.
+    pub reconciled: Vec<&'a str>,
+    /// Verification failure totals over time; `None`: not read.
+    pub verification: Option<&'a Samples>,
+}
+
+/// A condition holding for one subject (a target or a source).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    pub condition: Condition,
+    pub subject: String,
+    pub summary: String,
+    pub details: Value,
+}
+
+/// What a sink's conditions found this tick.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    /// Holding now, by key (`<condition>/<subject>`).
+    pub active: BTreeMap<String, Finding>,
+    /// Conditions whose data was read: a firing key of one of these that
+    /// is not active clears (once [`Inputs::may_clear`] agrees).
+    pub known: Vec<Condition>,
+}
+
+/// `<condition>/<subject>`: a key within one sink.
+pub fn key(condition: Condition, subject: &str) -> String {
+    format!("{}/{subject}", condition.as_str())
+}
+
+/// Every condition `sink` watches, evaluated.
+pub fn evaluate(sink: &AlertSink, i: &Inputs<'_>) -> Verdict {
+    let mut v = Verdict::default();
+    let mut add = |f: Finding| {
+        v.active.insert(key(f.condition, &f.subject), f);
+    };
+    for c in sink.conditions.iter().copied() {
+        match c {
+            Condition::TargetFailing => {
+                for f in target_failing(sink, i) {
+                    add(f);
+                }
+            }
+            Condition::DeadLetters => {
+                let Some(b) = i.backlog else { continue };
+                for f in dead_letters(sink, b) {
+                    add(f);
+                }
+            }
+            Condition::SourceSilent => {
+                let Some(b) = i.backlog else { continue };
+                for f in source_silent(i, b) {
+                    add(f);
+                }
+            }
+            Condition::VerificationFailures => {
+                let (Some(s), Some((limit, window))) = (i.verification, sink.verification) else {
+                    continue;
+                };
+                for f in verification(s, limit, window, i.now) {
+                    add(f);
+                }
+            }
+            Condition::ReconcileFailing => {
+                let Some(r) = i.reconcile else { continue };
+                for f in reconcile_failing(r, &i.reconciled) {
+                    add(f);
+                }
+            }
+        }
+        v.known.push(c);
+    }
+    v
+}
+
+/// Whether the alert of `condition` on `subject`, fired at `fired_at`, may
+/// clear now that it no longer holds. A target's recovery is only told by a
+/// process that saw it deliver after the alert fired: a replica that never
+/// attempted the target knows nothing of its health.
+pub fn may_clear(i: &Inputs<'_>, condition: Condition, subject: &str, fired_at: Millis) -> bool {
+    if condition != Condition::TargetFailing || !i.targets.contains(&subject) {
+        return true;
+    }
+    match i.health.get(subject) {
+        Some((State::Failing { .. }, _)) | None => false,
+        Some((_, last_success)) => last_success.is_some_and(|s| s > fired_at),
+    }
+}
+
+/// The summary of a clear: what is true again.
+pub fn cleared(condition: Condition, subject: &str) -> String {
+    match condition {
+        Condition::TargetFailing => format!("target {subject} delivers again"),
+        Condition::DeadLetters => format!("target {subject}: dead deliveries back within the threshold"),
+        Condition::SourceSilent => format!("source {subject} receives events again"),
+        Condition::VerificationFailures => {
+            format!("source {subject}: verification failures back within the threshold")
+        }
+        Condition::ReconcileFailing => format!("reconciliation of source {subject} succeeds again"),
+    }
+}
+
+fn is_alert_target(name: &str) -> bool {
+    name.starts_with(TARGET_PREFIX)
+}
+
+fn ago(now: Millis, then: Millis) -> String {
+    let secs = ((now.0 - then.0).max(0) / 1000) as u64;
+    humantime::format_duration(Duration::from_secs(secs)).to_string()
+}
+
+/// A target (not an alert sink's own: its failure cannot be told through
+/// itself) failing in this process for at least `target_failing_after`.
+fn target_failing(sink: &AlertSink, i: &Inputs<'_>) -> Vec<Finding> {
+    let after = sink.target_failing_after.as_millis() as i64;
+    i.health
+        .iter()
+        .filter(|(t, _)| !is_alert_target(t) && i.targets.contains(&t.as_str()))
+        .filter_map(|(target, (state, _))| match state {
+            State::Failing {
+                since,
+                failures,
+                last_error,
+                ..
+            } if i.now.0 - since.0 >= after => Some(Finding {
+                condition: Condition::TargetFailing,
+                subject: target.clone(),
+                summary: format!(
+                    "target {target} failing for {}: {failures} failed attempts in a row, last error: {last_error}",
+                    ago(i.now, *since)
+                ),
+                details: json!({
+                    "target": target,
+                    "since": since.rfc3339(),
+                    "failed_attempts": failures,
+                    "last_error": last_error,
+                }),
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A target with more dead deliveries than `dead_letters_above`: one
+/// finding however many (the alert says how many).
+fn dead_letters(sink: &AlertSink, b: &Snapshot) -> Vec<Finding> {
+    b.targets
+        .iter()
+        .filter(|t| !is_alert_target(&t.target) && t.dead > sink.dead_letters_above)
+        .map(|t| Finding {
+            condition: Condition::DeadLetters,
+            subject: t.target.clone(),
+            summary: format!(
+                "target {} has {} dead deliveries (replay or discard them in the console)",
+                t.target, t.dead
+            ),
+            details: json!({"target": t.target, "dead": t.dead, "above": sink.dead_letters_above}),
+        })
+        .collect()
+}
+
+/// A source whose newest stored event is older than its `silent_after`. A
+/// source that never stored an event has no last event to be late after.
+fn source_silent(i: &Inputs<'_>, b: &Snapshot) -> Vec<Finding> {
+    let last: HashMap<&str, Millis> = b
+        .last_accepted
+        .iter()
+        .map(|(s, at)| (s.as_str(), *at))
+        .collect();
+    i.silent_after
+        .iter()
+        .filter_map(|(source, after)| {
+            let at = *last.get(source)?;
+            (i.now.0 - at.0 >= after.as_millis() as i64).then(|| Finding {
+                condition: Condition::SourceSilent,
+                subject: (*source).to_owned(),
+                summary: format!(
+                    "source {source} silent for {} (silent_after {}); last event at {}",
+                    ago(i.now, at),
+                    humantime::format_duration(*after),
+                    at.rfc3339_seconds()
+                ),
+                details: json!({
+                    "source": source,
+                    "last_accepted": at.rfc3339(),
+                    "silent_after_seconds": after.as_secs(),
+                }),
+            })
+        })
+        .collect()
+}
+
+fn verification(s: &Samples, limit: i64, window: Duration, now: Millis) -> Vec<Finding> {
+    s.within(window, now)
+        .into_iter()
+        .filter(|(_, n)| *n > limit)
+        .map(|(source, n)| Finding {
+            condition: Condition::VerificationFailures,
+            summary: format!(
+                "source {source}: {n} requests refused for their signature or timestamp in the last {} (above {limit}); \
+                 a secret rotated at the provider and not here?",
+                humantime::format_duration(window)
+            ),
+            details: json!({"source": source, "failures": n, "above": limit, "window_seconds": window.as_secs()}),
+            subject: source,
+        })
+        .collect()
+}
+
+/// A reconciled source whose last run failed (a success clears
+/// `last_error`).
+fn reconcile_failing(statuses: &[Status], reconciled: &[&str]) -> Vec<Finding> {
+    statuses
+        .iter()
+        .filter(|s| reconciled.contains(&s.source.as_str()))
+        .filter_map(|s| {
+            let error = s.last_error.as_deref()?;
+            Some(Finding {
+                condition: Condition::ReconcileFailing,
+                subject: s.source.clone(),
+                summary: format!(
+                    "reconciliation of source {} failing ({} failed runs; last success {}): {error}",
+                    s.source,
+                    s.failed_runs,
+                    s.last_success
+                        .map_or("never".to_owned(), Millis::rfc3339_seconds)
+                ),
+                details: json!({
+                    "source": s.source,
+                    "last_run": s.last_run.map(Millis::rfc3339),
+                    "last_success": s.last_success.map(Millis::rfc3339),
+                    "failed_runs": s.failed_runs,
+                    "last_error": error,
+                }),
+            })
+        })
+        .collect()
+}
+
+/// Verification failure totals per source (cluster-wide counters), one
+/// sample per tick, kept for the longest window a sink counts over.
+#[derive(Debug, Default)]
+pub struct Samples(VecDeque<(Millis, HashMap<String, i64>)>);
+
+impl Samples {
+    /// Adds the totals read at `now`, and forgets samples no window
+    /// `keep` long needs (one at or before its start stays: the baseline).
+    pub fn push(&mut self, now: Millis, totals: HashMap<String, i64>, keep: Duration) {
+        self.0.push_back((now, totals));
+        let start = now.0 - keep.as_millis() as i64;
+        while self.0.len() > 2 && self.0[1].0.0 <= start {
+            self.0.pop_front();
+        }
+    }
+
+    /// Per source, the failures within `window` before `now`: the newest
+    /// totals less those of the newest sample at or before the window's
+    /// start (or the oldest sample, while the process is younger than the
+    /// window).
+    pub fn within(&self, window: Duration, now: Millis) -> BTreeMap<String, i64> {
+        let (Some(first), Some((_, newest))) = (self.0.front(), self.0.back()) else {
+            return BTreeMap::new();
+        };
+        let start = now.0 - window.as_millis() as i64;
+        let base = self
+            .0
+            .iter()
+            .rev()
+            .find(|(at, _)| at.0 <= start)
+            .unwrap_or(first);
+        newest
+            .iter()
+            .map(|(s, n)| (s.clone(), n - base.1.get(s).copied().unwrap_or(0)))
+            .filter(|(_, n)| *n > 0)
+            .collect()
+    }
+}
+
+/// The verification failure totals per source out of the counters'
+/// `(source, name) → total` map.
+pub fn verification_totals(totals: &HashMap<(String, String), i64>) -> HashMap<String, i64> {
+    let names: Vec<String> = VERIFICATION_REASONS
+        .iter()
+        .map(|r| r.counter_name())
+        .collect();
+    let mut out: HashMap<String, i64> = HashMap::new();
+    for ((source, name), n) in totals {
+        if names.contains(name) {
+            *out.entry(source.clone()).or_default() += n;
+        }
+    }
+    out
+}
