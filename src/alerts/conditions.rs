@@ -319,18 +319,200 @@ impl Samples {
     }
 }
 
-/// The verification failure totals per source out of the counters'
-/// `(source, name) → total` map.
-pub fn verification_totals(totals: &HashMap<(String, String), i64>) -> HashMap<String, i64> {
+/// The verification failure totals per source out of the cluster-wide
+/// counters' `(source, name, total)` rows.
+pub fn verification_totals(totals: &[(String, String, i64)]) -> HashMap<String, i64> {
     let names: Vec<String> = VERIFICATION_REASONS
         .iter()
         .map(|r| r.counter_name())
         .collect();
     let mut out: HashMap<String, i64> = HashMap::new();
-    for ((source, name), n) in totals {
+    for (source, name, n) in totals {
         if names.contains(name) {
             *out.entry(source.clone()).or_default() += n;
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::backlog::TargetBacklog;
+
+    const T0: Millis = Millis(10_000_000);
+
+    fn at(secs: i64) -> Millis {
+        Millis(T0.0 + secs * 1000)
+    }
+
+    fn sink(conditions: &[Condition]) -> AlertSink {
+        AlertSink {
+            name: "ops".into(),
+            kind: crate::config::alerts::SinkKind::Slack,
+            target: "alert.ops".into(),
+            conditions: conditions.to_vec(),
+            target_failing_after: Duration::from_secs(60),
+            dead_letters_above: 0,
+            verification: Some((2, Duration::from_secs(60))),
+        }
+    }
+
+    fn failing(since: Millis) -> State {
+        State::Failing {
+            since,
+            failures: 4,
+            last_error: "HTTP 503".into(),
+            warned_at: since,
+        }
+    }
+
+    #[test]
+    fn a_target_fires_after_its_threshold_and_clears_only_on_a_later_success() {
+        let s = sink(&[Condition::TargetFailing]);
+        let mut i = Inputs {
+            now: at(59),
+            targets: vec!["billing", "alert.ops"],
+            ..Inputs::default()
+        };
+        i.health.insert("billing".into(), (failing(at(0)), None));
+        i.health.insert("alert.ops".into(), (failing(at(0)), None));
+        assert!(evaluate(&s, &i).active.is_empty(), "not yet");
+        i.now = at(60);
+        let v = evaluate(&s, &i);
+        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["target_failing/billing"]);
+        assert!(v.active["target_failing/billing"].summary.contains("HTTP 503"));
+        // Fired at 60: still failing, or a success from before, is no clear.
+        let fired = at(60);
+        assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
+        i.health.insert("billing".into(), (State::Recovering { since: at(50) }, Some(at(50))));
+        assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
+        i.health.insert("billing".into(), (State::Recovering { since: at(61) }, Some(at(61))));
+        assert!(may_clear(&i, Condition::TargetFailing, "billing", fired));
+        // A replica that never attempted it says nothing.
+        i.health.remove("billing");
+        assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
+        // A target a reload removed clears.
+        i.targets = vec![];
+        assert!(may_clear(&i, Condition::TargetFailing, "billing", fired));
+    }
+
+    #[test]
+    fn dead_letters_are_one_finding_however_many_and_unknown_without_a_read() {
+        let s = sink(&[Condition::DeadLetters]);
+        let snap = Snapshot {
+            targets: vec![
+                TargetBacklog {
+                    target: "ledger".into(),
+                    pending: 0,
+                    retrying: 0,
+                    dead: 500,
+                    oldest_pending_received_at: None,
+                },
+                TargetBacklog {
+                    target: "quiet".into(),
+                    pending: 3,
+                    retrying: 0,
+                    dead: 0,
+                    oldest_pending_received_at: None,
+                },
+            ],
+            ..Snapshot::default()
+        };
+        let i = Inputs {
+            backlog: Some(&snap),
+            ..Inputs::default()
+        };
+        let v = evaluate(&s, &i);
+        assert_eq!(v.active.len(), 1);
+        assert!(v.active["dead_letters/ledger"].summary.contains("500 dead"));
+        assert_eq!(v.known, [Condition::DeadLetters]);
+        let v = evaluate(&s, &Inputs::default());
+        assert!(v.active.is_empty() && v.known.is_empty(), "no read: unknown");
+    }
+
+    #[test]
+    fn a_source_is_silent_after_its_setting_and_never_before_its_first_event() {
+        let s = sink(&[Condition::SourceSilent]);
+        let snap = Snapshot {
+            last_accepted: vec![("stripe".into(), at(0))],
+            ..Snapshot::default()
+        };
+        let mut i = Inputs {
+            now: at(3599),
+            backlog: Some(&snap),
+            silent_after: vec![("stripe", Duration::from_secs(3600)), ("github", Duration::from_secs(1))],
+            ..Inputs::default()
+        };
+        assert!(evaluate(&s, &i).active.is_empty());
+        i.now = at(3600);
+        let v = evaluate(&s, &i);
+        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["source_silent/stripe"]);
+    }
+
+    #[test]
+    fn verification_failures_are_counted_over_the_window() {
+        let s = sink(&[Condition::VerificationFailures]);
+        let mut samples = Samples::default();
+        let keep = Duration::from_secs(60);
+        let totals = |n: i64| HashMap::from([("stripe".to_owned(), n)]);
+        samples.push(at(0), totals(10), keep);
+        samples.push(at(30), totals(12), keep);
+        let i = Inputs {
+            now: at(30),
+            verification: Some(&samples),
+            ..Inputs::default()
+        };
+        assert!(evaluate(&s, &i).active.is_empty(), "2 is not above 2");
+        samples.push(at(40), totals(13), keep);
+        let i = Inputs {
+            now: at(40),
+            verification: Some(&samples),
+            ..Inputs::default()
+        };
+        assert!(evaluate(&s, &i).active["verification_failures/stripe"].summary.contains("3 requests"));
+        // A minute on, the window starts after the failures: quiet.
+        samples.push(at(101), totals(13), keep);
+        let i = Inputs {
+            now: at(101),
+            verification: Some(&samples),
+            ..Inputs::default()
+        };
+        assert!(evaluate(&s, &i).active.is_empty());
+        assert!(samples.0.len() <= 3, "old samples are dropped");
+        let rows = vec![
+            ("stripe".to_owned(), "rejected.invalid_signature".to_owned(), 4),
+            ("stripe".to_owned(), "rejected.bad_timestamp".to_owned(), 1),
+            ("stripe".to_owned(), "rejected.body_too_large".to_owned(), 9),
+        ];
+        assert_eq!(verification_totals(&rows)["stripe"], 5, "only signature and timestamp");
+    }
+
+    #[test]
+    fn reconciliation_fails_while_its_last_run_did() {
+        let s = sink(&[Condition::ReconcileFailing]);
+        let statuses = vec![
+            Status {
+                source: "stripe".into(),
+                last_run: Some(at(10)),
+                last_success: Some(at(0)),
+                last_error: Some("HTTP 401 from the provider API".into()),
+                recovered: 0,
+                failed_runs: 2,
+            },
+            Status {
+                source: "removed".into(),
+                last_error: Some("x".into()),
+                ..Status::default()
+            },
+        ];
+        let i = Inputs {
+            reconcile: Some(&statuses),
+            reconciled: vec!["stripe"],
+            ..Inputs::default()
+        };
+        let v = evaluate(&s, &i);
+        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["reconcile_failing/stripe"]);
+        assert!(v.active["reconcile_failing/stripe"].summary.contains("HTTP 401"));
+    }
 }

@@ -19,6 +19,12 @@
 //!    while the sink is down, kept across a restart, one condition's alerts
 //!    in order (the target is ordered by the condition key).
 //!
+//! Replicas read at different moments, so one may see a condition hold a
+//! moment after another saw it end. A tick therefore never moves a row
+//! that changed after the tick began (its change rests on fresher reads
+//! than this tick's; replicas' clocks are assumed to agree within a tick),
+//! and reads the backlog uncached.
+//!
 //! Rule: reads only, cheap and cluster-wide where the ledger has the state
 //! (the backlog's one shared read, reconciliation's rows, the counters);
 //! target health is this process's own view (`deliver::health`).
@@ -82,7 +88,7 @@ impl Evaluator {
         let sinks: Vec<&Arc<AlertSink>> = config.alerts.sinks.values().collect();
         let wants = |c: Condition| sinks.iter().any(|s| s.watches(c));
         let backlog = if wants(Condition::DeadLetters) || wants(Condition::SourceSilent) {
-            read("backlog", state.store.backlog.backlog()).await
+            read("backlog", state.store.backlog_now.backlog()).await
         } else {
             None
         };
@@ -94,13 +100,9 @@ impl Evaluator {
         let longest = sinks.iter().filter_map(|s| s.verification).map(|(_, w)| w).max();
         let mut verification_read = false;
         if let Some(window) = longest {
-            let tallies = state.store.tallies.clone();
-            // The ledger's totals plus this process's unflushed counts.
-            let totals = read(
-                "counters",
-                state.counters.totals(async || tallies.counters().await),
-            )
-            .await;
+            // The ledger's totals only: every replica reads the same (this
+            // process's unflushed counts would be its own view).
+            let totals = read("counters", state.store.tallies.counters()).await;
             if let Some(t) = totals {
                 self.verification
                     .push(now, conditions::verification_totals(&t), window);
@@ -158,7 +160,7 @@ async fn tell(
     for (key, finding) in &verdict.active {
         let key = format!("{prefix}{key}");
         let from = episodes.get(&key).copied().unwrap_or_default();
-        if from.firing {
+        if from.firing || from.changed_at > inputs.now {
             continue;
         }
         let to = Episode {
@@ -168,7 +170,10 @@ async fn tell(
         };
         change(state, sink, &key, from, to, finding, inputs.now).await?;
     }
-    for (key, from) in episodes.iter().filter(|(_, e)| e.firing) {
+    for (key, from) in episodes
+        .iter()
+        .filter(|(_, e)| e.firing && e.changed_at <= inputs.now)
+    {
         let Some(local) = key.strip_prefix(&prefix) else {
             continue;
         };

@@ -147,6 +147,9 @@ pub struct Store {
     pub tallies: Arc<dyn Tallies>,
     /// Shared by every clone: one read serves concurrent scrapes.
     pub backlog: Arc<dyn Backlog>,
+    /// The same reads, never cached: the alert evaluator's (a reading
+    /// older than a peer's would undo the change the peer told).
+    pub backlog_now: Arc<dyn Backlog>,
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
@@ -179,6 +182,7 @@ impl Store {
             outbox: backend.clone(),
             tallies: backend,
             backlog: Arc::new(backlog::Cached::new(portable.clone(), backlog::FRESH_FOR)),
+            backlog_now: portable.clone(),
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),

@@ -186,3 +186,82 @@ fn sink(
 
 /// Where an alert's ordering key is: its condition key (`src/alerts/`).
 pub const ORDER_BY: &str = "json:/key";
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::config::alerts::{Condition, SinkKind};
+    use crate::target::Kind;
+    use std::path::Path;
+
+    const BASE: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_token = "tok-0123456789abcdef"
+
+[sources.stripe]
+provider = "stripe"
+secrets = ["whsec_a"]
+targets = ["billing"]
+
+[targets.billing]
+url = "http://127.0.0.1:9/hook"
+"#;
+
+    const SLACK: &str = "https://hooks.slack.com/services/T000/B000/XXXXSECRETXXXX";
+
+    fn load(extra: &str) -> Result<Config, Vec<(String, String)>> {
+        Config::from_toml_str(&format!("{BASE}\n{extra}"), Path::new(".")).map_err(|e| e.problems)
+    }
+
+    #[test]
+    fn each_sink_is_an_internal_target_that_no_source_can_name() {
+        let c = load(&format!(
+            "[alerting]\ninterval = \"5s\"\n[alerts.team]\nslack = \"{SLACK}\"\n\
+             [alerts.pager]\nurl = \"https://ops.example/alerts\"\nsigning_secret = \"whsec_aGVsbG8=\"\n\
+             verification_failures = 20\n"
+        ))
+        .unwrap();
+        assert_eq!(c.alerts.interval.as_secs(), 5);
+        let team = &c.alerts.sinks["team"];
+        assert_eq!(team.kind, SinkKind::Slack);
+        assert!(!team.watches(Condition::VerificationFailures), "off unless set");
+        assert!(c.alerts.sinks["pager"].watches(Condition::VerificationFailures));
+        assert!(matches!(c.targets["alert.team"].kind, Kind::Slack(_)));
+        assert!(c.targets["alert.pager"].kind.signs());
+        assert!(c.targets["alert.pager"].order_by.is_some());
+        let p = load(&format!(
+            "[alerts.team]\nslack = \"{SLACK}\"\n"
+        )
+        .replace("targets = [\"billing\"]", "targets = [\"billing\", \"alert.team\"]"))
+        .unwrap_err();
+        assert!(p.iter().any(|(k, m)| k == "sources.stripe.targets" && m.contains("alert.team")), "{p:?}");
+    }
+
+    #[test]
+    fn a_sink_needs_one_url_a_signature_and_known_conditions() {
+        let p = load("[alerts.a]\ntimeout = \"1s\"\n").unwrap_err();
+        assert_eq!(p[0].0, "alerts.a");
+        let p = load("[alerts.a]\nurl = \"https://x.example/\"\n").unwrap_err();
+        assert_eq!(p[0].0, "alerts.a.signing_secret");
+        let p = load(&format!("[alerts.a]\nslack = \"{SLACK}\"\nconditions = [\"bogus\", \"verification_failures\"]\n"))
+            .unwrap_err();
+        let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["alerts.a.conditions", "alerts.a.verification_failures"], "{p:?}");
+        let p = load("[alerts.a]\nslack = \"ftp://x\"\n").unwrap_err();
+        assert_eq!(p[0].0, "alerts.a.slack");
+        assert!(!p[0].1.contains("ftp://x"), "the URL is a secret: {p:?}");
+        let p = load("[alerts.a]\nslack = \"env:HOOKGATE_TEST_UNSET_SLACK_URL\"\n").unwrap_err();
+        assert_eq!(p[0].0, "alerts.a.slack");
+    }
+
+    #[test]
+    fn check_config_never_shows_a_sink_url_path() {
+        let c = load(&format!("[alerts.team]\nslack = \"{SLACK}\"\n")).unwrap();
+        let text = crate::cli::describe::describe(&c);
+        assert!(!text.contains("XXXXSECRETXXXX"), "{text}");
+        assert!(!text.contains("/services/"), "{text}");
+        assert!(text.contains("https://hooks.slack.com/***"), "{text}");
+        assert!(text.contains("team             slack via target alert.team"), "{text}");
+    }
+}
