@@ -5,6 +5,7 @@
 //! both backends.
 
 use crate::both_backends;
+use crate::helpers::fake_stripe::FakeStripe;
 use crate::helpers::process::{Gateway, post_to};
 use crate::helpers::*;
 use hookgate::primitives::time::Millis;
@@ -17,6 +18,7 @@ both_backends!(
     each_condition_fires_once_and_clears_once,
     a_sink_that_is_down_gets_the_alert_when_it_is_back,
     the_alert_state_moves_by_compare_and_set,
+    reconciliation_failing_fires_once_and_clears_once,
 );
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -328,4 +330,34 @@ async fn two_replicas_send_one_alert_not_two() {
     assert_eq!(sink.count(), 2, "no second send of either");
     assert_signed(&sink);
     drop((one, two));
+}
+
+async fn reconciliation_failing_fires_once_and_clears_once(b: Backend) {
+    const KEY: &str = "rk_test_alerts_reconcile_51Hx9";
+    let fake = FakeStripe::start(KEY, "alerts", 3).await;
+    fake.fail_from(Some(0));
+    let sink = TestTarget::start().await;
+    let mut opts = Opts::new(b);
+    opts.extra = format!(
+        "[sources.stripe.reconcile]\napi_key = \"{KEY}\"\ninterval = \"1s\"\n\
+         lookback = \"2d\"\napi_base = \"{}\"\n\n{}",
+        fake.url,
+        http_sink(&sink, "conditions = [\"reconcile_failing\"]")
+    );
+    let app = spawn_app(opts).await;
+    let key = "ops/reconcile_failing/stripe";
+    assert!(eventually(WAIT, || async { has(&sink, key, "firing") }).await);
+    let fired = delivered(&sink).remove(0);
+    assert!(fired["summary"].as_str().unwrap().contains("reconciliation of source stripe failing"), "{fired}");
+    // Failing runs go on: still one alert.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(delivered(&sink).len(), 1, "{:?}", told(&sink));
+    fake.fail_from(None);
+    assert!(eventually(WAIT, || async { has(&sink, key, "cleared") }).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let n = told(&sink);
+    assert_eq!(n.len(), 2, "{n:?}");
+    assert!(n.values().all(|&c| c == 1), "{n:?}");
+    assert_signed(&sink);
+    app.stop().await;
 }

@@ -230,11 +230,11 @@ url = "http://127.0.0.1:9/hook"
         assert!(matches!(c.targets["alert.team"].kind, Kind::Slack(_)));
         assert!(c.targets["alert.pager"].kind.signs());
         assert!(c.targets["alert.pager"].order_by.is_some());
-        let p = load(&format!(
-            "[alerts.team]\nslack = \"{SLACK}\"\n"
-        )
-        .replace("targets = [\"billing\"]", "targets = [\"billing\", \"alert.team\"]"))
-        .unwrap_err();
+        let text = format!("{BASE}\n[alerts.team]\nslack = \"{SLACK}\"\n")
+            .replace("targets = [\"billing\"]", "targets = [\"billing\", \"alert.team\"]");
+        let p = Config::from_toml_str(&text, Path::new("."))
+            .unwrap_err()
+            .problems;
         assert!(p.iter().any(|(k, m)| k == "sources.stripe.targets" && m.contains("alert.team")), "{p:?}");
     }
 
