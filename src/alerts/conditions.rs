@@ -134,7 +134,9 @@ pub fn may_clear(i: &Inputs<'_>, condition: Condition, subject: &str, fired_at: 
 pub fn cleared(condition: Condition, subject: &str) -> String {
     match condition {
         Condition::TargetFailing => format!("target {subject} delivers again"),
-        Condition::DeadLetters => format!("target {subject}: dead deliveries back within the threshold"),
+        Condition::DeadLetters => {
+            format!("target {subject}: dead deliveries back within the threshold")
+        }
         Condition::SourceSilent => format!("source {subject} receives events again"),
         Condition::VerificationFailures => {
             format!("source {subject}: verification failures back within the threshold")
@@ -380,14 +382,27 @@ mod tests {
         assert!(evaluate(&s, &i).active.is_empty(), "not yet");
         i.now = at(60);
         let v = evaluate(&s, &i);
-        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["target_failing/billing"]);
-        assert!(v.active["target_failing/billing"].summary.contains("HTTP 503"));
+        assert_eq!(
+            v.active.keys().collect::<Vec<_>>(),
+            ["target_failing/billing"]
+        );
+        assert!(
+            v.active["target_failing/billing"]
+                .summary
+                .contains("HTTP 503")
+        );
         // Fired at 60: still failing, or a success from before, is no clear.
         let fired = at(60);
         assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
-        i.health.insert("billing".into(), (State::Recovering { since: at(50) }, Some(at(50))));
+        i.health.insert(
+            "billing".into(),
+            (State::Recovering { since: at(50) }, Some(at(50))),
+        );
         assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
-        i.health.insert("billing".into(), (State::Recovering { since: at(61) }, Some(at(61))));
+        i.health.insert(
+            "billing".into(),
+            (State::Recovering { since: at(61) }, Some(at(61))),
+        );
         assert!(may_clear(&i, Condition::TargetFailing, "billing", fired));
         // A replica that never attempted it says nothing.
         i.health.remove("billing");
@@ -428,7 +443,10 @@ mod tests {
         assert!(v.active["dead_letters/ledger"].summary.contains("500 dead"));
         assert_eq!(v.known, [Condition::DeadLetters]);
         let v = evaluate(&s, &Inputs::default());
-        assert!(v.active.is_empty() && v.known.is_empty(), "no read: unknown");
+        assert!(
+            v.active.is_empty() && v.known.is_empty(),
+            "no read: unknown"
+        );
     }
 
     #[test]
@@ -441,13 +459,19 @@ mod tests {
         let mut i = Inputs {
             now: at(3599),
             backlog: Some(&snap),
-            silent_after: vec![("stripe", Duration::from_secs(3600)), ("github", Duration::from_secs(1))],
+            silent_after: vec![
+                ("stripe", Duration::from_secs(3600)),
+                ("github", Duration::from_secs(1)),
+            ],
             ..Inputs::default()
         };
         assert!(evaluate(&s, &i).active.is_empty());
         i.now = at(3600);
         let v = evaluate(&s, &i);
-        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["source_silent/stripe"]);
+        assert_eq!(
+            v.active.keys().collect::<Vec<_>>(),
+            ["source_silent/stripe"]
+        );
     }
 
     #[test]
@@ -470,7 +494,11 @@ mod tests {
             verification: Some(&samples),
             ..Inputs::default()
         };
-        assert!(evaluate(&s, &i).active["verification_failures/stripe"].summary.contains("3 requests"));
+        assert!(
+            evaluate(&s, &i).active["verification_failures/stripe"]
+                .summary
+                .contains("3 requests")
+        );
         // A minute on, the window starts after the failures: quiet.
         samples.push(at(101), totals(13), keep);
         let i = Inputs {
@@ -481,11 +509,19 @@ mod tests {
         assert!(evaluate(&s, &i).active.is_empty());
         assert!(samples.0.len() <= 3, "old samples are dropped");
         let rows = vec![
-            ("stripe".to_owned(), "rejected.invalid_signature".to_owned(), 4),
+            (
+                "stripe".to_owned(),
+                "rejected.invalid_signature".to_owned(),
+                4,
+            ),
             ("stripe".to_owned(), "rejected.bad_timestamp".to_owned(), 1),
             ("stripe".to_owned(), "rejected.body_too_large".to_owned(), 9),
         ];
-        assert_eq!(verification_totals(&rows)["stripe"], 5, "only signature and timestamp");
+        assert_eq!(
+            verification_totals(&rows)["stripe"],
+            5,
+            "only signature and timestamp"
+        );
     }
 
     #[test]
@@ -512,7 +548,14 @@ mod tests {
             ..Inputs::default()
         };
         let v = evaluate(&s, &i);
-        assert_eq!(v.active.keys().collect::<Vec<_>>(), ["reconcile_failing/stripe"]);
-        assert!(v.active["reconcile_failing/stripe"].summary.contains("HTTP 401"));
+        assert_eq!(
+            v.active.keys().collect::<Vec<_>>(),
+            ["reconcile_failing/stripe"]
+        );
+        assert!(
+            v.active["reconcile_failing/stripe"]
+                .summary
+                .contains("HTTP 401")
+        );
     }
 }

@@ -97,7 +97,11 @@ impl Evaluator {
         } else {
             Some(Vec::new())
         };
-        let longest = sinks.iter().filter_map(|s| s.verification).map(|(_, w)| w).max();
+        let longest = sinks
+            .iter()
+            .filter_map(|s| s.verification)
+            .map(|(_, w)| w)
+            .max();
         let mut verification_read = false;
         if let Some(window) = longest {
             // The ledger's totals only: every replica reads the same (this
@@ -127,8 +131,13 @@ impl Evaluator {
             reconciled: config.reconcile.keys().map(String::as_str).collect(),
             verification: verification_read.then_some(&self.verification),
         };
-        let episodes: HashMap<String, Episode> =
-            state.store.alert_state.episodes().await?.into_iter().collect();
+        let episodes: HashMap<String, Episode> = state
+            .store
+            .alert_state
+            .episodes()
+            .await?
+            .into_iter()
+            .collect();
         for sink in sinks {
             tell(state, sink, &inputs, &episodes).await?;
         }
@@ -251,11 +260,26 @@ async fn change(
         handoff: None,
         fresh: false,
     };
-    state.store.event_log.record(std::slice::from_ref(&event)).await?;
+    state
+        .store
+        .event_log
+        .record(std::slice::from_ref(&event))
+        .await?;
     state.wake.notify(&[&sink.target]);
-    if state.store.alert_state.transition(key, from, to, now).await? {
+    if state
+        .store
+        .alert_state
+        .transition(key, from, to, now)
+        .await?
+    {
         if to.firing {
-            tracing::warn!(alert = sink.name, key, episode = to.number, summary = finding.summary, "alert fired");
+            tracing::warn!(
+                alert = sink.name,
+                key,
+                episode = to.number,
+                summary = finding.summary,
+                "alert fired"
+            );
         } else {
             tracing::info!(alert = sink.name, key, episode = to.number, "alert cleared");
         }

@@ -68,9 +68,8 @@ where
     String: Column<DB>,
 {
     async fn episodes(&self) -> Result<Vec<(String, Episode)>, StoreError> {
-        let rows: Vec<(String, i64, bool, i64)> = sqlx::query_as(EPISODES_SQL)
-            .fetch_all(&self.pool)
-            .await?;
+        let rows: Vec<(String, i64, bool, i64)> =
+            sqlx::query_as(EPISODES_SQL).fetch_all(&self.pool).await?;
         Ok(rows
             .into_iter()
             .map(|(key, number, firing, at)| {

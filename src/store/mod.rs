@@ -166,8 +166,7 @@ impl Store {
     fn of<B, DB: sqlx::Database>(backend: Arc<B>, portable: Portable<DB>) -> Self
     where
         B: Backend + EventLog + Outbox + Tallies,
-        Portable<DB>:
-            Backlog
+        Portable<DB>: Backlog
             + Console
             + ReconcileStore
             + IdempotencyStore

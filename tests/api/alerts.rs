@@ -136,7 +136,10 @@ async fn each_condition_fires_once_and_clears_once(b: Backend) {
         .find(|a| a["key"] == keys[1])
         .unwrap();
     assert!(
-        dead["summary"].as_str().unwrap().contains("dead deliveries"),
+        dead["summary"]
+            .as_str()
+            .unwrap()
+            .contains("dead deliveries"),
         "{dead}"
     );
     assert_eq!(dead["type"], "alert.fired");
@@ -170,7 +173,11 @@ async fn each_condition_fires_once_and_clears_once(b: Backend) {
     let n = told(&sink);
     for k in keys {
         for state in ["firing", "cleared"] {
-            assert_eq!(n.get(&(k.to_owned(), 1, state.to_owned())), Some(&1), "{k} {state}: {n:?}");
+            assert_eq!(
+                n.get(&(k.to_owned(), 1, state.to_owned())),
+                Some(&1),
+                "{k} {state}: {n:?}"
+            );
         }
         // Github may turn silent again (a new episode); nothing else does.
         if k != keys[3] {
@@ -202,7 +209,10 @@ async fn a_sink_that_is_down_gets_the_alert_when_it_is_back(b: Backend) {
         .iter()
         .map(|r| r.headers["webhook-id"].to_str().unwrap().to_owned())
         .collect();
-    assert!(ids.iter().all(|i| *i == ids[0]), "one alert retried: {ids:?}");
+    assert!(
+        ids.iter().all(|i| *i == ids[0]),
+        "one alert retried: {ids:?}"
+    );
     assert!(delivered(&sink).is_empty());
 
     sink.always(None);
@@ -238,7 +248,10 @@ async fn the_alert_state_moves_by_compare_and_set(b: Backend) {
         !store.transition("k", none, fired, now).await.unwrap(),
         "a second replica's move from the same state loses"
     );
-    assert_eq!(store.episodes().await.unwrap(), vec![("k".to_owned(), fired)]);
+    assert_eq!(
+        store.episodes().await.unwrap(),
+        vec![("k".to_owned(), fired)]
+    );
     assert!(!store.transition("k", cleared, fired, now).await.unwrap());
     let later = Millis(2_000);
     assert!(store.transition("k", fired, cleared, later).await.unwrap());
@@ -269,13 +282,18 @@ async fn a_slack_sink_gets_one_text_line_per_change() {
     assert!(eventually(WAIT, || async { slack.count() == 1 }).await);
     let r = &slack.received()[0];
     assert_eq!(r.headers["content-type"], "application/json");
-    assert!(r.headers.get("webhook-signature").is_none(), "Slack is not signed");
+    assert!(
+        r.headers.get("webhook-signature").is_none(),
+        "Slack is not signed"
+    );
     let body: Value = serde_json::from_slice(&r.body).unwrap();
     let fields: Vec<&String> = body.as_object().unwrap().keys().collect();
     assert_eq!(fields, ["text"], "{body}");
     let text = body["text"].as_str().unwrap();
     assert!(
-        text.starts_with(":rotating_light: *FIRING* `dead_letters` target ledger has 1 dead deliveries"),
+        text.starts_with(
+            ":rotating_light: *FIRING* `dead_letters` target ledger has 1 dead deliveries"
+        ),
         "{text}"
     );
     assert!(text.contains("hookgate alert `team` · ledger"), "{text}");
@@ -304,7 +322,13 @@ async fn two_replicas_send_one_alert_not_two() {
     let client = reqwest::Client::new();
     for i in 0..10 {
         let url = if i % 2 == 0 { &one } else { &two }.url("/webhooks/stripe");
-        assert_eq!(post_to(&client, &url, &format!("evt_r{i}")).await.unwrap().status(), 200);
+        assert_eq!(
+            post_to(&client, &url, &format!("evt_r{i}"))
+                .await
+                .unwrap()
+                .status(),
+            200
+        );
     }
     let key = "ops/dead_letters/ledger";
     assert!(eventually(WAIT, || async { has(&sink, key, "firing") }).await);
@@ -348,7 +372,13 @@ async fn reconciliation_failing_fires_once_and_clears_once(b: Backend) {
     let key = "ops/reconcile_failing/stripe";
     assert!(eventually(WAIT, || async { has(&sink, key, "firing") }).await);
     let fired = delivered(&sink).remove(0);
-    assert!(fired["summary"].as_str().unwrap().contains("reconciliation of source stripe failing"), "{fired}");
+    assert!(
+        fired["summary"]
+            .as_str()
+            .unwrap()
+            .contains("reconciliation of source stripe failing"),
+        "{fired}"
+    );
     // Failing runs go on: still one alert.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(delivered(&sink).len(), 1, "{:?}", told(&sink));

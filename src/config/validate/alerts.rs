@@ -225,17 +225,26 @@ url = "http://127.0.0.1:9/hook"
         assert_eq!(c.alerts.interval.as_secs(), 5);
         let team = &c.alerts.sinks["team"];
         assert_eq!(team.kind, SinkKind::Slack);
-        assert!(!team.watches(Condition::VerificationFailures), "off unless set");
+        assert!(
+            !team.watches(Condition::VerificationFailures),
+            "off unless set"
+        );
         assert!(c.alerts.sinks["pager"].watches(Condition::VerificationFailures));
         assert!(matches!(c.targets["alert.team"].kind, Kind::Slack(_)));
         assert!(c.targets["alert.pager"].kind.signs());
         assert!(c.targets["alert.pager"].order_by.is_some());
-        let text = format!("{BASE}\n[alerts.team]\nslack = \"{SLACK}\"\n")
-            .replace("targets = [\"billing\"]", "targets = [\"billing\", \"alert.team\"]");
+        let text = format!("{BASE}\n[alerts.team]\nslack = \"{SLACK}\"\n").replace(
+            "targets = [\"billing\"]",
+            "targets = [\"billing\", \"alert.team\"]",
+        );
         let p = Config::from_toml_str(&text, Path::new("."))
             .unwrap_err()
             .problems;
-        assert!(p.iter().any(|(k, m)| k == "sources.stripe.targets" && m.contains("alert.team")), "{p:?}");
+        assert!(
+            p.iter()
+                .any(|(k, m)| k == "sources.stripe.targets" && m.contains("alert.team")),
+            "{p:?}"
+        );
     }
 
     #[test]
@@ -244,10 +253,16 @@ url = "http://127.0.0.1:9/hook"
         assert_eq!(p[0].0, "alerts.a");
         let p = load("[alerts.a]\nurl = \"https://x.example/\"\n").unwrap_err();
         assert_eq!(p[0].0, "alerts.a.signing_secret");
-        let p = load(&format!("[alerts.a]\nslack = \"{SLACK}\"\nconditions = [\"bogus\", \"verification_failures\"]\n"))
-            .unwrap_err();
+        let p = load(&format!(
+            "[alerts.a]\nslack = \"{SLACK}\"\nconditions = [\"bogus\", \"verification_failures\"]\n"
+        ))
+        .unwrap_err();
         let keys: Vec<&str> = p.iter().map(|(k, _)| k.as_str()).collect();
-        assert_eq!(keys, ["alerts.a.conditions", "alerts.a.verification_failures"], "{p:?}");
+        assert_eq!(
+            keys,
+            ["alerts.a.conditions", "alerts.a.verification_failures"],
+            "{p:?}"
+        );
         let p = load("[alerts.a]\nslack = \"ftp://x\"\n").unwrap_err();
         assert_eq!(p[0].0, "alerts.a.slack");
         assert!(!p[0].1.contains("ftp://x"), "the URL is a secret: {p:?}");
@@ -262,6 +277,9 @@ url = "http://127.0.0.1:9/hook"
         assert!(!text.contains("XXXXSECRETXXXX"), "{text}");
         assert!(!text.contains("/services/"), "{text}");
         assert!(text.contains("https://hooks.slack.com/***"), "{text}");
-        assert!(text.contains("team             slack via target alert.team"), "{text}");
+        assert!(
+            text.contains("team             slack via target alert.team"),
+            "{text}"
+        );
     }
 }
