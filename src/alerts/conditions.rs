@@ -6,7 +6,7 @@
 //! it neither fires nor clears (a ledger hiccup is not a recovery).
 
 use crate::config::alerts::{AlertSink, Condition, TARGET_PREFIX};
-use crate::deliver::health::State;
+use crate::deliver::health::{State, View};
 use crate::primitives::time::Millis;
 use crate::stats::RejectReason;
 use crate::store::backlog::Snapshot;
@@ -30,9 +30,10 @@ pub const VERIFICATION_REASONS: [RejectReason; 5] = [
 #[derive(Default)]
 pub struct Inputs<'a> {
     pub now: Millis,
-    /// Per target this process attempted: its state and last success
-    /// (`deliver::health`). Targets it never attempted are absent.
-    pub health: BTreeMap<String, (State, Option<Millis>)>,
+    /// Per target this process attempted: its state, last success and
+    /// last failure (`deliver::health`). Targets it never attempted are
+    /// absent.
+    pub health: BTreeMap<String, View>,
     /// The targets configured now (a removed one's alert clears).
     pub targets: Vec<&'a str>,
     /// The cluster-wide backlog (`store::backlog`); `None`: not read.
@@ -125,9 +126,27 @@ pub fn may_clear(i: &Inputs<'_>, condition: Condition, subject: &str, fired_at: 
         return true;
     }
     match i.health.get(subject) {
-        Some((State::Failing { .. }, _)) | None => false,
-        Some((_, last_success)) => last_success.is_some_and(|s| s > fired_at),
+        Some(View {
+            state: State::Failing { .. },
+            ..
+        })
+        | None => false,
+        Some(v) => v.last_success.is_some_and(|s| s > fired_at),
     }
+}
+
+/// Whether `condition` on `subject`, cleared at `cleared_at`, may fire
+/// again. A target's failing state here is only news if this process saw a
+/// failure after the clear: a replica that stopped attempting the target
+/// keeps its old `failing` view while another one delivers.
+pub fn may_fire(i: &Inputs<'_>, condition: Condition, subject: &str, cleared_at: Millis) -> bool {
+    if condition != Condition::TargetFailing {
+        return true;
+    }
+    i.health
+        .get(subject)
+        .and_then(|v| v.last_failure)
+        .is_some_and(|f| f > cleared_at)
 }
 
 /// The summary of a clear: what is true again.
@@ -161,7 +180,7 @@ fn target_failing(sink: &AlertSink, i: &Inputs<'_>) -> Vec<Finding> {
     i.health
         .iter()
         .filter(|(t, _)| !is_alert_target(t) && i.targets.contains(&t.as_str()))
-        .filter_map(|(target, (state, _))| match state {
+        .filter_map(|(target, view)| match &view.state {
             State::Failing {
                 since,
                 failures,
@@ -360,6 +379,14 @@ mod tests {
         }
     }
 
+    fn view(state: State, last_success: Option<Millis>, last_failure: Option<Millis>) -> View {
+        View {
+            state,
+            last_success,
+            last_failure,
+        }
+    }
+
     fn failing(since: Millis) -> State {
         State::Failing {
             since,
@@ -377,8 +404,10 @@ mod tests {
             targets: vec!["billing", "alert.ops"],
             ..Inputs::default()
         };
-        i.health.insert("billing".into(), (failing(at(0)), None));
-        i.health.insert("alert.ops".into(), (failing(at(0)), None));
+        i.health
+            .insert("billing".into(), view(failing(at(0)), None, Some(at(59))));
+        i.health
+            .insert("alert.ops".into(), view(failing(at(0)), None, Some(at(59))));
         assert!(evaluate(&s, &i).active.is_empty(), "not yet");
         i.now = at(60);
         let v = evaluate(&s, &i);
@@ -394,16 +423,20 @@ mod tests {
         // Fired at 60: still failing, or a success from before, is no clear.
         let fired = at(60);
         assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
-        i.health.insert(
-            "billing".into(),
-            (State::Recovering { since: at(50) }, Some(at(50))),
-        );
+        let recovering = |t| view(State::Recovering { since: t }, Some(t), Some(at(59)));
+        i.health.insert("billing".into(), recovering(at(50)));
         assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));
-        i.health.insert(
-            "billing".into(),
-            (State::Recovering { since: at(61) }, Some(at(61))),
-        );
+        i.health.insert("billing".into(), recovering(at(61)));
         assert!(may_clear(&i, Condition::TargetFailing, "billing", fired));
+        // Cleared at 61: the failing view from before is no news; a later
+        // failure is.
+        let cleared = at(61);
+        i.health
+            .insert("billing".into(), view(failing(at(0)), None, Some(at(59))));
+        assert!(!may_fire(&i, Condition::TargetFailing, "billing", cleared));
+        i.health
+            .insert("billing".into(), view(failing(at(0)), None, Some(at(62))));
+        assert!(may_fire(&i, Condition::TargetFailing, "billing", cleared));
         // A replica that never attempted it says nothing.
         i.health.remove("billing");
         assert!(!may_clear(&i, Condition::TargetFailing, "billing", fired));

@@ -169,7 +169,16 @@ async fn tell(
     for (key, finding) in &verdict.active {
         let key = format!("{prefix}{key}");
         let from = episodes.get(&key).copied().unwrap_or_default();
-        if from.firing || from.changed_at > inputs.now {
+        if from.firing
+            || from.changed_at > inputs.now
+            || (from.number > 0
+                && !conditions::may_fire(
+                    inputs,
+                    finding.condition,
+                    &finding.subject,
+                    from.changed_at,
+                ))
+        {
             continue;
         }
         let to = Episode {
