@@ -188,6 +188,7 @@ impl App {
         );
         let _ = loaded.set(state.clone());
         let reconcilers = Reconcilers::start(&state, &config, stop.clone());
+        background.spawn(crate::alerts::run(state.clone(), stop.clone()));
         Ok(Self {
             state,
             stop,

@@ -35,6 +35,7 @@
 //!   OTLP, when `[telemetry] otlp_endpoint` is set.
 
 pub mod admin;
+pub mod alerts;
 pub mod app;
 pub mod batch;
 pub mod cli;

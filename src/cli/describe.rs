@@ -81,7 +81,7 @@ pub fn describe(c: &Config) -> String {
             o,
             "  {:<16} {}{} timeout={} concurrency={} signed={}{}\n  {:<16} {}",
             t.name,
-            url::show(&t.url),
+            shown_url(t),
             t.kind.describe(),
             show(t.timeout),
             t.concurrency,
@@ -94,8 +94,65 @@ pub fn describe(c: &Config) -> String {
             crate::deliver::retry::describe(&t.retry),
         );
     }
+    describe_alerts(&mut o, c);
     describe_apis(&mut o, c);
     o
+}
+
+/// A target's URL as `check-config` shows it: without credentials, and
+/// only scheme and host for an alert sink or a Slack target (a Slack
+/// webhook's path is its credential; a sink URL may be written as one).
+fn shown_url(t: &crate::target::Target) -> String {
+    let secret_path = t.name.starts_with(crate::config::alerts::TARGET_PREFIX)
+        || matches!(t.kind, crate::target::Kind::Slack(_));
+    let shown = url::show(&t.url);
+    if !secret_path {
+        return shown;
+    }
+    match shown.split_once("://") {
+        Some((scheme, rest)) => {
+            let host = rest.split('/').next().unwrap_or_default();
+            format!("{scheme}://{host}/***")
+        }
+        None => "***".to_owned(),
+    }
+}
+
+/// `[alerts.*]`: each sink, its target and what it watches.
+fn describe_alerts(o: &mut String, c: &Config) {
+    use crate::config::alerts::{Condition, SinkKind};
+    if c.alerts.sinks.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "alerts: every {}", show(c.alerts.interval));
+    for a in c.alerts.sinks.values() {
+        let watches: Vec<String> = a
+            .conditions
+            .iter()
+            .map(|cond| match cond {
+                Condition::TargetFailing => {
+                    format!("target_failing(after {})", show(a.target_failing_after))
+                }
+                Condition::DeadLetters => format!("dead_letters(above {})", a.dead_letters_above),
+                Condition::VerificationFailures => match a.verification {
+                    Some((n, w)) => format!("verification_failures(above {n} per {})", show(w)),
+                    None => "verification_failures".to_owned(),
+                },
+                other => other.as_str().to_owned(),
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {:<16} {} via target {} [{}]",
+            a.name,
+            match a.kind {
+                SinkKind::Slack => "slack",
+                SinkKind::Http => "http (signed)",
+            },
+            a.target,
+            watches.join(", ")
+        );
+    }
 }
 
 /// A source's routes: which events each of its targets receives.

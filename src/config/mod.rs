@@ -4,6 +4,7 @@
 //! Rule: every error names the file and the key; no secret value is ever part
 //! of an error, `Debug` output or the `check-config` summary.
 
+pub mod alerts;
 pub mod apis;
 pub mod raw;
 pub mod reconcile;
@@ -67,6 +68,9 @@ pub struct Config {
     pub traces: Option<Traces>,
     /// `[refused]`: the refused-request log.
     pub refused: Refused,
+    /// `[alerts.*]` and `[alerting]`: alert sinks (their internal targets
+    /// `alert.<name>` are in `targets`).
+    pub alerts: alerts::Alerts,
     pub providers: Registry,
     /// Non-fatal findings (e.g. `HOOKGATE_*` variables nothing reads).
     pub warnings: Vec<String>,

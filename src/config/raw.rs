@@ -44,6 +44,14 @@ pub struct RawConfig {
     /// The refused-request log; docs/operations.md, "Refused requests".
     #[serde(default)]
     pub refused: RawRefused,
+    /// Alert sinks (Slack, or signed JSON over HTTP) and the conditions
+    /// each is told about; the table is documented in `config/alerts.rs`
+    /// and docs/operations.md "Alert sinks".
+    #[serde(default)]
+    pub alerts: BTreeMap<String, super::alerts::RawAlert>,
+    /// How often alert conditions are evaluated (`config/alerts.rs`).
+    #[serde(default)]
+    pub alerting: super::alerts::RawAlerting,
 }
 
 #[derive(Debug, Deserialize)]

@@ -163,6 +163,14 @@ impl TargetHealth {
     }
 }
 
+/// One target's health as [`Health::view`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub state: State,
+    pub last_success: Option<Millis>,
+    pub last_failure: Option<Millis>,
+}
+
 /// Every target's health in this process; cheap to clone.
 #[derive(Clone, Default)]
 pub struct Health(Arc<Mutex<HashMap<String, TargetHealth>>>);
@@ -210,6 +218,20 @@ impl Health {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(target);
+    }
+
+    /// `target`'s state as of `now`, as this process saw it; `None`: it
+    /// made no attempt to `target` (alerts).
+    pub fn view(&self, target: &str, now: Millis) -> Option<View> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(target)
+            .map(|h| View {
+                state: h.state(now),
+                last_success: h.last_success,
+                last_failure: h.last_failure.as_ref().map(|(at, _)| *at),
+            })
     }
 
     /// `/stats`'s view of `target`: `{"state": "healthy"}`, or `failing`

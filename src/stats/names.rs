@@ -109,7 +109,7 @@ impl RejectReason {
     }
 
     /// The key in the counters table.
-    pub(super) fn counter_name(self) -> String {
+    pub fn counter_name(self) -> String {
         format!("rejected.{}", self.as_str())
     }
 }

@@ -12,6 +12,7 @@
 //! - [`BulkStore`]: bulk actions (plan, progress, cancel) and the audit log;
 //! - [`RefusedLog`]: requests that failed verification (ingest's writer,
 //!   the console's refused view);
+//! - [`AlertState`]: alert conditions' episodes (compare-and-set);
 //! - [`Backend`]: the database itself (migrations, readiness).
 //!
 //! Rule: an event row and its delivery rows are written in one transaction,
@@ -21,6 +22,7 @@
 //! capability's module or in `rows`, and the backends hold only what
 //! differs.
 
+pub mod alert_state;
 pub mod backlog;
 pub mod body_hashes;
 pub mod bulk;
@@ -45,6 +47,7 @@ mod rows;
 pub mod sqlite;
 pub mod tallies;
 
+pub use alert_state::AlertState;
 pub use backlog::Backlog;
 pub use bulk::BulkStore;
 pub use console::Console;
@@ -157,6 +160,9 @@ pub struct Store {
     pub tallies: Arc<dyn Tallies>,
     /// Shared by every clone: one read serves concurrent scrapes.
     pub backlog: Arc<dyn Backlog>,
+    /// The same reads, never cached: the alert evaluator's (a reading
+    /// older than a peer's would undo the change the peer told).
+    pub backlog_now: Arc<dyn Backlog>,
     pub console: Arc<dyn Console>,
     pub reconcile: Arc<dyn ReconcileStore>,
     pub idempotency: Arc<dyn IdempotencyStore>,
@@ -165,6 +171,8 @@ pub struct Store {
     /// Bulk actions and the audit log.
     pub bulk: Arc<dyn BulkStore>,
     pub refused: Arc<dyn RefusedLog>,
+    /// Alert conditions' episodes (`alerts`).
+    pub alert_state: Arc<dyn AlertState>,
 }
 
 impl Store {
@@ -181,7 +189,8 @@ impl Store {
             + HandshakeSecrets
             + ProviderKeys
             + BulkStore
-            + RefusedLog,
+            + RefusedLog
+            + AlertState,
     {
         let portable = Arc::new(portable);
         Self {
@@ -190,13 +199,15 @@ impl Store {
             outbox: backend.clone(),
             tallies: backend,
             backlog: Arc::new(backlog::Cached::new(portable.clone(), backlog::FRESH_FOR)),
+            backlog_now: portable.clone(),
             console: portable.clone(),
             reconcile: portable.clone(),
             idempotency: portable.clone(),
             handshake_secrets: portable.clone(),
             provider_keys: portable.clone(),
             bulk: portable.clone(),
-            refused: portable,
+            refused: portable.clone(),
+            alert_state: portable,
         }
     }
 }

@@ -99,6 +99,16 @@ pub struct Http {
     signing_key: Option<SigningKey>,
 }
 
+impl Http {
+    /// A sink that never signs (the slack kind's).
+    pub fn unsigned(client: &reqwest::Client) -> Self {
+        Self {
+            client: client.clone(),
+            signing_key: None,
+        }
+    }
+}
+
 /// Headers the gateway's own signature replaces when a target signs.
 const STANDARD_WEBHOOK_HEADERS: &[&str] = &["webhook-id", "webhook-timestamp", "webhook-signature"];
 
@@ -160,7 +170,7 @@ pub const CONNECT_FAILED: &str = "connection failed";
 /// One HTTP attempt: POST and classify the answer. 2xx is delivered;
 /// anything else is retried (429/503 with their `Retry-After`), except a
 /// request that cannot even be built, which no retry would fix.
-async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
+pub async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
     match build(http, target, m).send().await {
         Ok(res) => {
             let s = res.status();

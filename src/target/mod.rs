@@ -274,6 +274,7 @@ kinds! {
     RedisStream => redis_stream::RedisStreamKind,
     Nats => nats::NatsKind,
     RabbitMq => rabbitmq::RabbitMqKind,
+    Slack => slack::SlackKind,
 }
 
 impl Default for KindName {

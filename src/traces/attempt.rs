@@ -47,12 +47,17 @@ impl Traces {
                 }
                 ("POST".to_owned(), SpanKind::Client, true)
             }
+            // No `url.path`: a Slack webhook's path is its credential.
+            Kind::Slack(_) => {
+                attributes.push(KeyValue::new("http.request.method", "POST"));
+                ("POST".to_owned(), SpanKind::Client, true)
+            }
             broker => {
                 let (system, destination) = match broker {
                     Kind::RedisStream(s) => ("redis", render(&s.stream, message)),
                     Kind::Nats(s) => ("nats", render(&s.subject, message)),
                     Kind::RabbitMq(s) => ("rabbitmq", render(&s.routing_key, message)),
-                    Kind::Http(_) => unreachable!("matched above"),
+                    Kind::Http(_) | Kind::Slack(_) => unreachable!("matched above"),
                 };
                 attributes.extend([
                     KeyValue::new("messaging.system", system),

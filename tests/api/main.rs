@@ -5,6 +5,7 @@ mod helpers;
 
 mod admin_events;
 mod admin_find;
+mod alerts;
 mod availability;
 mod backup;
 mod body_dedup;

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod alerts;
 mod sources;
 
 /// Shortest `admin_token` accepted.
@@ -57,6 +58,8 @@ pub(super) fn config(
     let reconcile = reconcile(&mut raw_sources, &providers, &mut v);
     let sources = sources(raw_sources, &providers, &targets, &mut v);
     withhold(&sources, &mut targets);
+    // After the sources: no source may route its events to a sink's target.
+    let alerts = alerts::alerts(raw.alerts, raw.alerting, &delivery, &mut targets, &mut v);
     let targets = targets
         .into_iter()
         .map(|(name, t)| (name, Arc::new(t)))
@@ -98,6 +101,7 @@ pub(super) fn config(
             reconcile,
             traces,
             refused,
+            alerts,
             providers,
             warnings: v.warnings,
         })
