@@ -178,7 +178,7 @@ async fn finish_chunk(
         return Ok(out);
     }
     let mut q = sqlx::QueryBuilder::<Sqlite>::new(
-        "WITH v(id, state, next_at, status, error, updated_at) AS (",
+        "WITH v(delivery_id, state, next_at, status, error, updated_at) AS (",
     );
     q.push_values(chunk, |mut row, (id, rec)| {
         let (state, next_at) = rec.next_columns();
@@ -195,10 +195,11 @@ async fn finish_chunk(
              next_attempt_at = COALESCE(v.next_at, d.next_attempt_at),
              lease_until = NULL, lease_token = NULL, last_status = v.status,
              last_error = v.error, updated_at = v.updated_at
-         FROM v WHERE d.id = v.id AND d.lease_token = ",
+         FROM v WHERE d.id = v.delivery_id AND d.lease_token = ",
     );
     q.push_bind(token);
-    q.push(" RETURNING d.id, d.earlier_attempts + d.attempts");
+    // RETURNING sees only the updated table, unqualified.
+    q.push(" RETURNING id, earlier_attempts + attempts");
     let numbers: HashMap<i64, i32> = q
         .build_query_as()
         .fetch_all(&mut **tx)
