@@ -7,8 +7,9 @@
 # then stops the cluster by its PID file and removes it. The shared server
 # is not touched. Loopback only, bounded by DUR seconds.
 #   bench/pg-statements.sh unique|target [BIN_DIR]   env: DUR=8 TOP=6
-#   unique: figure 1's load (no targets); target: figure 3's (one bench target,
-#   concurrency 64, delivery on).
+#   unique: figure 1's load (no targets); target: figure 3's (one bench target
+#   with the target's default settings, as bench/run.sh runs it, delivery on;
+#   TARGET_CONC=N sets its `concurrency`, as in run.sh).
 set -euo pipefail
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
@@ -37,7 +38,8 @@ delivery=false
 if [[ $MODE == target ]]; then
   delivery=true
   "$BIN/target" --listen "127.0.0.1:$TP" >"$w/t.log" 2>&1 & t=$!
-  printf 'targets = ["sink"]\n[targets.sink]\nurl = "http://127.0.0.1:%s/hook"\nconcurrency = 64\n' "$TP" >>"$w/c.toml"
+  printf 'targets = ["sink"]\n[targets.sink]\nurl = "http://127.0.0.1:%s/hook"\n' "$TP" >>"$w/c.toml"
+  if [[ -n ${TARGET_CONC:-} ]]; then echo "concurrency = $TARGET_CONC" >>"$w/c.toml"; fi
 fi
 env -u DATABASE_URL -u REDIS_URL -u RUST_LOG HOOKGATE_STORAGE__DATABASE_URL="$PG/bench" \
   HOOKGATE_STORAGE__REDIS_URL=redis://127.0.0.1:6379 HOOKGATE_STORAGE__KEY_PREFIX="hgpss_$$" \

@@ -84,7 +84,11 @@ pub fn describe(c: &Config) -> String {
             shown_url(t),
             t.kind.describe(),
             show(t.timeout),
-            t.concurrency,
+            if t.adaptive {
+                format!("adaptive(max {})", t.concurrency)
+            } else {
+                t.concurrency.to_string()
+            },
             if t.kind.signs() { "yes" } else { "no" },
             t.order_by
                 .as_ref()

@@ -457,9 +457,12 @@ pub struct RawTarget {
     /// Optional cap on attempts, below the window: a delivery is dead after
     /// this many even inside `retry_for`. Default unset (the window decides).
     pub max_attempts: Option<u32>,
-    /// Most requests (or publishes) in flight to this target at once; a slot
-    /// is free again as soon as the target answered. Default 32.
-    pub concurrency: usize,
+    /// Most requests (or publishes) in flight to this target at once, fixed;
+    /// a slot is free again as soon as the target answered. Default unset:
+    /// the limit adapts (deliver::limit), up to `max_concurrency`.
+    pub concurrency: Option<usize>,
+    /// The adaptive limit's ceiling, when `concurrency` is unset. Default 256.
+    pub max_concurrency: Option<usize>,
     /// Forward the credential headers the source authenticates with
     /// (`Authorization`, a bearer/token scheme's header). Default false:
     /// they are stripped before the event is stored unless a target of the
@@ -503,6 +506,7 @@ const TARGET_KEYS: &[&str] = &[
     "permanent_statuses",
     "max_attempts",
     "concurrency",
+    "max_concurrency",
     "forward_credentials",
     "forward_proxy_headers",
     "rate",
@@ -538,9 +542,8 @@ impl<'de> Visitor<'de> for TargetTable {
             retry_for: None,
             permanent_statuses: None,
             max_attempts: None,
-            // Enough slots for one target to keep up with ingest on
-            // loopback: a slot is held only until the target answers.
-            concurrency: 32,
+            concurrency: None,
+            max_concurrency: None,
             forward_credentials: false,
             forward_proxy_headers: false,
             rate: None,
@@ -556,7 +559,8 @@ impl<'de> Visitor<'de> for TargetTable {
                 "retry_for" => t.retry_for = map.next_value()?,
                 "permanent_statuses" => t.permanent_statuses = map.next_value()?,
                 "max_attempts" => t.max_attempts = map.next_value()?,
-                "concurrency" => t.concurrency = map.next_value()?,
+                "concurrency" => t.concurrency = Some(map.next_value()?),
+                "max_concurrency" => t.max_concurrency = Some(map.next_value()?),
                 "forward_credentials" => t.forward_credentials = map.next_value()?,
                 "forward_proxy_headers" => t.forward_proxy_headers = map.next_value()?,
                 "rate" => t.rate = map.next_value()?,

@@ -773,3 +773,23 @@ fn refused_log_defaults_and_bad_values_name_their_key() {
     let p = problems(&format!("{GOOD}\n[refused]\ncapture = true\n"));
     assert!(p.iter().any(|(_, m)| m.contains("capture")), "{p:?}");
 }
+
+#[test]
+fn concurrency_is_adaptive_unless_fixed_and_both_keys_are_refused() {
+    let adaptive = Config::from_toml_str(GOOD, Path::new(".")).unwrap();
+    let t = &adaptive.targets["billing"];
+    assert!(t.adaptive);
+    assert_eq!(t.concurrency, validate::DEFAULT_MAX_CONCURRENCY);
+    let capped =
+        Config::from_toml_str(&format!("{GOOD}max_concurrency = 40\n"), Path::new(".")).unwrap();
+    let t = &capped.targets["billing"];
+    assert!(t.adaptive && t.concurrency == 40);
+    let fixed =
+        Config::from_toml_str(&format!("{GOOD}concurrency = 12\n"), Path::new(".")).unwrap();
+    let t = &fixed.targets["billing"];
+    assert!(!t.adaptive && t.concurrency == 12);
+    assert!(crate::cli::describe::describe(&fixed).contains("concurrency=12 "));
+    let p = problems(&format!("{GOOD}concurrency = 12\nmax_concurrency = 40\n"));
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert_eq!(p[0].0, "targets.billing.max_concurrency");
+}

@@ -16,6 +16,7 @@ pub mod fleet;
 pub mod health;
 pub mod lanes;
 pub mod lease;
+pub mod limit;
 mod rate;
 mod record;
 pub mod retry;
@@ -129,6 +130,8 @@ struct TargetCtx {
     /// `rate`: tokens for the loop's claims and for the next row of an
     /// ordering key (shared: both lease rows to send).
     bucket: Option<rate::TargetBucket>,
+    /// The target's in-flight slots: `concurrency`, fixed or adaptive.
+    limit: Arc<limit::Limit>,
 }
 
 impl TargetCtx {
@@ -174,6 +177,12 @@ impl TargetCtx {
             failures: AtomicU32::new(0),
             recovered_at: std::sync::atomic::AtomicI64::new(0),
             bucket: target.rate.map(rate::TargetBucket::new),
+            limit: limit::Limit::new(
+                target.concurrency,
+                target.adaptive,
+                metrics::gauge!("hookgate_delivery_concurrency_limit",
+                    "target" => target.name.clone()),
+            ),
             sink: target.kind.sink(http),
             target,
             wake,
@@ -258,7 +267,7 @@ impl Lane {
 /// so draining costs one claim query per `concurrency / 4` deliveries, not
 /// one per delivery. New commits are claimed at once into any free slot.
 async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: CancellationToken) {
-    let mut claims = Claims::new(t.target.concurrency);
+    let mut claims = Claims::new();
     while !stop.is_cancelled() {
         let throttled = match claims.round(&ctx, &t, &stop).await {
             Round::ClaimAgain => continue,
@@ -282,10 +291,6 @@ async fn target_loop(ctx: Arc<Ctx>, t: Arc<TargetCtx>, mut lane: Lane, stop: Can
 
 /// A target loop's claims and the attempts they started.
 struct Claims {
-    /// The target's `concurrency` slots.
-    local: Arc<Semaphore>,
-    /// Free slots that make a claim worth its query while a backlog waits.
-    threshold: usize,
     inflight: JoinSet<()>,
     /// The last claim failed (logged once, until claims work again).
     failing: bool,
@@ -309,10 +314,8 @@ enum Round {
 }
 
 impl Claims {
-    fn new(concurrency: usize) -> Self {
+    fn new() -> Self {
         Self {
-            local: Arc::new(Semaphore::new(concurrency)),
-            threshold: (concurrency / 4).max(1),
             inflight: JoinSet::new(),
             failing: false,
             more: true,
@@ -329,14 +332,16 @@ impl Claims {
         t: &Arc<TargetCtx>,
         stop: &CancellationToken,
     ) -> Round {
-        let mut free = self
-            .local
-            .available_permits()
+        let mut free = t
+            .limit
+            .available()
             .min(ctx.global.available_permits())
             .min(MAX_CLAIM);
+        // Free slots that make a claim worth its query while a backlog waits.
+        let threshold = (t.limit.current() / 4).max(1);
         let wants = self.more
             && free > 0
-            && (!self.backlog || free >= self.threshold || self.inflight.is_empty());
+            && (!self.backlog || free >= threshold || self.inflight.is_empty());
         let mut throttled = None;
         // `rate`: only as many rows are claimed as may be sent now.
         if wants && let Some(b) = &t.bucket {
@@ -410,7 +415,7 @@ impl Claims {
         row: (DueDelivery, LeaseGuard),
         stop: &CancellationToken,
     ) {
-        let local = self.local.clone().acquire_owned().await;
+        let local = t.limit.acquire().await;
         let global = ctx.global.clone().acquire_owned().await;
         let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
         self.inflight.spawn(async move {
@@ -434,7 +439,7 @@ impl Claims {
 
     /// Starts a hand-off's attempt: leased at commit, no claim needed.
     async fn spawn_handed(&mut self, ctx: &Arc<Ctx>, t: &Arc<TargetCtx>, handed: Handed) {
-        let local = self.local.clone().acquire_owned().await;
+        let local = t.limit.acquire().await;
         let global = ctx.global.clone().acquire_owned().await;
         // The heartbeat renewed the row while it waited for a slot; if it
         // could not, the row is no longer ours to send: it is left to
@@ -514,7 +519,9 @@ async fn attempt(
             .increment(1);
         return None;
     };
-    let latency_ms = t0.elapsed().as_millis() as i64;
+    let took = t0.elapsed();
+    let latency_ms = took.as_millis() as i64;
+    t.limit.sample(limit::signal(&sent), t0, took);
     // The target has answered: its slot may take the next row while this
     // one waits for its group commit.
     drop(sending);
@@ -713,15 +720,14 @@ fn label(next: NextState) -> &'static str {
 /// so no claim can take it meanwhile.
 #[derive(Default)]
 struct Sending {
-    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    _slot: Option<limit::Permit>,
     _lane: Option<lanes::Slot>,
 }
 
 impl Sending {
-    /// (The loop's semaphores are never closed: the permit is always there.)
-    fn slot(permit: Result<tokio::sync::OwnedSemaphorePermit, tokio::sync::AcquireError>) -> Self {
+    fn slot(permit: limit::Permit) -> Self {
         Self {
-            _slot: permit.ok(),
+            _slot: Some(permit),
             _lane: None,
         }
     }

@@ -136,6 +136,11 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Deliveries handed to the target's loop straight from their commit, without a claim query, by target.",
     ),
     (
+        "hookgate_delivery_concurrency_limit",
+        Kind::Gauge,
+        "Requests a target may have in flight now: its fixed concurrency, or its adaptive limit, by target.",
+    ),
+    (
         "hookgate_api_requests_total",
         Kind::Counter,
         "Idempotency-Key proxy requests, by API and outcome.",

@@ -32,7 +32,11 @@ pub struct Target {
     pub timeout: Duration,
     /// Retry window, permanent statuses, optional attempt cap, backoff.
     pub retry: RetryPolicy,
+    /// Most in flight at once: the fixed `concurrency`, or the adaptive
+    /// limit's ceiling (`max_concurrency`) when `adaptive`.
     pub concurrency: usize,
+    /// No fixed `concurrency` was set: the limit adapts (deliver::limit).
+    pub adaptive: bool,
     pub forward_credentials: bool,
     pub forward_proxy_headers: bool,
     /// Per source name: stored header names never sent to this target
@@ -320,6 +324,7 @@ mod tests {
                 backoff_max: Duration::from_secs(1),
             },
             concurrency: 1,
+            adaptive: false,
             forward_credentials: false,
             forward_proxy_headers: false,
             withheld: w,

@@ -15,6 +15,7 @@ both_backends!(
     new_events_reach_an_idle_target_by_hand_off_without_a_claim,
     a_target_never_has_more_than_its_concurrency_in_flight,
     a_busy_target_takes_its_next_round_by_hand_off,
+    an_adaptive_limit_grows_on_a_fast_target_and_falls_on_an_overloaded_one,
 );
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -431,4 +432,56 @@ async fn a_fresh_gateway_process_exports_its_delivery_metrics() {
     })
     .await;
     assert!(exported, "/metrics has `{line}`");
+}
+
+/// Posts `n` events (`prefix`_0..) 16 at a time; each must be acked.
+async fn post_many(app: &std::sync::Arc<TestApp>, prefix: &str, n: usize) {
+    let mut posts = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let app = app.clone();
+        let id = format!("{prefix}_{i}");
+        posts.spawn(async move { app.post_stripe(&id).await.status() });
+        if posts.len() >= 16 {
+            assert_eq!(posts.join_next().await.unwrap().unwrap(), 200);
+        }
+    }
+    while let Some(status) = posts.join_next().await {
+        assert_eq!(status.unwrap(), 200);
+    }
+}
+
+/// A target without `concurrency` gets an adaptive limit (deliver::limit),
+/// counted here at the target itself: with a backlog and a target that
+/// keeps up, more requests are in flight at once than the limit's start;
+/// once the target answers every request late with a 503, the limit halves
+/// each round, and a fresh backlog reaches it only a few at a time.
+async fn an_adaptive_limit_grows_on_a_fast_target_and_falls_on_an_overloaded_one(b: Backend) {
+    let t = TestTarget::start().await;
+    t.hang(Some(Duration::from_millis(20)));
+    let opts = Opts::forwarding_to(b, "adaptive", &t, "");
+    let app = std::sync::Arc::new(spawn_app(opts).await);
+    post_many(&app, "evt_fast", 600).await;
+    assert!(eventually(Duration::from_secs(30), || async { t.count() >= 600 }).await);
+    let grown = t.peak_in_flight();
+    assert!(
+        grown >= 2 * hookgate::deliver::limit::START,
+        "{grown} in flight at most on a fast target with a backlog"
+    );
+
+    // Overloaded: slow, and every answer a 503.
+    t.hang(Some(Duration::from_millis(100)));
+    t.always(Some(503));
+    post_many(&app, "evt_busy", 200).await;
+    // A few rounds of failures halve the limit down.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    t.reset_peak();
+    let before = t.count();
+    post_many(&app, "evt_more", 200).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let fallen = t.peak_in_flight();
+    assert!(t.count() > before, "the target still gets requests");
+    assert!(
+        fallen <= 3 && fallen * 4 <= grown,
+        "{fallen} in flight on an overloaded target with a backlog (it had {grown})"
+    );
 }

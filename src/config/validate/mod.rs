@@ -644,6 +644,13 @@ fn targets(
             );
         }
         v.positive(&format!("{key}.timeout"), t.timeout.0);
+        if t.concurrency.is_some() && t.max_concurrency.is_some() {
+            v.problem(
+                &format!("{key}.max_concurrency"),
+                "is the adaptive limit's ceiling; with a fixed `concurrency` set, remove one of them"
+                    .into(),
+            );
+        }
         let filter = t.filter.iter().map(|(k, v)| (k.clone(), v.text()));
         let rule = Rule::parse(t.events.clone(), filter).unwrap_or_else(|e| {
             let field = if e.starts_with("filter") {
@@ -672,7 +679,12 @@ fn targets(
                     backoff_base: delivery.backoff_base,
                     backoff_max: delivery.backoff_max,
                 },
-                concurrency: t.concurrency.max(1),
+                concurrency: t
+                    .concurrency
+                    .or(t.max_concurrency)
+                    .unwrap_or(DEFAULT_MAX_CONCURRENCY)
+                    .max(1),
+                adaptive: t.concurrency.is_none(),
                 forward_credentials: t.forward_credentials,
                 forward_proxy_headers: t.forward_proxy_headers,
                 withheld: BTreeMap::new(),
@@ -685,6 +697,13 @@ fn targets(
     }
     targets
 }
+
+/// The adaptive in-flight limit's ceiling when a target sets neither
+/// `concurrency` nor `max_concurrency`: high enough that a fast target is
+/// never held back by it on loopback (the limit itself grows only while
+/// it is used and the target keeps up), within `delivery.max_in_flight`'s
+/// default, which bounds all targets together.
+pub const DEFAULT_MAX_CONCURRENCY: usize = 256;
 
 /// `"200/s"` or `"600/m"` as deliveries per second.
 fn parse_rate(text: &str) -> Result<f64, String> {

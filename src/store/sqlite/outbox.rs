@@ -11,6 +11,7 @@ use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, le
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, Outbox, StoreError, rows};
 use async_trait::async_trait;
 use sqlx::Sqlite;
+use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// `?1` = target, `?2` = now, `?3` = lease until, `?4` = token, `?5` =
@@ -49,23 +50,6 @@ static SUCCESSOR_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     )
     .replace('$', "?")
 });
-
-/// `$1` = delivery id, `$2` = lease token, `$3` = state, `$4` = next attempt
-/// (NULL keeps it), `$5` = status, `$6` = error, `$7` = updated at.
-/// Returns the attempt's number (counting those before a replay); no row
-/// when the lease was lost.
-const FINISH_ATTEMPT_SQL: &str = "UPDATE hookgate_deliveries
-     SET state = $3, attempts = attempts + 1, next_attempt_at = COALESCE($4, next_attempt_at),
-         lease_until = NULL, lease_token = NULL, last_status = $5, last_error = $6,
-         updated_at = $7
-     WHERE id = $1 AND lease_token = $2
-     RETURNING earlier_attempts + attempts";
-
-/// `$1` = delivery id, `$2` = attempt number, then started at, latency,
-/// status, error.
-const INSERT_ATTEMPT_SQL: &str = "INSERT INTO hookgate_attempts
-         (delivery_id, attempt, started_at, latency_ms, status, error)
-     VALUES ($1, $2, $3, $4, $5, $6)";
 
 #[async_trait]
 impl Outbox for SqliteStore {
@@ -121,35 +105,13 @@ impl Outbox for SqliteStore {
         token: &str,
         batch: &[(i64, AttemptRecord)],
     ) -> Result<Vec<bool>, StoreError> {
-        // One transaction (one fsync) for the whole batch.
+        // One transaction (one fsync) for the whole batch, and two
+        // statements per chunk of it rather than two per attempt: each
+        // statement is a round trip to sqlx's SQLite worker thread.
         let mut tx = self.pool.begin().await?;
         let mut out = Vec::with_capacity(batch.len());
-        for (delivery_id, rec) in batch {
-            let (state, next_at) = rec.next_columns();
-            let attempt: Option<i32> = sqlx::query_scalar(FINISH_ATTEMPT_SQL)
-                .bind(delivery_id)
-                .bind(token)
-                .bind(state)
-                .bind(next_at)
-                .bind(rec.status)
-                .bind(rec.error.as_deref())
-                .bind(rec.finished_at())
-                .fetch_optional(&mut *tx)
-                .await?;
-            let Some(attempt) = attempt else {
-                out.push(false);
-                continue;
-            };
-            sqlx::query(INSERT_ATTEMPT_SQL)
-                .bind(delivery_id)
-                .bind(attempt)
-                .bind(rec.started_at)
-                .bind(rec.latency_ms)
-                .bind(rec.status)
-                .bind(rec.error.as_deref())
-                .execute(&mut *tx)
-                .await?;
-            out.push(true);
+        for chunk in batch.chunks(FINISH_ROWS) {
+            out.extend(finish_chunk(&mut tx, token, chunk).await?);
         }
         tx.commit().await?;
         Ok(out)
@@ -191,6 +153,82 @@ impl Outbox for SqliteStore {
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
         rows::release_leases(&self.pool, token, target).await
     }
+}
+
+/// Attempts recorded per statement pair: 7 bound values each in the
+/// update, 6 in the insert, far below SQLite's limit on variables.
+const FINISH_ROWS: usize = 256;
+
+/// Records `chunk`'s attempts: one UPDATE over all of them (each row only
+/// while still leased under `token`), then one INSERT of the history rows of
+/// those it updated. Whether each was recorded, in input order.
+async fn finish_chunk(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    token: &str,
+    chunk: &[(i64, AttemptRecord)],
+) -> Result<Vec<bool>, StoreError> {
+    // A row is leased to one attempt at a time, so a batch holds each id
+    // once; were one there twice, the joined UPDATE would count it once.
+    let mut seen = std::collections::HashSet::with_capacity(chunk.len());
+    if !chunk.iter().all(|(id, _)| seen.insert(*id)) {
+        let mut out = Vec::with_capacity(chunk.len());
+        for one in chunk {
+            out.extend(Box::pin(finish_chunk(tx, token, std::slice::from_ref(one))).await?);
+        }
+        return Ok(out);
+    }
+    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+        "WITH v(delivery_id, state, next_at, status, error, updated_at) AS (",
+    );
+    q.push_values(chunk, |mut row, (id, rec)| {
+        let (state, next_at) = rec.next_columns();
+        row.push_bind(*id)
+            .push_bind(state)
+            .push_bind(next_at)
+            .push_bind(rec.status)
+            .push_bind(rec.error.as_deref())
+            .push_bind(rec.finished_at());
+    });
+    q.push(
+        ") UPDATE hookgate_deliveries AS d
+         SET state = v.state, attempts = d.attempts + 1,
+             next_attempt_at = COALESCE(v.next_at, d.next_attempt_at),
+             lease_until = NULL, lease_token = NULL, last_status = v.status,
+             last_error = v.error, updated_at = v.updated_at
+         FROM v WHERE d.id = v.delivery_id AND d.lease_token = ",
+    );
+    q.push_bind(token);
+    // RETURNING sees only the updated table, unqualified.
+    q.push(" RETURNING id, earlier_attempts + attempts");
+    let numbers: HashMap<i64, i32> = q
+        .build_query_as()
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .collect();
+    let recorded: Vec<(&(i64, AttemptRecord), i32)> = chunk
+        .iter()
+        .filter_map(|r| numbers.get(&r.0).map(|n| (r, *n)))
+        .collect();
+    if !recorded.is_empty() {
+        let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+            "INSERT INTO hookgate_attempts
+                 (delivery_id, attempt, started_at, latency_ms, status, error) ",
+        );
+        q.push_values(&recorded, |mut row, ((id, rec), attempt)| {
+            row.push_bind(*id)
+                .push_bind(*attempt)
+                .push_bind(rec.started_at)
+                .push_bind(rec.latency_ms)
+                .push_bind(rec.status)
+                .push_bind(rec.error.as_deref());
+        });
+        q.build().execute(&mut **tx).await?;
+    }
+    Ok(chunk
+        .iter()
+        .map(|(id, _)| numbers.contains_key(id))
+        .collect())
 }
 
 /// The ids as a JSON array, for `json_each`.

@@ -59,6 +59,7 @@ pub(super) async fn record(
         outcomes: Vec::with_capacity(batch.len()),
         leased: Vec::new(),
     };
+    let mut unordered = Vec::new();
     for (at, (e, rep)) in batch.iter().zip(&repeats).enumerate() {
         if let Some(first) = rep {
             written.outcomes.push(duplicate_of(&batch[*first]));
@@ -70,13 +71,18 @@ pub(super) async fn record(
         };
         let outcome = match pk {
             Some(pk) => {
-                insert_deliveries(&mut tx, e, pk, at, &mut written.leased).await?;
+                insert_deliveries(&mut tx, e, pk, at, &mut written.leased, &mut unordered).await?;
                 Recorded::New
             }
             None => stored_duplicate(&mut tx, e).await?,
         };
         written.outcomes.push(outcome);
     }
+    for chunk in unordered.chunks(DELIVERY_ROWS) {
+        insert_unordered(&mut tx, batch, chunk, &mut written.leased).await?;
+    }
+    // `Written::leased` is read event by event, in batch order.
+    written.leased.sort_by_key(|r| (r.event, r.target));
     tx.commit().await?;
     Ok(written)
 }
@@ -123,18 +129,41 @@ async fn stored_duplicate(
     })
 }
 
+/// A delivery row of an unordered target, written with the others of the
+/// batch in one statement ([`insert_unordered`]).
+struct Unordered {
+    pk: i64,
+    /// The event's place in the batch and the target's in the event.
+    event: usize,
+    target: usize,
+}
+
+/// Rows of one multi-row delivery insert: 7 bound values each.
+const DELIVERY_ROWS: usize = 256;
+
 /// The new event `e`'s delivery rows (its primary key `pk`, its place `at`
-/// in the batch); the ones written leased are added to `leased`.
+/// in the batch): an ordered target's row now (its sequence number reads
+/// the rows before it), the others into `unordered` for one statement at
+/// the end of the batch. The ones written leased are added to `leased`.
 async fn insert_deliveries(
     tx: &mut Transaction<'_, Sqlite>,
     e: &NewEvent,
     pk: i64,
     at: usize,
     leased: &mut Vec<LeasedRow>,
+    unordered: &mut Vec<Unordered>,
 ) -> Result<(), StoreError> {
     for (i, t) in e.targets.iter().enumerate() {
-        let lease = e.lease(i);
         let (key, seq) = order_seq(tx, e, i).await?;
+        if seq.is_none() {
+            unordered.push(Unordered {
+                pk,
+                event: at,
+                target: i,
+            });
+            continue;
+        }
+        let lease = e.lease(i);
         let id: i64 = sqlx::query_scalar(
             "INSERT INTO hookgate_deliveries
                  (event_pk, source, target, next_attempt_at, updated_at,
@@ -159,6 +188,57 @@ async fn insert_deliveries(
                 delivery_id: id,
             });
         }
+    }
+    Ok(())
+}
+
+/// Writes `rows` (unordered targets' rows of `batch`) in one statement, in
+/// batch order. SQLite does not promise RETURNING's order, so each id is
+/// matched to its row by (event row, target), which is unique.
+async fn insert_unordered(
+    tx: &mut Transaction<'_, Sqlite>,
+    batch: &[NewEvent],
+    rows: &[Unordered],
+    leased: &mut Vec<LeasedRow>,
+) -> Result<(), StoreError> {
+    let mut q = sqlx::QueryBuilder::<Sqlite>::new(
+        "INSERT INTO hookgate_deliveries
+             (event_pk, source, target, next_attempt_at, updated_at, lease_until, lease_token) ",
+    );
+    q.push_values(rows, |mut row, r| {
+        let e = &batch[r.event];
+        let lease = e.lease(r.target);
+        row.push_bind(r.pk)
+            .push_bind(e.source.as_str())
+            .push_bind(e.targets[r.target].as_str())
+            .push_bind(e.received_at)
+            .push_bind(e.received_at)
+            .push_bind(lease.map(|l| l.1))
+            .push_bind(lease.map(|l| l.0));
+    });
+    q.push(" RETURNING id, event_pk, target");
+    let ids: HashMap<(i64, String), i64> = q
+        .build_query_as::<(i64, i64, String)>()
+        .fetch_all(&mut **tx)
+        .await?
+        .into_iter()
+        .map(|(id, pk, target)| ((pk, target), id))
+        .collect();
+    for r in rows {
+        let e = &batch[r.event];
+        if e.lease(r.target).is_none() {
+            continue;
+        }
+        let key = (r.pk, e.targets[r.target].clone());
+        let Some(&delivery_id) = ids.get(&key) else {
+            // Every row of the statement comes back: nothing can skip it.
+            return Err(StoreError::Database(sqlx::Error::RowNotFound));
+        };
+        leased.push(LeasedRow {
+            event: r.event,
+            target: r.target,
+            delivery_id,
+        });
     }
     Ok(())
 }

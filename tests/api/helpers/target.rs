@@ -131,6 +131,14 @@ impl TestTarget {
         self.inner.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 
+    /// Starts counting the most requests at once afresh (from those in
+    /// flight now).
+    pub fn reset_peak(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.inner.in_flight.load(SeqCst);
+        self.inner.peak.store(now, SeqCst);
+    }
+
     /// Every request waits this long before answering.
     pub fn hang(&self, d: Option<Duration>) {
         *self.inner.hang.lock().unwrap() = d;

@@ -88,7 +88,7 @@ async fn the_first_pending_row_of_each_key_is_the_only_one_claimed() {
     l.record(&batch).await.unwrap();
     let seqs: Vec<(String, Option<String>, Option<i64>)> = sqlx::query_as(
         "SELECT e.event_id, d.order_key, d.order_seq FROM hookgate_deliveries d
-         JOIN hookgate_events e ON e.id = d.event_pk ORDER BY d.id",
+         JOIN hookgate_events e ON e.id = d.event_pk ORDER BY d.event_pk, d.order_key IS NULL",
     )
     .fetch_all(&l.pool)
     .await
