@@ -158,7 +158,9 @@ fn sink(
             backoff_base: delivery.backoff_base,
             backoff_max: delivery.backoff_max,
         },
+        // One at a time, fixed: alerts are few, and in order per condition.
         concurrency: 1,
+        adaptive: false,
         forward_credentials: false,
         forward_proxy_headers: false,
         withheld: BTreeMap::new(),
