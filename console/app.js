@@ -467,31 +467,57 @@ async function loadDead(append) {
   $('#dead-more').hidden = !deadCursor;
 }
 
-// "Replay all matching" is a bulk action: a plan (counts per source and
-// target) the operator confirms, then a run with progress and a cancel.
+// "Replay all matching" (dead letters) and "Re-verify all matching"
+// (refused requests) are bulk actions: a plan (counts per source, and per
+// target for a replay) the operator confirms, then a run with progress and
+// a cancel. One panel serves both; it moves under the button that asked.
 let bulk = null;
+const BULK = {
+  replay: {
+    button: '#replay-all', message: '#dead-message', noun: 'Replay', doing: 'Replaying', done: 'replayed',
+    reload: () => { loadDead(false).catch(() => {}); loadAudit().catch(() => {}); },
+    summary: (c, scope) => `${c.deliveries} dead deliver${c.deliveries === 1 ? 'y' : 'ies'} of ${c.events} event${c.events === 1 ? '' : 's'} ${scope}.`,
+    ended: (b) => `${b.done} of ${b.total} dead deliveries queued.`,
+  },
+  reverify: {
+    button: '#reverify-all', message: '#refused-message', noun: 'Re-verify', doing: 'Re-verifying', done: 'checked',
+    reload: () => { loadRefused(false).catch(() => {}); },
+    summary: (c, scope) => `${c.requests} refused request${c.requests === 1 ? '' : 's'} ${scope}, checked with the secrets loaded now.`,
+    ended: (b) => `${b.done} of ${b.total} refused requests checked.`,
+  },
+};
+let bulkKind = BULK.replay;
 
 function bulkRows(tbody, counts) {
   const rows = Object.entries(counts || {}).map(([k, n]) => el('tr', {}, td(k), td(n, 'num')));
   fill(tbody, rows.length ? rows : [el('tr', {}, el('td', { colspan: '2' }, 'none'))]);
 }
 
-async function replayAll() {
-  const body = Object.fromEntries(filterQuery($('#dead-filter')));
-  const plan = await api('/admin/bulk/plan', { method: 'POST', body: JSON.stringify({ kind: 'replay', ...body }) });
+async function bulkPlan(kind, body) {
+  const plan = await api('/admin/bulk/plan', { method: 'POST', body: JSON.stringify({ kind, ...body }) });
+  bulkKind = BULK[kind];
   bulk = plan;
+  const panel = $('#bulk-panel');
+  $(bulkKind.button).parentElement.after(panel);
   const c = plan.counts;
   const scope = Object.keys(body).length ? 'matching ' + new URLSearchParams(body).toString().replaceAll('&', ', ') : 'of every source and target';
-  $('#bulk-title').textContent = 'Replay plan';
-  $('#bulk-summary').textContent = `${c.deliveries} dead deliver${c.deliveries === 1 ? 'y' : 'ies'} of ${c.events} event${c.events === 1 ? '' : 's'} ${scope}. ` +
-    `Confirm before ${plan.expires_at.slice(11, 19)} UTC.`;
+  $('#bulk-title').textContent = `${bulkKind.noun} plan`;
+  $('#bulk-summary').textContent = `${bulkKind.summary(c, scope)} Confirm before ${plan.expires_at.slice(11, 19)} UTC.`;
+  $('#bulk-sources thead th:last-child').textContent = kind === 'replay' ? 'events' : 'requests';
   bulkRows($('#bulk-sources tbody'), c.by_source);
-  bulkRows($('#bulk-targets tbody'), c.by_target);
+  $('#bulk-targets').hidden = kind !== 'replay';
+  if (kind === 'replay') bulkRows($('#bulk-targets tbody'), c.by_target);
+  $('#bulk-confirm').textContent = `Confirm ${bulkKind.noun.toLowerCase()}`;
   $('#bulk-plan-actions').hidden = false;
-  $('#dead-message').textContent = '';
+  $(bulkKind.message).textContent = '';
   $('#bulk-run').hidden = true;
-  $('#bulk-panel').hidden = false;
-  $('#bulk-panel').dataset.state = plan.state;
+  panel.hidden = false;
+  panel.dataset.state = plan.state;
+  panel.dataset.kind = kind;
+}
+
+async function replayAll() {
+  await bulkPlan('replay', Object.fromEntries(filterQuery($('#dead-filter'))));
 }
 
 function bulkShow(b) {
@@ -499,7 +525,7 @@ function bulkShow(b) {
   const total = Math.max(b.total, 1);
   $('#bulk-progress').max = total;
   $('#bulk-progress').value = Math.min(b.done, total);
-  $('#bulk-status').textContent = `${b.done} of ${b.total} replayed · ${b.state}`;
+  $('#bulk-status').textContent = `${b.done} of ${b.total} ${bulkKind.done} · ${b.state}`;
   $('#bulk-panel').dataset.state = b.state;
   const running = b.state === 'running' || b.state === 'cancelling';
   $('#bulk-stop').hidden = !running;
@@ -508,17 +534,16 @@ function bulkShow(b) {
 
 async function bulkFollow(id) {
   const b = await api('/admin/bulk/' + encodeURIComponent(id));
-  if (bulkShow(b)) { setTimeout(() => bulkFollow(id).catch((x) => report($('#dead-message'), x)), 500); return; }
-  $('#bulk-title').textContent = `Bulk replay ${b.state}`;
-  $('#dead-message').textContent = `Bulk replay ${b.state}: ${b.done} of ${b.total} dead deliveries queued.`;
-  loadDead(false).catch(() => {});
-  loadAudit().catch(() => {});
+  if (bulkShow(b)) { setTimeout(() => bulkFollow(id).catch((x) => report($(bulkKind.message), x)), 500); return; }
+  $('#bulk-title').textContent = `Bulk ${bulkKind.noun.toLowerCase()} ${b.state}`;
+  $(bulkKind.message).textContent = `Bulk ${bulkKind.noun.toLowerCase()} ${b.state}: ${bulkKind.ended(b)}`;
+  bulkKind.reload();
 }
 
 async function bulkConfirm() {
   if (!bulk) return;
   const b = await api(`/admin/bulk/${encodeURIComponent(bulk.id)}/start`, { method: 'POST' });
-  $('#bulk-title').textContent = 'Replaying';
+  $('#bulk-title').textContent = bulkKind.doing;
   $('#bulk-summary').textContent = $('#bulk-summary').textContent.replace(/ Confirm before .*$/, '');
   $('#bulk-plan-actions').hidden = true;
   $('#bulk-run').hidden = false;
@@ -531,7 +556,7 @@ async function bulkCancel(hide) {
   const b = await api(`/admin/bulk/${encodeURIComponent(bulk.id)}/cancel`, { method: 'POST' });
   if (hide) {
     $('#bulk-panel').hidden = true;
-    $('#dead-message').textContent = 'Replay plan cancelled: nothing was replayed.';
+    $(bulkKind.message).textContent = `${bulkKind.noun} plan cancelled: nothing was ${bulkKind.done}.`;
     bulk = null;
     loadAudit().catch(() => {});
   } else {
@@ -582,14 +607,10 @@ async function reverifyOne(id) {
 }
 
 async function reverifyAll() {
+  // A bulk re-verify acts on requests still refused, whatever the state filter shows.
   const p = refusedQuery();
   p.delete('state');
-  const body = Object.fromEntries(p);
-  const scope = Object.keys(body).length ? 'matching ' + p.toString().replaceAll('&', ', ') : 'of every source';
-  if (!window.confirm(`Re-verify ALL refused requests ${scope}?`)) return;
-  const r = await api('/admin/refused/reverify', { method: 'POST', body: JSON.stringify(body) });
-  $('#refused-message').textContent = `Checked ${r.checked}: ${r.reverified} re-verified, ${r.still_refused} still refused, ${r.skipped} not re-verifiable.`;
-  await loadRefused(false);
+  await bulkPlan('reverify', Object.fromEntries(p));
 }
 
 async function loadRefused(append) {
@@ -616,6 +637,7 @@ async function loadRefused(append) {
 function showRefused() {
   $('#view-refused').hidden = false;
   $('#refused-message').textContent = '';
+  $('#bulk-panel').hidden = true;
   loadRefused(false).catch((e) => alertError(e));
   every(() => { if (!document.hidden) loadRefused(false).catch(() => {}); });
 }

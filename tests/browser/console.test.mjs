@@ -12,7 +12,8 @@
 // process, same config) recovers it, and the console shows it with the
 // "recovered" badge and finds it with the Origin filter. Last, a request
 // signed with a secret the gateway lacks is refused, listed in the Refused
-// view, and re-verified there after the secret is added and reloaded.
+// view, and re-verified there after the secret is added and reloaded; two
+// more are re-verified by "re-verify all matching" (a plan, then a run).
 // Screenshots go to target/browser-artifacts/. Everything it starts is
 // stopped by PID; the whole run is bounded by DEADLINE_MS.
 //
@@ -39,6 +40,7 @@ const ADMIN_TOKEN = randomBytes(18).toString('hex');
 // The `rotated` source's secret before and after the provider rotated it.
 const ROTATED_OLD = 'whsec_browser_before_rotation';
 const ROTATED_NEW = 'whsec_browser_after_rotation';
+const ROTATED_LATER = 'whsec_browser_later_rotation';
 const STRIPE_API_KEY = `rk_test_${randomBytes(12).toString('hex')}`;
 
 let passed = 0;
@@ -506,6 +508,40 @@ capture_body = true
     // Admitted once, through dedup: the provider's retry is a duplicate.
     const again = await fetch(`${base}/webhooks/rotated`, { method: 'POST', headers: stripeHeaders(body, ROTATED_NEW), body });
     assert(again.headers.get('hookgate-dedup') === 'duplicate', `retry after re-verify: ${again.status} ${again.headers.get('hookgate-dedup')}`);
+  });
+
+  await step('"re-verify all matching" shows a plan, then re-verifies with a progress bar', async () => {
+    // Two more requests the gateway now verifies were refused while it could not
+    // (sent with a secret it does not know: a later rotation, for the test).
+    const bodies = ['evt_browser_bulk_a', 'evt_browser_bulk_b'].map((id) => JSON.stringify({ id, object: 'event', type: 'invoice.paid' }));
+    for (const b of bodies) {
+      const r = await fetch(`${base}/webhooks/rotated`, { method: 'POST', headers: stripeHeaders(b, ROTATED_LATER), body: b });
+      assert(r.status === 401, `refused first: ${r.status}`);
+    }
+    // The log is written off the request path: wait until both are stored.
+    await until(async () => {
+      const r = await fetch(`${base}/admin/refused?source=rotated&state=refused`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+      return (await r.json()).items.length === 2;
+    }, 'two refused requests stored');
+    writeFileSync(config, configText.replace(`secrets = ["${ROTATED_OLD}"]`, `secrets = ["${ROTATED_OLD}", "${ROTATED_NEW}", "${ROTATED_LATER}"]`));
+    const reload = await fetch(`${base}/admin/reload`, { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    assert(reload.ok, `reload: ${reload.status} ${await reload.text()}`);
+    await page.fill('#refused-filter input[name=source]', 'rotated');
+    await page.click('#reverify-all');
+    await page.locator('#bulk-panel[data-kind=reverify][data-state=planned]').waitFor();
+    const summary = await page.locator('#bulk-summary').innerText();
+    assert(/^2 refused requests matching source=rotated/.test(summary), summary);
+    assert(await page.locator('#bulk-targets').isHidden(), 'no target counts for a re-verify');
+    await page.screenshot({ path: join(ARTIFACTS, 'reverify-plan.png'), fullPage: true });
+    await page.click('#bulk-confirm');
+    await page.locator('#bulk-panel[data-state=done]').waitFor();
+    await page.locator('#refused-message', { hasText: 'Bulk re-verify done' }).waitFor();
+    const status = await page.locator('#bulk-status').innerText();
+    assert(status.startsWith('2 of 2 checked'), status);
+    for (const b of bodies) {
+      const again = await fetch(`${base}/webhooks/rotated`, { method: 'POST', headers: stripeHeaders(b, ROTATED_LATER), body: b });
+      assert(again.headers.get('hookgate-dedup') === 'duplicate', `admitted by the bulk re-verify: ${again.headers.get('hookgate-dedup')}`);
+    }
   });
 
   await step('no CSP violation, no token in any URL', async () => {
