@@ -127,30 +127,34 @@ const PRUNE_OLD_SQL: &str = "DELETE FROM hookgate_refused WHERE id IN
 const PRUNE_EXCESS_SQL: &str = "DELETE FROM hookgate_refused WHERE id IN
      (SELECT id FROM hookgate_refused ORDER BY id DESC LIMIT $2 OFFSET $1)";
 
-/// [`LIST_SQL`]'s filters, `$6` the largest id counted, per source.
-const PLAN_SQL: &str = "SELECT source, COUNT(*), MAX(id)
-       FROM hookgate_refused
+/// The filters `list` and `plan` share: `$1` source, `$2` reason, `$3`
+/// since, `$4` until, `$5` state.
+macro_rules! refused_matching {
+    () => {
+        " FROM hookgate_refused
       WHERE ($1 IS NULL OR source = $1)
         AND ($2 IS NULL OR reason = $2)
         AND ($3 IS NULL OR received_at >= $3)
         AND ($4 IS NULL OR received_at < $4)
-        AND ($5 IS NULL OR state = $5)
-        AND ($6 IS NULL OR id <= $6)
-      GROUP BY source ORDER BY source";
+        AND ($5 IS NULL OR state = $5)"
+    };
+}
 
-/// `$1` source, `$2` reason, `$3` since, `$4` until, `$5` state, `$6`
-/// below this id, `$7` limit. The table is bounded by `max_rows`, and the
-/// page walks the primary key newest first.
-const LIST_SQL: &str = "SELECT id, received_at, source, reason, detail, peer, query, headers,
-            body_size, state, checked_at, event_id
-       FROM hookgate_refused
-      WHERE ($1 IS NULL OR source = $1)
-        AND ($2 IS NULL OR reason = $2)
-        AND ($3 IS NULL OR received_at >= $3)
-        AND ($4 IS NULL OR received_at < $4)
-        AND ($5 IS NULL OR state = $5)
-        AND ($6 IS NULL OR id < $6)
-      ORDER BY id DESC LIMIT $7";
+/// The filters, `$6` the largest id counted, per source.
+const PLAN_SQL: &str = concat!(
+    "SELECT source, COUNT(*), MAX(id)",
+    refused_matching!(),
+    " AND ($6 IS NULL OR id <= $6) GROUP BY source ORDER BY source"
+);
+
+/// The filters, `$6` below this id, `$7` limit. The table is bounded by
+/// `max_rows`, and the page walks the primary key newest first.
+const LIST_SQL: &str = concat!(
+    "SELECT id, received_at, source, reason, detail, peer, query, headers,
+            body_size, state, checked_at, event_id",
+    refused_matching!(),
+    " AND ($6 IS NULL OR id < $6) ORDER BY id DESC LIMIT $7"
+);
 
 const GET_SQL: &str = "SELECT id, received_at, source, reason, detail, peer, query, headers,
             body_size, state, checked_at, event_id, body
