@@ -205,26 +205,36 @@ async fn a_frozen_replica_sends_nothing_it_held_once_it_thaws() {
     );
 }
 
+/// A target that answers after 5 s, a PostgreSQL ledger, its Redis prefix,
+/// and options forwarding to it with a 3 s lease renewed every 500 ms.
+async fn slow_target_short_lease() -> (TestTarget, TestDb, String, Opts) {
+    let target = TestTarget::start().await;
+    target.hang(Some(Duration::from_secs(5)));
+    let db = TestDb::create(Backend::Production).await;
+    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "timeout = \"30s\"");
+    opts.lease = "3s";
+    opts.heartbeat = Some("500ms");
+    (target, db, unique_prefix(), opts)
+}
+
+/// Posts `n` Stripe events `<tag>_<i>` to `gw`, each acknowledged.
+async fn post_n(client: &reqwest::Client, gw: &Gateway, tag: &str, n: usize) {
+    for i in 0..n {
+        let r = post_to(client, &gw.url("/webhooks/stripe"), &format!("{tag}_{i}")).await;
+        assert_eq!(r.unwrap().status(), 200);
+    }
+}
+
 /// A request that takes longer than the lease keeps its row: the heartbeat
 /// renews it, so the other replica, polling every 200 ms, never takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_slower_than_the_lease_is_not_taken_by_another_replica() {
     const N: usize = 3;
-    let target = TestTarget::start().await;
-    target.hang(Some(Duration::from_secs(5)));
-    let db = TestDb::create(Backend::Production).await;
-    let prefix = unique_prefix();
-    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "timeout = \"30s\"");
-    opts.lease = "3s";
-    opts.heartbeat = Some("500ms");
+    let (target, db, prefix, opts) = slow_target_short_lease().await;
     let first = Gateway::start(&opts, &db, &prefix).await;
     let _second = Gateway::start(&opts, &db, &prefix).await;
     let client = reqwest::Client::new();
-    for i in 0..N {
-        let id = format!("evt_slow_{i}");
-        let r = post_to(&client, &first.url("/webhooks/stripe"), &id).await;
-        assert_eq!(r.unwrap().status(), 200);
-    }
+    post_n(&client, &first, "evt_slow", N).await;
     let delivered = eventually(Duration::from_secs(20), || async { target.count() == N }).await;
     assert!(delivered, "every slow request was answered");
     // Longer than a lease more, for a late taker to show itself.
@@ -253,20 +263,10 @@ fn faketime_lib() -> Option<String> {
 async fn a_replica_whose_clock_runs_ahead_keeps_the_ledgers_time() {
     const N: usize = 3;
     let lib = faketime_lib().expect("libfaketime is installed (scripts/test.sh)");
-    let target = TestTarget::start().await;
-    target.hang(Some(Duration::from_secs(5)));
-    let db = TestDb::create(Backend::Production).await;
-    let prefix = unique_prefix();
-    let mut opts = Opts::forwarding_to(Backend::Production, "sink", &target, "timeout = \"30s\"");
-    opts.lease = "3s";
-    opts.heartbeat = Some("500ms");
+    let (target, db, prefix, opts) = slow_target_short_lease().await;
     let first = Gateway::start(&opts, &db, &prefix).await;
     let client = reqwest::Client::new();
-    for i in 0..N {
-        let id = format!("evt_held_{i}");
-        let r = post_to(&client, &first.url("/webhooks/stripe"), &id).await;
-        assert_eq!(r.unwrap().status(), 200);
-    }
+    post_n(&client, &first, "evt_held", N).await;
     // The first replica holds all three (the target answers after 5 s).
     let taken = eventually(Duration::from_secs(10), || async {
         target.arrivals().len() == N
