@@ -126,9 +126,9 @@ struct AuditArgs {
     #[arg(long, default_value_t = 0)]
     wait: u64,
     /// Longest allowed time from a kill -9 to the delivery of the last event
-    /// the dead process held. Today's lease is 2 minutes, hence the default;
-    /// tighten it once crash recovery is faster.
-    #[arg(long, default_value_t = 180)]
+    /// the dead process held: its leases run out `delivery.lease` (10 s by
+    /// default) after its last renewal, then another process claims them.
+    #[arg(long, default_value_t = 15)]
     resume_max_s: u64,
     /// Write the verdict (markdown) here as well.
     #[arg(long)]
@@ -1079,12 +1079,23 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
 
     // Crash to resume: for each kill -9 at T, see `crash_resume`.
     let kills: Vec<&Fault> = faults.iter().filter(|f| f.kind == "kill9").collect();
-    let acks: Vec<(u64, &str)> = new_acks
-        .values()
-        .map(|v| (v[0].t1, v[0].id.as_str()))
+    let kill_at: Vec<Kill> = kills
+        .iter()
+        .map(|f| Kill {
+            at: f.start,
+            replica: replica_index(&f.arg),
+        })
         .collect();
-    for f in &kills {
-        let (worst, late) = crash_resume(f.start, &acks, &first_arrival);
+    let acks: Vec<Ack> = new_acks
+        .values()
+        .map(|v| Ack {
+            t1: v[0].t1,
+            id: v[0].id.as_str(),
+            replica: v[0].replica,
+        })
+        .collect();
+    for (i, f) in kills.iter().enumerate() {
+        let (worst, late) = crash_resume(i, &kill_at, &acks, &first_arrival);
         let overlapping: Vec<&str> = faults
             .iter()
             .filter(|g| {
@@ -1213,35 +1224,84 @@ async fn audit_once(a: &AuditArgs) -> Result<(Vec<Row>, usize)> {
     Ok((rows, missing_total))
 }
 
-/// How long after a kill -9 at `kill` the deliveries it held up resumed:
-/// among the events first acknowledged `new` (`acks`: answer time, id) from
-/// 30 s before the kill to 30 s after it, the ones it can have held up are
-/// those acknowledged before it and still undelivered (the dead process's
-/// leases) and those that waited more than 2 s from their acknowledgement
-/// (an ordered key queued behind a held head); the latest first arrival of
-/// those at any target, minus the kill. Events acknowledged after the kill
-/// and delivered at once are not counted: the load goes on, so counting
-/// them would measure the window, not the crash. Returns (ms, deliveries
-/// that arrived more than 10 s after their acknowledgement).
-fn crash_resume(kill: u64, acks: &[(u64, &str)], arrivals: &[HashMap<&str, u64>]) -> (u64, u64) {
+/// A `kill -9`: when, and which replica (the load's index).
+struct Kill {
+    at: u64,
+    replica: Option<usize>,
+}
+
+/// An event's first `new` acknowledgement: answer time, id, replica.
+struct Ack<'a> {
+    t1: u64,
+    id: &'a str,
+    replica: usize,
+}
+
+/// `r3` → the load's replica 2.
+fn replica_index(arg: &str) -> Option<usize> {
+    arg.strip_prefix('r')?.parse::<usize>().ok()?.checked_sub(1)
+}
+
+/// How long after the kill `kills[k]` the deliveries it held up resumed.
+///
+/// An arrival at a target was held up by a crash when it came after the
+/// kill and either its event was acknowledged before the kill (a lease of
+/// the dead process) or it waited more than 2 s from its acknowledgement
+/// (an ordered key queued behind a held head). Events acknowledged after
+/// the kill and delivered at once are not counted: the load goes on, so
+/// counting them would measure the window, not the crash.
+///
+/// When kills fall close together, each held-up arrival is counted against
+/// one kill only: the first kill of the replica that acknowledged it, after
+/// that acknowledgement and before the arrival (its hand-off lane leased the
+/// row at insert); otherwise (acknowledged by a replica that survived, so
+/// any process's claim may have held it) the latest kill before the
+/// arrival, at most 30 s from the acknowledgement. Returns (ms from the
+/// kill to the latest such arrival, those of them that arrived more than
+/// 10 s after their acknowledgement).
+fn crash_resume(
+    k: usize,
+    kills: &[Kill],
+    acks: &[Ack],
+    arrivals: &[HashMap<&str, u64>],
+) -> (u64, u64) {
+    let kill = kills[k].at;
     let (mut worst, mut late) = (0u64, 0u64);
-    for &(t1, id) in acks {
-        if t1 + 30_000 < kill || t1 > kill + 30_000 {
+    for a in acks {
+        if a.t1 + 30_000 < kill || a.t1 > kill + 30_000 {
             continue;
         }
         for fa in arrivals {
-            if let Some(&t) = fa.get(id) {
-                let held = t > kill && (t1 <= kill || t > t1 + 2_000);
-                if held {
-                    worst = worst.max(t - kill);
-                }
-                if t > t1 + 10_000 {
-                    late += 1;
-                }
+            let Some(&t) = fa.get(a.id) else { continue };
+            let held = t > kill && (a.t1 <= kill || t > a.t1 + 2_000);
+            if !held || blamed_kill(kills, a, t) != Some(k) {
+                continue;
+            }
+            worst = worst.max(t - kill);
+            if t > a.t1 + 10_000 {
+                late += 1;
             }
         }
     }
     (worst, late)
+}
+
+/// Which kill held up `a`'s arrival at `t` (see [`crash_resume`]).
+fn blamed_kill(kills: &[Kill], a: &Ack, t: u64) -> Option<usize> {
+    let own = kills
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.replica == Some(a.replica) && x.at >= a.t1 && x.at < t)
+        .min_by_key(|(_, x)| x.at);
+    if let Some((i, _)) = own {
+        return Some(i);
+    }
+    kills
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| x.at < t && x.at + 30_000 >= a.t1)
+        .max_by_key(|(_, x)| x.at)
+        .map(|(i, _)| i)
 }
 
 fn first_t(sent: &[Sent]) -> u64 {
@@ -1326,25 +1386,60 @@ mod tests {
         );
     }
 
+    fn ack(t1: u64, id: &str, replica: usize) -> Ack<'_> {
+        Ack { t1, id, replica }
+    }
+
+    fn kill(at: u64, replica: usize) -> Kill {
+        Kill {
+            at,
+            replica: Some(replica),
+        }
+    }
+
     #[test]
     fn crash_resume_counts_held_deliveries_not_the_load_after_the_kill() {
-        let kill = 100_000;
+        let at = 100_000;
+        let kills = [kill(at, 0)];
         // Acknowledged after the kill and delivered at once: not held up.
-        let acks = vec![(kill + 29_000, "after"), (kill - 1_000, "held")];
+        let acks = [ack(at + 29_000, "after", 1), ack(at - 1_000, "held", 0)];
         let arrivals = vec![HashMap::from([
-            ("after", kill + 29_100),
-            ("held", kill + 11_000),
+            ("after", at + 29_100),
+            ("held", at + 11_000),
         ])];
-        assert_eq!(crash_resume(kill, &acks, &arrivals), (11_000, 1));
+        assert_eq!(crash_resume(0, &kills, &acks, &arrivals), (11_000, 1));
         // One acknowledged after the kill that waited (queued behind a held
         // key) counts.
-        let acks = vec![(kill + 1_000, "queued")];
-        let arrivals = vec![HashMap::from([("queued", kill + 12_000)])];
-        assert_eq!(crash_resume(kill, &acks, &arrivals), (12_000, 1));
+        let acks = [ack(at + 1_000, "queued", 1)];
+        let arrivals = vec![HashMap::from([("queued", at + 12_000)])];
+        assert_eq!(crash_resume(0, &kills, &acks, &arrivals), (12_000, 1));
         // Delivered before the kill: nothing to resume.
-        let acks = vec![(kill - 5_000, "done")];
-        let arrivals = vec![HashMap::from([("done", kill - 4_900)])];
-        assert_eq!(crash_resume(kill, &acks, &arrivals), (0, 0));
+        let acks = [ack(at - 5_000, "done", 0)];
+        let arrivals = vec![HashMap::from([("done", at - 4_900)])];
+        assert_eq!(crash_resume(0, &kills, &acks, &arrivals), (0, 0));
+    }
+
+    #[test]
+    fn kills_close_together_each_count_what_their_own_replica_held() {
+        // r3 killed at +100 s, r1 at +104 s.
+        let kills = [kill(100_000, 2), kill(104_000, 0)];
+        let acks = [
+            ack(99_900, "r3-held", 2),
+            ack(103_000, "r1-held", 0),
+            ack(99_000, "r2-acked", 1),
+        ];
+        let arrivals = vec![HashMap::from([
+            ("r3-held", 109_000),
+            ("r1-held", 117_700),
+            ("r2-acked", 115_000),
+        ])];
+        // r1's lease ran out 13.7 s after its own kill: not r3's 17.7 s.
+        assert_eq!(crash_resume(0, &kills, &acks, &arrivals), (9_000, 0));
+        // An event a survivor acknowledged goes to the latest kill before
+        // its arrival.
+        assert_eq!(crash_resume(1, &kills, &acks, &arrivals), (13_700, 2));
+        assert_eq!(replica_index("r3"), Some(2));
+        assert_eq!(replica_index("r0"), None);
     }
 
     #[test]

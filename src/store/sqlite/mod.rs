@@ -33,7 +33,8 @@ use std::time::Duration;
 
 pub struct SqliteStore {
     pool: SqlitePool,
-    /// The group-commit writer's own connection (see [`SqliteStore::on_writer`]).
+    /// The writer's own connection, shared in turn by every hot-path write
+    /// (see [`SqliteStore::on_writer`]).
     writer: tokio::sync::Mutex<Option<SqliteConnection>>,
 }
 
@@ -87,11 +88,21 @@ impl SqliteStore {
         })
     }
 
-    /// Runs the group-commit writer's batch on a connection of its own.
-    /// From the pool it would get a different connection most times, and a
-    /// connection that finds the database written by another one since its
-    /// last transaction starts from an empty page cache: every b-tree page
-    /// of the batch read again.
+    /// Runs a write on the writer's connection: the group-commit writer's
+    /// batches, and the outbox's claims, attempt records and lease
+    /// renewals. From the pool each would get a different connection most
+    /// times, and a connection that finds the database written by another
+    /// one since its last transaction starts from an empty page cache:
+    /// every b-tree page of the batch read again.
+    ///
+    /// One in-process queue also shares SQLite's one write lock fairly.
+    /// Writers on separate connections wait for that lock in SQLite's busy
+    /// handler, which sleeps and retries (https://sqlite.org/c3ref/busy_timeout.html)
+    /// and keeps no queue: under a steady ingest the group-commit writer,
+    /// committing batch after batch, takes the lock again before a sleeping
+    /// delivery worker wakes, and deliveries fall behind what is acknowledged.
+    /// Tokio's mutex is fair (first come, first served), so each write
+    /// waits at most for the ones queued before it.
     ///
     /// Any error drops the connection, and the next batch opens a new one.
     /// A refused row is not only the database's answer: on some errors

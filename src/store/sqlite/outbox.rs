@@ -10,7 +10,7 @@ use crate::primitives::time::Millis;
 use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, lease_arguments};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, Outbox, StoreError, rows};
 use async_trait::async_trait;
-use sqlx::Sqlite;
+use sqlx::{Connection, Sqlite};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -54,13 +54,17 @@ static SUCCESSOR_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
 #[async_trait]
 impl Outbox for SqliteStore {
     async fn claim_due(&self, r: &LeaseRequest<'_>) -> Result<Vec<DueDelivery>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_SQL, lease_arguments::<Sqlite>(r)?)
-            .fetch_all(&mut *tx)
-            .await?;
-        let rows = read_claimed(&mut tx, &ids).await?;
-        tx.commit().await?;
-        Ok(rows)
+        let args = lease_arguments::<Sqlite>(r)?;
+        self.on_writer(async |conn| {
+            let mut tx = conn.begin().await?;
+            let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_SQL, args)
+                .fetch_all(&mut *tx)
+                .await?;
+            let rows = read_claimed(&mut tx, &ids).await?;
+            tx.commit().await?;
+            Ok(rows)
+        })
+        .await
     }
 
     async fn claim_due_ordered(
@@ -69,14 +73,19 @@ impl Outbox for SqliteStore {
         after: &str,
     ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
         // One writer: the claim and the cursor's read are one transaction.
-        let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> =
-            sqlx::query_scalar_with(CLAIM_ORDERED_SQL.as_str(), lease_arguments::<Sqlite>(r)?)
-                .bind(after)
-                .fetch_all(&mut *tx)
-                .await?;
-        let rows = read_claimed(&mut tx, &ids).await?;
-        tx.commit().await?;
+        let args = lease_arguments::<Sqlite>(r)?;
+        let rows = self
+            .on_writer(async |conn| {
+                let mut tx = conn.begin().await?;
+                let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_ORDERED_SQL.as_str(), args)
+                    .bind(after)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                let rows = read_claimed(&mut tx, &ids).await?;
+                tx.commit().await?;
+                Ok(rows)
+            })
+            .await?;
         let keys = rows.iter().filter_map(|r| r.order_key.clone()).collect();
         Ok((rows, last_key(keys, after)))
     }
@@ -86,18 +95,21 @@ impl Outbox for SqliteStore {
         r: &LeaseRequest<'_>,
         key: &str,
     ) -> Result<Option<DueDelivery>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let ids: Vec<i64> = sqlx::query_scalar(SUCCESSOR_CLAIM_SQL.as_str())
-            .bind(r.target)
-            .bind(r.now)
-            .bind(r.until)
-            .bind(r.token)
-            .bind(key)
-            .fetch_all(&mut *tx)
-            .await?;
-        let rows = read_claimed(&mut tx, &ids).await?;
-        tx.commit().await?;
-        Ok(rows.into_iter().next())
+        self.on_writer(async |conn| {
+            let mut tx = conn.begin().await?;
+            let ids: Vec<i64> = sqlx::query_scalar(SUCCESSOR_CLAIM_SQL.as_str())
+                .bind(r.target)
+                .bind(r.now)
+                .bind(r.until)
+                .bind(r.token)
+                .bind(key)
+                .fetch_all(&mut *tx)
+                .await?;
+            let rows = read_claimed(&mut tx, &ids).await?;
+            tx.commit().await?;
+            Ok(rows.into_iter().next())
+        })
+        .await
     }
 
     async fn finish_attempts(
@@ -108,13 +120,16 @@ impl Outbox for SqliteStore {
         // One transaction (one fsync) for the whole batch, and two
         // statements per chunk of it rather than two per attempt: each
         // statement is a round trip to sqlx's SQLite worker thread.
-        let mut tx = self.pool.begin().await?;
-        let mut out = Vec::with_capacity(batch.len());
-        for chunk in batch.chunks(FINISH_ROWS) {
-            out.extend(finish_chunk(&mut tx, token, chunk).await?);
-        }
-        tx.commit().await?;
-        Ok(out)
+        self.on_writer(async |conn| {
+            let mut tx = conn.begin().await?;
+            let mut out = Vec::with_capacity(batch.len());
+            for chunk in batch.chunks(FINISH_ROWS) {
+                out.extend(finish_chunk(&mut tx, token, chunk).await?);
+            }
+            tx.commit().await?;
+            Ok(out)
+        })
+        .await
     }
 
     async fn expedite(&self, target: &str, now: Millis) -> Result<u64, StoreError> {
@@ -137,17 +152,20 @@ impl Outbox for SqliteStore {
         now: Millis,
         until: Millis,
     ) -> Result<Vec<i64>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "UPDATE hookgate_deliveries SET lease_until = ?
-             WHERE id IN (SELECT value FROM json_each(?)) AND lease_token = ? AND lease_until > ?
-             RETURNING id",
-        )
-        .bind(until)
-        .bind(json_ids(ids))
-        .bind(token)
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await?)
+        self.on_writer(async |conn| {
+            Ok(sqlx::query_scalar(
+                "UPDATE hookgate_deliveries SET lease_until = ?
+                 WHERE id IN (SELECT value FROM json_each(?)) AND lease_token = ? AND lease_until > ?
+                 RETURNING id",
+            )
+            .bind(until)
+            .bind(json_ids(ids))
+            .bind(token)
+            .bind(now)
+            .fetch_all(conn)
+            .await?)
+        })
+        .await
     }
 
     async fn release_leases(&self, token: &str, target: &str) -> Result<u64, StoreError> {
