@@ -497,10 +497,9 @@ pub async fn start(
         Err(e) => return e.into_response(),
     };
     let bulk = &state.store.bulk;
-    let row = match bulk.bulk(&id, stale_before()).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return unknown(),
-        Err(e) => return unavailable(&e),
+    let row = match find(&state, &id).await {
+        Ok(r) => r,
+        Err(answer) => return answer,
     };
     if row.state != "planned" {
         return error(
@@ -593,10 +592,9 @@ pub async fn start(
         seen: std::sync::Mutex::new("running".into()),
     };
     tokio::spawn(run(state.clone(), kind, filter, row.bound, job));
-    match bulk.bulk(&id, stale_before()).await {
-        Ok(Some(r)) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
-        Ok(None) => unknown(),
-        Err(e) => unavailable(&e),
+    match find(&state, &id).await {
+        Ok(r) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
+        Err(answer) => answer,
     }
 }
 
@@ -648,12 +646,22 @@ async fn run(
     }
 }
 
+/// Action `id` as readers see it (a stale heartbeat shown as interrupted),
+/// or the answer to give: 404 when there is none, 503 when the ledger
+/// cannot say.
+async fn find(state: &AppState, id: &str) -> Result<BulkRow, Response> {
+    match state.store.bulk.bulk(id, stale_before()).await {
+        Ok(Some(r)) => Ok(r),
+        Ok(None) => Err(unknown()),
+        Err(e) => Err(unavailable(&e)),
+    }
+}
+
 /// `GET /admin/bulk/{id}`.
 pub async fn show(State(state): State<AppState>, Path(id): Path<String>) -> Response {
-    match state.store.bulk.bulk(&id, stale_before()).await {
-        Ok(Some(r)) => Json(doc(&r)).into_response(),
-        Ok(None) => unknown(),
-        Err(e) => unavailable(&e),
+    match find(&state, &id).await {
+        Ok(r) => Json(doc(&r)).into_response(),
+        Err(answer) => answer,
     }
 }
 
@@ -681,10 +689,9 @@ pub async fn cancel(
         Err(e) => return e.into_response(),
     };
     let bulk = &state.store.bulk;
-    let before = match bulk.bulk(&id, stale_before()).await {
-        Ok(Some(r)) => r,
-        Ok(None) => return unknown(),
-        Err(e) => return unavailable(&e),
+    let before = match find(&state, &id).await {
+        Ok(r) => r,
+        Err(answer) => return answer,
     };
     let after = match bulk.cancel_bulk(&id, Millis::now()).await {
         Ok(Some(s)) => s,
@@ -714,10 +721,9 @@ pub async fn cancel(
             tracing::error!(error = %e, bulk.id = id, "audit entry not written");
         }
     }
-    match bulk.bulk(&id, stale_before()).await {
-        Ok(Some(r)) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
-        Ok(None) => unknown(),
-        Err(e) => unavailable(&e),
+    match find(&state, &id).await {
+        Ok(r) => (StatusCode::ACCEPTED, Json(doc(&r))).into_response(),
+        Err(answer) => answer,
     }
 }
 
