@@ -16,7 +16,7 @@ use crate::stats::requests::RequestMetrics;
 use crate::stats::{Layer, Outcome};
 use crate::store::handshake_secrets::Learned;
 use crate::traces::webhook::{Answer, Decision, Webhook};
-use crate::verify::{self, Checked, Incoming, Reply, VerifyError, client_ip};
+use crate::verify::{self, Checked, Incoming, Reply, client_ip};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -139,34 +139,30 @@ async fn handle(
         true => learned_source(state, source).await?,
         false => source.clone(),
     };
-    let again = learns.then(|| (request.headers.clone(), bytes.clone()));
-    // What the refused-request log needs if verification fails (the body
-    // is shared, not copied).
-    let kept = config
-        .refused
-        .enabled
-        .then(|| (request.headers.clone(), bytes.clone()));
+    // A refused request comes back from `check`: nothing is copied for
+    // the refused-request log or a retry with fresh keys.
     let incoming = Incoming {
         headers: request.headers,
         body: bytes,
         query: request.query,
         client_ip: request.client,
     };
-    let mut checked = verify::check(&verifying, incoming, now.as_secs()).await;
+    let mut checked = verify::check_returning(&verifying, incoming, now.as_secs()).await;
     // Another replica may have learned the key this request is signed with.
-    if let (Err(e), Some((headers, body))) = (&checked, again)
-        && e.is_authenticity()
+    if learns
+        && let Err(refused) = &mut checked
+        && refused.error.is_authenticity()
         && state.learned.due(source_name)
         && let Ok(secrets) = state.store.handshake_secrets.secrets(source_name).await
         && let (fresh, true) = state.learned.set(source, secrets)
     {
         let incoming = Incoming {
-            headers,
-            body,
+            headers: std::mem::take(&mut refused.headers),
+            body: std::mem::take(&mut refused.body),
             query: request.query,
             client_ip: request.client,
         };
-        checked = verify::check(&fresh, incoming, now.as_secs()).await;
+        checked = verify::check_returning(&fresh, incoming, now.as_secs()).await;
     }
     let metrics = request.metrics;
     if let Some(m) = metrics {
@@ -176,21 +172,23 @@ async fn handle(
         t.verified(verify_started);
     }
     let reject_status = source.provider.response.reject_status;
-    if let (Err(e), Some((headers, body))) = (&checked, &kept) {
+    if let Err(refused) = &checked
+        && config.refused.enabled
+    {
         state.refused.push(
             &config.refused,
             refused::Request {
                 source: source_name,
-                error: *e,
+                error: refused.error,
                 peer: request.client,
                 query: request.query,
-                headers,
-                body,
+                headers: &refused.headers,
+                body: &refused.body,
                 at: now,
             },
         );
     }
-    let checked = checked.map_err(|e: VerifyError| ApiError::rejected(e, reject_status))?;
+    let checked = checked.map_err(|r| ApiError::rejected(r.error, reject_status))?;
     let cache_ttl = config.cache_ttl(source);
     let (events, reply) = match checked {
         Checked::Event(mut v) => {

@@ -300,26 +300,66 @@ pub async fn check(
     incoming: Incoming<'_>,
     now: i64,
 ) -> Result<Checked, VerifyError> {
-    client_ip::check(&source.allow_ips, incoming.client_ip)?;
-    let scheme = source.provider.signature.scheme;
-    let fetched = scheme.fetch(source, &incoming, now).await?;
-    check_with(source, incoming, now, fetched.as_ref())
+    check_returning(source, incoming, now)
+        .await
+        .map_err(|refused| refused.error)
+}
+
+/// A request [`check`] refused, with its headers and body given back (the
+/// refused-request log keeps them; a retry with fresh keys needs them), so
+/// the caller does not have to copy them up front.
+#[derive(Debug)]
+pub struct Refused {
+    pub error: VerifyError,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// [`check`], giving the request back when it is refused.
+pub async fn check_returning(
+    source: &Arc<Source>,
+    mut incoming: Incoming<'_>,
+    now: i64,
+) -> Result<Checked, Refused> {
+    let checked = async {
+        client_ip::check(&source.allow_ips, incoming.client_ip)?;
+        let scheme = source.provider.signature.scheme;
+        let fetched = scheme.fetch(source, &incoming, now).await?;
+        check_in(source, &mut incoming, now, fetched.as_ref())
+    }
+    .await;
+    checked.map_err(|error| Refused {
+        error,
+        headers: incoming.headers,
+        body: incoming.body,
+    })
 }
 
 /// [`check`] with the provider's key already at hand (tests, and after
 /// the fetch).
 pub(crate) fn check_with(
     source: &Arc<Source>,
-    incoming: Incoming<'_>,
+    mut incoming: Incoming<'_>,
+    now: i64,
+    fetched: Option<&FetchedKey>,
+) -> Result<Checked, VerifyError> {
+    check_in(source, &mut incoming, now, fetched)
+}
+
+/// [`check_with`] on a borrowed request: its headers and body are taken
+/// only by an event that passed, so a refused request still has them.
+fn check_in(
+    source: &Arc<Source>,
+    incoming: &mut Incoming<'_>,
     now: i64,
     fetched: Option<&FetchedKey>,
 ) -> Result<Checked, VerifyError> {
     client_ip::check(&source.allow_ips, incoming.client_ip)?;
     let provider = &source.provider;
     let sig = &provider.signature;
-    let body = incoming.body;
+    let body = &incoming.body;
     let query = incoming.query.unwrap_or_default();
-    let fields = fields_of(source, &incoming.headers, &body, query);
+    let fields = fields_of(source, &incoming.headers, body, query);
 
     // A request without the provider's signature header may be one of its
     // unsigned controls (a ping, a handshake); a provider without such a
@@ -355,7 +395,7 @@ pub(crate) fn check_with(
     // that MAC for whoever asked: a body it could have been asked for (a
     // challenge token) is not taken as signed.
     if body.len() <= 256
-        && std::str::from_utf8(&body).is_ok_and(reply::is_challenge_token)
+        && std::str::from_utf8(body).is_ok_and(reply::is_challenge_token)
         && registry::mac_oracle(provider).is_some()
     {
         return Err(VerifyError::InvalidSignature);
@@ -378,7 +418,7 @@ pub(crate) fn check_with(
         let signed_at = facts::provider_timestamp(provider, &fields);
         drop(fields);
         let request = (&incoming.headers, query, key_index, signed_at);
-        let events = split_events(source, split, &body, request)?;
+        let events = split_events(source, split, body, request)?;
         return Ok(Checked::Split { events, reply });
     }
     let event_id = event_id::resolve(&fields, &provider.event_id)?;
@@ -388,13 +428,13 @@ pub(crate) fn check_with(
     Ok(Checked::Event(Verified {
         source: source.clone(),
         event_id,
-        body: body.clone(),
+        body: std::mem::take(&mut incoming.body),
         reply,
         key_index,
         provider_timestamp,
         recovered: false,
         facts: FactsSource::FromRequest(Box::new(RequestParts {
-            headers: incoming.headers,
+            headers: std::mem::take(&mut incoming.headers),
             query: query.to_owned(),
             json,
             item: false,
