@@ -150,15 +150,15 @@ async fn handle(
     let mut checked = verify::check_returning(&verifying, incoming, now.as_secs()).await;
     // Another replica may have learned the key this request is signed with.
     if learns
-        && let Err(refused) = &mut checked
-        && refused.error.is_authenticity()
+        && let Err(denied) = &mut checked
+        && denied.error.is_authenticity()
         && state.learned.due(source_name)
         && let Ok(secrets) = state.store.handshake_secrets.secrets(source_name).await
         && let (fresh, true) = state.learned.set(source, secrets)
     {
         let incoming = Incoming {
-            headers: std::mem::take(&mut refused.headers),
-            body: std::mem::take(&mut refused.body),
+            headers: std::mem::take(&mut denied.headers),
+            body: std::mem::take(&mut denied.body),
             query: request.query,
             client_ip: request.client,
         };
@@ -172,23 +172,23 @@ async fn handle(
         t.verified(verify_started);
     }
     let reject_status = source.provider.response.reject_status;
-    if let Err(refused) = &checked
+    if let Err(denied) = &checked
         && config.refused.enabled
     {
         state.refused.push(
             &config.refused,
             refused::Request {
                 source: source_name,
-                error: refused.error,
+                error: denied.error,
                 peer: request.client,
                 query: request.query,
-                headers: &refused.headers,
-                body: &refused.body,
+                headers: &denied.headers,
+                body: &denied.body,
                 at: now,
             },
         );
     }
-    let checked = checked.map_err(|r| ApiError::rejected(r.error, reject_status))?;
+    let checked = checked.map_err(|denied| ApiError::rejected(denied.error, reject_status))?;
     let cache_ttl = config.cache_ttl(source);
     let (events, reply) = match checked {
         Checked::Event(mut v) => {

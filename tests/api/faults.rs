@@ -106,13 +106,16 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     let db = TestDb::create(Backend::Production).await;
     let prefix = unique_prefix();
     let mut opts = Opts::new(Backend::Production);
-    opts.claim_ttl = "2s";
+    // Long enough for the second gateway to start inside it.
+    opts.claim_ttl = "4s";
     opts.inflight_wait = "200ms";
     opts.database_url = Some(proxy.url(db.name()));
     let mut first = Gateway::start(&opts, &db, &prefix).await;
 
-    // The database hangs: the request claims the id, then waits in the ledger.
-    proxy.stall();
+    // The database hangs: the request claims the id, then waits in the
+    // ledger. (Closing the pool's connections instead could fail the write
+    // at once: a 503 that releases the claim before the kill.)
+    proxy.hang();
     let client = reqwest::Client::new();
     let url = first.url("/webhooks/stripe");
     let c = client.clone();
@@ -138,7 +141,7 @@ async fn a_crash_between_claim_and_commit_lets_the_retry_through_after_claim_ttl
     let early = send().await.unwrap();
     assert_eq!(early.status(), 409);
     assert!(early.headers().contains_key("retry-after"));
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    tokio::time::sleep(Duration::from_millis(4100)).await;
     let late = send().await.unwrap();
     assert_eq!(late.status(), 200);
     assert_eq!(late.headers()["hookgate-dedup"], "new");

@@ -328,10 +328,14 @@ impl ChaosProxy {
         self.cut.store(true, Ordering::SeqCst);
     }
 
-    /// Drops open connections; new ones hang without an answer.
-    pub fn stall(&self) {
+    /// The server hangs: every connection open now goes silent for good
+    /// (none closed, no byte either way) and new ones hang without an
+    /// answer until [`restore`](Self::restore). A client's pooled
+    /// connection then waits, as on a hung server, instead of failing at
+    /// once on a closed socket.
+    pub fn hang(&self) {
         self.stalled.store(true, Ordering::SeqCst);
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        self.silence_open();
     }
 
     /// Stops forwarding bytes on every connection without closing any:
