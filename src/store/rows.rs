@@ -158,13 +158,28 @@ where
     for<'a> &'a str: Bind<DB>,
     i64: Bind<DB>,
 {
+    claim_arguments::<DB, _>(r, r.limit)
+}
+
+/// [`lease_arguments`] with `fifth` as `$5` instead of the limit: the key
+/// of a successor claim (`SUCCESSOR_SQL`), which leases at most one row.
+pub(crate) fn claim_arguments<DB, T>(
+    r: &LeaseRequest<'_>,
+    fifth: T,
+) -> Result<DB::Arguments, StoreError>
+where
+    DB: Database,
+    for<'a> &'a str: Bind<DB>,
+    i64: Bind<DB>,
+    T: Bind<DB>,
+{
     use sqlx::Arguments;
     let mut args = DB::Arguments::default();
     args.add(r.target)
         .and_then(|()| args.add(r.now.0))
         .and_then(|()| args.add(r.until.0))
         .and_then(|()| args.add(r.token))
-        .and_then(|()| args.add(r.limit))
+        .and_then(|()| args.add(fifth))
         .map_err(encode_error)?;
     Ok(args)
 }

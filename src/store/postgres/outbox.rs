@@ -9,7 +9,9 @@
 
 use super::PgStore;
 use crate::primitives::time::Millis;
-use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, lease_arguments};
+use crate::store::rows::{
+    ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, claim_arguments, due_from_row, lease_arguments,
+};
 use crate::store::{
     AttemptRecord, DueDelivery, LeaseRequest, OnCommit, Outbox, RateGrant, StoreError, rows,
 };
@@ -216,12 +218,7 @@ async fn claim_successor(
              FROM leased l JOIN hookgate_events e ON e.id = l.event_pk"
         )
     });
-    let row = sqlx::query(SQL.as_str())
-        .bind(r.target)
-        .bind(r.now)
-        .bind(r.until)
-        .bind(r.token)
-        .bind(key)
+    let row = sqlx::query_with(SQL.as_str(), claim_arguments::<Postgres, _>(r, key)?)
         .fetch_optional(&mut *conn)
         .await?;
     row.as_ref().map(due_from_row).transpose()

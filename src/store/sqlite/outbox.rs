@@ -7,10 +7,13 @@
 
 use super::SqliteStore;
 use crate::primitives::time::Millis;
-use crate::store::rows::{ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, due_from_row, lease_arguments};
+use crate::store::rows::{
+    ORDERED_CANDIDATES_SQL, SUCCESSOR_SQL, claim_arguments, due_from_row, encode_error,
+    lease_arguments,
+};
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, Outbox, StoreError, rows};
 use async_trait::async_trait;
-use sqlx::{Connection, Sqlite};
+use sqlx::{Arguments, Connection, Database, Sqlite};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
@@ -51,13 +54,18 @@ static SUCCESSOR_CLAIM_SQL: LazyLock<String> = LazyLock::new(|| {
     .replace('$', "?")
 });
 
-#[async_trait]
-impl Outbox for SqliteStore {
-    async fn claim_due(&self, r: &LeaseRequest<'_>) -> Result<Vec<DueDelivery>, StoreError> {
-        let args = lease_arguments::<Sqlite>(r)?;
+impl SqliteStore {
+    /// Runs a claim (`UPDATE … RETURNING id` with `args`) on the writer's
+    /// connection and reads the claimed rows with their events, in one
+    /// transaction.
+    async fn claim(
+        &self,
+        sql: &'static str,
+        args: <Sqlite as Database>::Arguments,
+    ) -> Result<Vec<DueDelivery>, StoreError> {
         self.on_writer(async |conn| {
             let mut tx = conn.begin().await?;
-            let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_SQL, args)
+            let ids: Vec<i64> = sqlx::query_scalar_with(sql, args)
                 .fetch_all(&mut *tx)
                 .await?;
             let rows = read_claimed(&mut tx, &ids).await?;
@@ -66,6 +74,13 @@ impl Outbox for SqliteStore {
         })
         .await
     }
+}
+
+#[async_trait]
+impl Outbox for SqliteStore {
+    async fn claim_due(&self, r: &LeaseRequest<'_>) -> Result<Vec<DueDelivery>, StoreError> {
+        self.claim(CLAIM_SQL, lease_arguments::<Sqlite>(r)?).await
+    }
 
     async fn claim_due_ordered(
         &self,
@@ -73,19 +88,9 @@ impl Outbox for SqliteStore {
         after: &str,
     ) -> Result<(Vec<DueDelivery>, Option<String>), StoreError> {
         // One writer: the claim and the cursor's read are one transaction.
-        let args = lease_arguments::<Sqlite>(r)?;
-        let rows = self
-            .on_writer(async |conn| {
-                let mut tx = conn.begin().await?;
-                let ids: Vec<i64> = sqlx::query_scalar_with(CLAIM_ORDERED_SQL.as_str(), args)
-                    .bind(after)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                let rows = read_claimed(&mut tx, &ids).await?;
-                tx.commit().await?;
-                Ok(rows)
-            })
-            .await?;
+        let mut args = lease_arguments::<Sqlite>(r)?;
+        args.add(after).map_err(encode_error)?;
+        let rows = self.claim(CLAIM_ORDERED_SQL.as_str(), args).await?;
         let keys = rows.iter().filter_map(|r| r.order_key.clone()).collect();
         Ok((rows, last_key(keys, after)))
     }
@@ -95,21 +100,9 @@ impl Outbox for SqliteStore {
         r: &LeaseRequest<'_>,
         key: &str,
     ) -> Result<Option<DueDelivery>, StoreError> {
-        self.on_writer(async |conn| {
-            let mut tx = conn.begin().await?;
-            let ids: Vec<i64> = sqlx::query_scalar(SUCCESSOR_CLAIM_SQL.as_str())
-                .bind(r.target)
-                .bind(r.now)
-                .bind(r.until)
-                .bind(r.token)
-                .bind(key)
-                .fetch_all(&mut *tx)
-                .await?;
-            let rows = read_claimed(&mut tx, &ids).await?;
-            tx.commit().await?;
-            Ok(rows.into_iter().next())
-        })
-        .await
+        let args = claim_arguments::<Sqlite, _>(r, key)?;
+        let rows = self.claim(SUCCESSOR_CLAIM_SQL.as_str(), args).await?;
+        Ok(rows.into_iter().next())
     }
 
     async fn finish_attempts(
