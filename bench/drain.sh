@@ -5,11 +5,15 @@
 # gateway CPU per delivery. Loopback only, bounded by N.
 #   bench/drain.sh N [perf]     env: MODE=pg|embedded CONC=64 BIN=<dir with hookgate, loadgen, target>
 # With `perf`, records `perf record -e cpu-clock -g` of the draining gateway.
+# CONC= (empty): the target's default settings. SQL="…": what-if, run on the
+# PostgreSQL database after the backlog is ingested and before the drain (e.g.
+# SQL="DROP INDEX hookgate_deliveries_state"). The CPU line counts every
+# `postgres` process on this machine (other clients included).
 set -euo pipefail
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
 N=${1:-20000}; PERF=${2:-}
-MODE=${MODE:-pg}; CONC=${CONC:-64}
+MODE=${MODE:-pg}; CONC=${CONC-64}
 BIN=${BIN:-$(cd "$(dirname "$0")/.." && pwd)/target/release}
 PG=${PGURL:-postgres://postgres@127.0.0.1:5432}
 w=$(mktemp -d); db=hgpf_$$; pre=hgpf_$$
@@ -18,8 +22,8 @@ GW=$((21000 + RANDOM % 5000)); TP=$((26000 + RANDOM % 5000))
 targets = ["sink"]
 [targets.sink]
 url = "http://127.0.0.1:$TP/hook"
-concurrency = $CONC
 T
+[[ -n $CONC ]] && echo "concurrency = $CONC"
 } >$w/c.toml
 PIDS=()
 cleanup(){ for p in "${PIDS[@]}"; do kill $p 2>/dev/null||true; done; sleep 0.5; psql $PG/postgres -XAtqc "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1||true; redis-cli --scan --pattern "$pre:*" | xargs -r -n 1000 redis-cli unlink >/dev/null 2>&1 || true; [[ -z $PERF ]] && rm -rf "$w"; true; }
@@ -34,13 +38,21 @@ env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENA
 hc $GW
 $BIN/loadgen --url http://127.0.0.1:$GW/webhooks/stripe --secret whsec_bench_secret --conns 64 --body-size 1536 --count $N --duration 0 --id-prefix d$$ --acked-ids $w/acked > $w/l.json
 kill $g; wait $g || true
+if [[ -n ${SQL:-} ]]; then
+  [[ $MODE == pg ]] || { echo "SQL needs MODE=pg" >&2; exit 2; }
+  psql $PG/$db -XAtq -v ON_ERROR_STOP=1 -c "$SQL" >/dev/null
+fi
+ticks() { [[ -r /proc/$1/stat ]] || { echo 0; return; }; local s; s=$(<"/proc/$1/stat"); s=${s##*) }; awk '{print $12 + $13}' <<<"$s"; }
+pgticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks $p))); done; echo $t; }
+p0=$(pgticks)
 curl -sf -X POST http://127.0.0.1:$TP/reset >/dev/null
 t0=$(date +%s.%N)
 env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=true $BIN/hookgate -c $w/c.toml serve >>$w/g.log 2>&1 & g=$!; PIDS+=($g)
 if [[ -n $PERF ]]; then perf record -e cpu-clock -g -F 999 -p $g -o $w/perf.data 2>/dev/null & pp=$!; fi
 for i in $(seq 1200); do d=$(curl -sf http://127.0.0.1:$TP/report | jq -r .distinct); ((d >= N)) && break; sleep 0.2; done
 [[ -n $PERF ]] && { kill -INT $pp; wait $pp || true; }
-ct=$(awk '{print $14+$15}' /proc/$g/stat)
+ct=$(awk '{print $14+$15}' /proc/$g/stat); pt=$(( $(pgticks) - p0 ))
 rep=$(curl -sf "http://127.0.0.1:$TP/report?acked=$w/acked")
 echo "$rep" | jq -c '{distinct,total,missing,duplicates,unexpected, rps: (if .last_ms > .first_ms then .distinct*1000/(.last_ms-.first_ms) else 0 end)}'
-echo "gw cpu us/delivery: $(awk -v t=$ct -v n=$N -v hz=$(getconf CLK_TCK) 'BEGIN{printf "%.1f", t*1e6/hz/n}')  dir=$w"
+hz=$(getconf CLK_TCK)
+echo "cpu µs/delivery: gw $(awk -v t=$ct -v n=$N -v hz=$hz 'BEGIN{printf "%.1f", t*1e6/hz/n}') pg $(awk -v t=$pt -v n=$N -v hz=$hz 'BEGIN{printf "%.1f", t*1e6/hz/n}')  dir=$w"

@@ -61,7 +61,8 @@ pub trait Backlog: Send + Sync + 'static {
 /// in insertion order, so its `received_at` is the oldest; reading the
 /// minimum of `received_at` instead would join every pending row to its
 /// event). Only `pending` and `dead` rows are read: delivered rows, the bulk
-/// of the table, are skipped by `hookgate_deliveries_state (state, …)`.
+/// of the table, are skipped by `hookgate_deliveries_state (state, …)` (on
+/// PostgreSQL they are not in it at all, migration 0026).
 const TARGETS_SQL: &str = "SELECT b.target, b.pending, b.retrying, b.dead,
         (SELECT e.received_at FROM hookgate_events e WHERE e.id = b.oldest) AS oldest_at
      FROM (SELECT target,
