@@ -418,7 +418,8 @@ impl Claims {
         let local = t.limit.acquire().await;
         let global = ctx.global.clone().acquire_owned().await;
         let (ctx, t, stop) = (ctx.clone(), t.clone(), stop.clone());
-        self.inflight.spawn(async move {
+        // Boxed (see `spawn_handed`).
+        self.inflight.spawn(Box::pin(async move {
             let _global = global;
             if t.target.order_by.is_none() {
                 attempt(&ctx, &t, row, Sending::slot(local)).await;
@@ -434,7 +435,7 @@ impl Claims {
                     next = successor(&ctx, &t, &key).await;
                 }
             }
-        });
+        }));
     }
 
     /// Starts a hand-off's attempt: leased at commit, no claim needed.
@@ -449,7 +450,10 @@ impl Claims {
         }
         t.handed.increment(1);
         let (ctx, t) = (ctx.clone(), t.clone());
-        self.inflight.spawn(async move {
+        // Boxed: a task's future is copied when it is spawned, when its
+        // output replaces it and when that output is read; a box makes each
+        // of those a pointer's copy, not the attempt's few kilobytes.
+        self.inflight.spawn(Box::pin(async move {
             let _global = global;
             let Handed { row, lease, slot } = handed;
             let sending = Sending {
@@ -457,7 +461,7 @@ impl Claims {
                 ..Sending::slot(local)
             };
             attempt(&ctx, &t, (row, lease), sending).await;
-        });
+        }));
     }
 }
 

@@ -12,6 +12,7 @@ use crate::primitives::crypto::SigningKey;
 use base64::Engine;
 use serde::de::MapAccess;
 use sha2::{Digest, Sha256};
+use std::sync::OnceLock;
 use std::time::SystemTime;
 
 /// `kind = "http"`.
@@ -84,6 +85,7 @@ impl KindDef for HttpKind {
         Http {
             client: http.clone(),
             signing_key: spec.signing_key.clone(),
+            parsed: OnceLock::new(),
         }
     }
 
@@ -97,6 +99,10 @@ impl KindDef for HttpKind {
 pub struct Http {
     client: reqwest::Client,
     signing_key: Option<SigningKey>,
+    /// The endpoint's URL, parsed on the first attempt: a sink sends to its
+    /// target's one URL, and parsing it (IDNA mapping included) is work an
+    /// attempt need not repeat.
+    parsed: OnceLock<(String, reqwest::Url)>,
 }
 
 impl Http {
@@ -105,7 +111,21 @@ impl Http {
         Self {
             client: client.clone(),
             signing_key: None,
+            parsed: OnceLock::new(),
         }
+    }
+
+    /// `raw` parsed: the cached parse when it is the URL parsed before;
+    /// `None` when `raw` is no URL (the request builder then reports it).
+    fn url(&self, raw: &str) -> Option<reqwest::Url> {
+        if let Some((s, url)) = self.parsed.get()
+            && s == raw
+        {
+            return Some(url.clone());
+        }
+        let url = reqwest::Url::parse(raw).ok()?;
+        let _ = self.parsed.set((raw.to_owned(), url.clone()));
+        Some(url)
     }
 }
 
@@ -135,7 +155,11 @@ pub fn standard_signature(key: &[u8], id: &str, ts: i64, body: &[u8]) -> String 
 
 /// Builds the POST for one attempt.
 fn build(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> reqwest::RequestBuilder {
-    let mut req = http.client.post(target.url).timeout(target.timeout);
+    let req = match http.url(target.url) {
+        Some(url) => http.client.post(url),
+        None => http.client.post(target.url),
+    };
+    let mut req = req.timeout(target.timeout);
     for (name, value) in &m.provider_headers {
         if http.signing_key.is_some() && STANDARD_WEBHOOK_HEADERS.contains(&name.as_str()) {
             continue;
@@ -230,6 +254,37 @@ pub fn error_text(e: &reqwest::Error) -> String {
 mod tests {
     use super::*;
     use base64::engine::general_purpose::STANDARD;
+
+    #[test]
+    fn a_sink_parses_each_url_it_is_given_and_keeps_the_first() {
+        let http = Http::unsigned(&reqwest::Client::new());
+        let first = "http://127.0.0.1:9/first";
+        assert_eq!(http.url(first).unwrap().as_str(), first);
+        assert_eq!(http.url(first).unwrap().as_str(), first);
+        // Another URL is parsed, never answered from the kept one.
+        let other = "http://127.0.0.1:9/other?x=1";
+        assert_eq!(http.url(other).unwrap().as_str(), other);
+        assert_eq!(http.parsed.get().unwrap().0, first);
+        // No URL: the request builder reports it, as it did before.
+        assert!(http.url("not a url").is_none());
+        let endpoint = Endpoint {
+            name: "t",
+            url: "not a url",
+            timeout: std::time::Duration::from_secs(1),
+        };
+        let body = bytes::Bytes::from_static(b"{}");
+        let m = Message {
+            source: "s",
+            event_id: "e",
+            event_type: None,
+            body: &body,
+            provider_headers: Vec::new(),
+            attempt: "1".into(),
+            now_secs: 0,
+            trace: &[],
+        };
+        assert!(build(&http, &endpoint, &m).build().unwrap_err().is_builder());
+    }
 
     // The signing vector of the Standard Webhooks reference libraries:
     // https://github.com/standard-webhooks/standard-webhooks,

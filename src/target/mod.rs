@@ -264,8 +264,11 @@ macro_rules! kinds {
             /// One attempt.
             pub async fn send(&self, to: &Endpoint<'_>, message: &Message<'_>) -> Sent {
                 match self {
+                    // Boxed: the awaiting future would otherwise be as large
+                    // as the largest kind's (a broker client's), and it is
+                    // moved with every delivery task that holds it.
                     $(Self::$variant(sink) => {
-                        <$module::$def as KindDef>::send(sink, to, message).await
+                        Box::pin(<$module::$def as KindDef>::send(sink, to, message)).await
                     })*
                 }
             }
