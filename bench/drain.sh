@@ -4,7 +4,9 @@
 # a counting target; prints the exactly-once report, deliveries/s and the
 # gateway CPU per delivery. Loopback only, bounded by N.
 #   bench/drain.sh N [perf]     env: MODE=pg|embedded CONC=64 BIN=<dir with hookgate, loadgen, target>
-# With `perf`, records `perf record -e cpu-clock -g` of the draining gateway.
+# With `perf`, records `perf record -e cpu-clock --call-graph dwarf` of the
+# draining gateway (release builds keep no frame pointers, so `-g` would
+# show callers as bare addresses); read it with `perf report -i <dir>/perf.data`.
 # CONC= (empty): the target's default settings. SQL="…": what-if, run on the
 # PostgreSQL database after the backlog is ingested and before the drain (e.g.
 # SQL="DROP INDEX hookgate_deliveries_state"). The CPU line counts every
@@ -48,7 +50,7 @@ p0=$(pgticks)
 curl -sf -X POST http://127.0.0.1:$TP/reset >/dev/null
 t0=$(date +%s.%N)
 env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=true $BIN/hookgate -c $w/c.toml serve >>$w/g.log 2>&1 & g=$!; PIDS+=($g)
-if [[ -n $PERF ]]; then perf record -e cpu-clock -g -F 999 -p $g -o $w/perf.data 2>/dev/null & pp=$!; fi
+if [[ -n $PERF ]]; then perf record -e cpu-clock --call-graph dwarf,16384 -F 499 -p $g -o $w/perf.data 2>/dev/null & pp=$!; fi
 for i in $(seq 1200); do d=$(curl -sf http://127.0.0.1:$TP/report | jq -r .distinct); ((d >= N)) && break; sleep 0.2; done
 [[ -n $PERF ]] && { kill -INT $pp; wait $pp || true; }
 ct=$(awk '{print $14+$15}' /proc/$g/stat); pt=$(( $(pgticks) - p0 ))
