@@ -96,11 +96,14 @@ async fn different_bodies_under_fresh_ids_are_both_new(b: Backend) {
 
 async fn a_body_is_new_again_after_the_window(b: Backend) {
     let target = TestTarget::start().await;
-    let app = spawn_app(opts(b, "1s", &target.url)).await;
+    // Each pair below must land within one window and the sleep must
+    // outlast it: a 3 s window leaves a pair seconds of margin on a loaded
+    // machine (with 1 s, a pair's second request once came too late).
+    let app = spawn_app(opts(b, "3s", &target.url)).await;
     let body = br#"{"action":"closed"}"#;
     assert_eq!(send(&app, "gh-body", "w-1", body).await, "new");
     assert_eq!(send(&app, "gh-body", "w-2", body).await, "duplicate");
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    tokio::time::sleep(Duration::from_millis(3100)).await;
     assert_eq!(
         send(&app, "gh-body", "w-3", body).await,
         "new",
