@@ -67,7 +67,7 @@
 # The "quiet" column: the share of the whole machine's CPU (all cores) used
 # during the measured window by processes outside the bench (everything but the
 # server under test, the target, this script and its children such as loadgen,
-# PostgreSQL and Redis), from /proc/stat and /proc/<pid>/stat. A run with a
+# PostgreSQL, Redis and nats-server), from /proc/stat and /proc/<pid>/stat. A run with a
 # high figure there shared the machine and is not comparable.
 #
 # Needs: cargo, psql, redis-cli, curl, jq, a running PostgreSQL and Redis
@@ -311,6 +311,8 @@ snap() { # file server_pid
     echo "sh $$ $(selfticks)"
     for p in $(pgrep -x postgres || true); do echo "pg $p $(ticks "$p")"; done
     [[ -n $REDIS_PID ]] && echo "redis $REDIS_PID $(ticks "$REDIS_PID")"
+    # figure 7's broker: the bench's work, not the machine's other load
+    for p in $(pgrep -x nats-server || true); do echo "nats $p $(ticks "$p")"; done
     echo "srv $2 $(ticks "$2")"
   } >"$1"
 }
@@ -325,7 +327,7 @@ cpu() {
       for (k in d) if (n > 0 && (k == "srv" || k == "pg" || k == "redis"))
         printf "cpu_%s %.1f\n", k, d[k] * 1e6 / hz / n
       if (d["up"] > 0) {
-        o = d["all"] - d["srv"] - d["pg"] - d["redis"] - d["tgt"] - d["sh"]
+        o = d["all"] - d["srv"] - d["pg"] - d["redis"] - d["nats"] - d["tgt"] - d["sh"]
         printf "quiet %.0f\n", (o > 0 ? o : 0) * 100 / (d["up"] * cores)
       }
     }' "$2" "$3")
