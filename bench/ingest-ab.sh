@@ -10,6 +10,9 @@
 #   What-if runs of one build: SQL_A / SQL_B = SQL run on that side's database once the
 #   gateway has migrated it (e.g. SQL_B="DROP INDEX hookgate_events_type_recent"), and
 #   ENV_A / ENV_B = extra environment for that side's gateway (e.g. ENV_B=TOKIO_WORKER_THREADS=1).
+#   PERF=<dir>: also `perf record -e cpu-clock --call-graph dwarf,16384 -F 499` each gateway
+#   for the load's duration into <dir>/perf.<A|B>.<round>.data (read with `perf report -i`);
+#   the sampling costs CPU, so the figures of such a run do not compare with others.
 set -euo pipefail
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
@@ -37,7 +40,13 @@ run() { # dir label round
   local ds=0; [[ $MODE == dup ]] && ds=0.99
   local g0 p0 r0 g1 p1 r1
   g0=$(ticks $g); p0=$(pgticks); r0=$(ticks $REDIS_PID)
+  local pp=
+  if [[ -n ${PERF:-} ]]; then
+    mkdir -p "$PERF"
+    perf record -e cpu-clock --call-graph dwarf,16384 -F 499 -p $g -o "$PERF/perf.$2.$3.data" 2>/dev/null & pp=$!
+  fi
   $LG --url http://127.0.0.1:$GW/webhooks/stripe --secret whsec_bench_secret --conns 64 --duration $DUR --dup-share $ds --id-prefix ab$$_$3_$2 > $w/l.json
+  if [[ -n $pp ]]; then kill -INT $pp; wait $pp 2>/dev/null || true; fi
   sleep 0.5  # arrivals flush
   g1=$(ticks $g); p1=$(pgticks); r1=$(ticks $REDIS_PID)
   local ok rps p99
