@@ -214,7 +214,10 @@ impl<S, C: Clone> Cached<S, C> {
         if let Some(c) = self.current() {
             return Ok(c);
         }
-        Ok(self.store(connect(&mut state).await?))
+        // Boxed: a Sentinel connect's future is kilobytes, and inline it
+        // would size the box every claim allocates and fills, for a path
+        // taken once per connection.
+        Ok(self.store(Box::pin(connect(&mut state)).await?))
     }
 
     fn current(&self) -> Option<C> {

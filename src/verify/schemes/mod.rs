@@ -33,7 +33,10 @@ pub trait SchemeDef {
     fn sign(s: &Signer<'_>, out: &mut Signed) -> Result<(), String>;
 
     /// The key the request names (PayPal's certificate, Plaid's JWK),
-    /// obtained before the synchronous check. Most schemes need none.
+    /// obtained before the synchronous check. Most schemes need none. A
+    /// scheme that awaits I/O here boxes that future: every scheme's fetch
+    /// is inlined into the request's future, which is moved whole through
+    /// the server's layers, so one inline HTTP client future sizes them all.
     fn fetch(
         source: &Source,
         incoming: &Incoming<'_>,

@@ -96,10 +96,9 @@ impl SchemeDef for Paypal {
         now: i64,
     ) -> Result<Option<FetchedKey>, VerifyError> {
         match &source.settings {
+            // Boxed: see `SchemeDef::fetch`.
             Some(SchemeSettings::Paypal(settings)) => Ok(Some(FetchedKey::Paypal(
-                settings
-                    .key_for(&incoming.headers, incoming.client_ip, now)
-                    .await?,
+                Box::pin(settings.key_for(&incoming.headers, incoming.client_ip, now)).await?,
             ))),
             _ => Ok(None),
         }

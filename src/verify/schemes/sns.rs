@@ -117,10 +117,11 @@ impl SchemeDef for Sns {
         };
         let msg = Message::parse(&incoming.body)?;
         settings.check_topic(&msg)?;
-        let key = settings.key_for(&msg, incoming.client_ip, now).await?;
+        // Boxed: see `SchemeDef::fetch`.
+        let key = Box::pin(settings.key_for(&msg, incoming.client_ip, now)).await?;
         if msg.kind == SUBSCRIPTION_CONFIRMATION && settings.confirm {
             msg.verify(&key)?;
-            settings.confirm(&msg).await?;
+            Box::pin(settings.confirm(&msg)).await?;
         }
         Ok(Some(FetchedKey::Sns(key)))
     }

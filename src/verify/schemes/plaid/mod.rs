@@ -68,15 +68,15 @@ impl SchemeDef for Plaid {
     ) -> Result<Option<FetchedKey>, VerifyError> {
         match &source.settings {
             Some(SchemeSettings::Plaid(settings)) => {
-                let key = settings
-                    .key_for(
-                        &incoming.headers,
-                        &incoming.body,
-                        source.tolerance,
-                        incoming.client_ip,
-                        now,
-                    )
-                    .await?;
+                // Boxed: see `SchemeDef::fetch`.
+                let key = Box::pin(settings.key_for(
+                    &incoming.headers,
+                    &incoming.body,
+                    source.tolerance,
+                    incoming.client_ip,
+                    now,
+                ))
+                .await?;
                 Ok(Some(FetchedKey::Plaid(key)))
             }
             _ => Ok(None),
