@@ -76,9 +76,17 @@ for db in $(psql -h "$PGHOST_ADDR" -U postgres -d postgres -Atc \
   psql -h "$PGHOST_ADDR" -U postgres -d postgres -qc "DROP DATABASE IF EXISTS $db WITH (FORCE)" || true
 done
 
+started=$SECONDS
 cargo test --locked "$@"
+echo "(cargo test took $((SECONDS - started)) s)"
 
-# The admin console in headless Chromium (skip with HOOKGATE_SKIP_BROWSER=1).
+# The admin console in headless Chromium (skip with HOOKGATE_SKIP_BROWSER=1),
+# on the binary `cargo test` just built: `cargo build` builds it with the
+# feature set without the dev-dependencies', which on a fresh target
+# directory means compiling again every crate whose features differ.
 if [ -z "${HOOKGATE_SKIP_BROWSER:-}" ]; then
-  ./scripts/browser-test.sh
+  started=$SECONDS
+  HOOKGATE_BIN=${HOOKGATE_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/debug/hookgate} \
+    ./scripts/browser-test.sh
+  echo "(browser tests took $((SECONDS - started)) s)"
 fi

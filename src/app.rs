@@ -81,13 +81,21 @@ impl App {
             MAX_BATCH,
             config.storage.statement_timeout,
         );
-        let dedup = Arc::new(Dedup::new(
-            cache,
-            group,
-            store.event_log.clone(),
-            config.dedup.clone(),
-            config.storage.key_prefix.clone(),
-        ));
+        let dedup = Arc::new(
+            Dedup::new(
+                cache,
+                group,
+                store.event_log.clone(),
+                config.dedup.clone(),
+                config.storage.key_prefix.clone(),
+            )
+            // Only with Redis: the in-process cache is near already.
+            .with_near_cache(if config.storage.redis_url.is_some() {
+                config.storage.near_cache_capacity
+            } else {
+                0
+            }),
+        );
         let counters = Arc::new(
             Counters::new(
                 config

@@ -190,6 +190,7 @@ pub struct Storage {
     pub migrate: bool,
     pub key_prefix: String,
     pub cache_capacity: u64,
+    pub near_cache_capacity: u64,
     pub redis_timeout: Duration,
     pub max_connections: Option<u32>,
     /// Bound of one ledger call (see `batch` and `store::postgres`).
@@ -202,10 +203,11 @@ impl Storage {
     pub fn cache_display(&self) -> String {
         match &self.redis_url {
             Some(u) => format!(
-                "redis {} {} (key prefix `{}`)",
+                "redis {} {} (key prefix `{}`; near cache {} ids)",
                 redis_url::RedisTopology::parse(u.expose()).map_or("?", |t| t.kind()),
                 crate::primitives::url::show(u.expose()),
-                self.key_prefix
+                self.key_prefix,
+                self.near_cache_capacity
             ),
             None => format!("in-process (capacity {})", self.cache_capacity),
         }

@@ -250,6 +250,10 @@ pub struct RawStorage {
     /// Largest number of ids the in-process cache holds. Default 100,000
     /// (about 80 MB: ~0.8 KB of memory per id, measured).
     pub cache_capacity: u64,
+    /// With Redis: most `done` ids this process marked kept in process, so
+    /// their copies are answered without a round trip (`dedup::near`). 0 = none.
+    /// Default 20,000 (about 8 MB: ~0.4 KB of memory per id, measured).
+    pub near_cache_capacity: u64,
     /// Deadline of one Redis command before dedup falls back to the ledger. Default 250ms.
     pub redis_timeout: Dur,
     /// Database connections in the pool. Default 10 (SQLite: 4).
@@ -268,6 +272,7 @@ impl Default for RawStorage {
             migrate: true,
             key_prefix: "hookgate".into(),
             cache_capacity: 100_000,
+            near_cache_capacity: 20_000,
             redis_timeout: Dur(Duration::from_millis(250)),
             max_connections: None,
             statement_timeout: Dur(Duration::from_secs(5)),

@@ -85,6 +85,10 @@ impl Config {
             "storage.cache_capacity",
             s.cache_capacity == o.cache_capacity,
         );
+        keep(
+            "storage.near_cache_capacity",
+            s.near_cache_capacity == o.near_cache_capacity,
+        );
         keep("storage.redis_timeout", s.redis_timeout == o.redis_timeout);
         keep(
             "storage.max_connections",

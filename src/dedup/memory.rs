@@ -14,21 +14,45 @@ struct Slot {
     ttl: Duration,
 }
 
+/// A cached value that carries the TTL it was written with.
+pub(super) trait WrittenTtl {
+    fn ttl(&self) -> Duration;
+}
+
+impl WrittenTtl for Slot {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+}
+
+/// Expires each entry after the TTL it was written (or rewritten) with,
+/// as Redis's `PX` does.
 struct PerEntryTtl;
 
-impl moka::Expiry<String, Slot> for PerEntryTtl {
-    fn expire_after_create(&self, _: &String, v: &Slot, _: Instant) -> Option<Duration> {
-        Some(v.ttl)
+impl<V: WrittenTtl> moka::Expiry<String, V> for PerEntryTtl {
+    fn expire_after_create(&self, _: &String, v: &V, _: Instant) -> Option<Duration> {
+        Some(v.ttl())
     }
     fn expire_after_update(
         &self,
         _: &String,
-        v: &Slot,
+        v: &V,
         _: Instant,
         _: Option<Duration>,
     ) -> Option<Duration> {
-        Some(v.ttl)
+        Some(v.ttl())
     }
+}
+
+/// A cache of at most `capacity` entries, each expiring after its own TTL.
+pub(super) fn ttl_cache<V>(capacity: u64) -> Cache<String, V>
+where
+    V: WrittenTtl + Clone + Send + Sync + 'static,
+{
+    Cache::builder()
+        .max_capacity(capacity)
+        .expire_after(PerEntryTtl)
+        .build()
 }
 
 pub struct MemoryCache {
@@ -38,10 +62,7 @@ pub struct MemoryCache {
 impl MemoryCache {
     pub fn new(capacity: u64) -> Self {
         Self {
-            cache: Cache::builder()
-                .max_capacity(capacity)
-                .expire_after(PerEntryTtl)
-                .build(),
+            cache: ttl_cache(capacity),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Dedup: the state machine of docs/design.md, per source + event id.
 //!
 //! ```text
+//! near cache (Redis only): this process marked the key done → Duplicate (no round trip)
 //! claim (cache SET NX) ─ Owned ──→ ledger INSERT … ON CONFLICT DO NOTHING (+ deliveries), COMMIT
 //!                      │             ├ inserted → New,       cache := done
 //!                      │             ├ conflict → Duplicate, cache := done   (cache had lost it)
@@ -26,6 +27,7 @@
 pub mod arrivals;
 pub mod cache;
 pub mod memory;
+pub mod near;
 pub mod redis;
 pub mod writer;
 
@@ -37,6 +39,7 @@ use crate::store::body_hashes::BodyClaim;
 use crate::store::{EventLog, NewEvent, Recorded, StoreError};
 use crate::verify::Verified;
 use cache::{Claim, ClaimCache, Mark};
+use near::NearCache;
 use sha2::{Digest, Sha256};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -84,8 +87,13 @@ enum ClaimEnd {
     /// The outcome is not known (or the ledger failed): give the claim back,
     /// so the next copy claims at once and the ledger decides it.
     Release,
-    /// The ledger holds the id: mark the key `done` with the stored hash.
-    Done { hash: String, ttl: Duration },
+    /// The ledger holds the id: mark the key `done` with the stored hash
+    /// (`hash`, the hex of `sha`; `None` for a stored hash that is not 32 bytes).
+    Done {
+        sha: Option<[u8; 32]>,
+        hash: String,
+        ttl: Duration,
+    },
 }
 
 /// A claim whose end the cache has not been told yet. The owned section
@@ -111,9 +119,21 @@ impl OpenClaim<'_> {
     /// guard still armed.
     async fn end(mut self, end: ClaimEnd) {
         let d = self.dedup;
+        if let (
+            ClaimEnd::Done {
+                sha: Some(sha),
+                ttl,
+                ..
+            },
+            Some(near),
+            Some(c),
+        ) = (&end, &d.near, &self.claim)
+        {
+            near.remember(c.key.clone(), *sha, *ttl);
+        }
         match end {
             // The claim moves into the mark: nothing is copied, nothing awaited.
-            ClaimEnd::Done { hash, ttl } if d.queues_marks(ttl, self.have_claim) => {
+            ClaimEnd::Done { hash, ttl, .. } if d.queues_marks(ttl, self.have_claim) => {
                 let c = self.claim.take().expect("ended once");
                 d.queue_mark(Mark {
                     key: c.key,
@@ -171,6 +191,8 @@ const CACHE_PROBE_EVERY: Duration = Duration::from_secs(1);
 
 pub struct Dedup {
     cache: Arc<dyn ClaimCache>,
+    /// `done` ids marked by this process, in front of a remote cache.
+    near: Option<NearCache>,
     ledger: GroupCommit,
     /// For the body claims of `dedup_by_body` sources (one statement each).
     bodies: Arc<dyn EventLog>,
@@ -187,6 +209,8 @@ pub struct Dedup {
     /// `hookgate_cache_claim_seconds`: one claim's round trip, answered or
     /// failed (docs/operations.md, "Metrics").
     claim_seconds: metrics::Histogram,
+    /// `hookgate_cache_near_hits_total`: copies the near cache answered.
+    near_hits: metrics::Counter,
 }
 
 impl Dedup {
@@ -199,6 +223,7 @@ impl Dedup {
     ) -> Self {
         Self {
             cache,
+            near: None,
             ledger,
             bodies,
             settings,
@@ -208,7 +233,15 @@ impl Dedup {
             epoch: Instant::now(),
             marks: OnceLock::new(),
             claim_seconds: metrics::histogram!("hookgate_cache_claim_seconds"),
+            near_hits: metrics::counter!("hookgate_cache_near_hits_total"),
         }
+    }
+
+    /// Puts a near cache of `capacity` ids in front of a remote cache
+    /// ([`near`]); 0 leaves it out.
+    pub fn with_near_cache(mut self, capacity: u64) -> Self {
+        self.near = (capacity > 0).then(|| NearCache::new(capacity));
+        self
     }
 
     pub fn cache(&self) -> &Arc<dyn ClaimCache> {
@@ -223,21 +256,33 @@ impl Dedup {
         cache_ttl: Duration,
         now_ms: Millis,
     ) -> Result<Outcome, DedupError> {
+        let sha: [u8; 32] = Sha256::digest(v.body()).into();
+        // `concat` sizes the string once (this runs for every request).
+        let key = [
+            self.key_prefix.as_str(),
+            ":v1:",
+            &v.source().name,
+            ":",
+            v.event_id().as_str(),
+        ]
+        .concat();
+        if let Some(stored) = self.near.as_ref().and_then(|n| n.done(&key)) {
+            self.near_hits.increment(1);
+            let conflict = stored != sha;
+            if conflict {
+                log_conflict(&v, &token::hex(&stored), &token::hex(&sha));
+            }
+            return Ok(Outcome::Duplicate {
+                layer: Layer::Cache,
+                conflict,
+            });
+        }
         // While `expected_write` is held, the ledger's group commit counts
         // this request as a write on its way and may hold a formed batch a
         // moment for it; dropping it says no write is coming from here.
         let mut expected_write = self.ledger.pending_job();
-        let sha: [u8; 32] = Sha256::digest(v.body()).into();
         let c = Claimant {
-            // `concat` sizes the string once (this runs for every request).
-            key: [
-                self.key_prefix.as_str(),
-                ":v1:",
-                &v.source().name,
-                ":",
-                v.event_id().as_str(),
-            ]
-            .concat(),
+            key,
             // Only needs to be unique among concurrent claims of one key.
             token: token::random_hex(),
             hash: token::hex(&sha),
@@ -380,7 +425,12 @@ impl Dedup {
                 // request answered; a copy arriving before the mark is sent
                 // sees our claim and waits for it.
                 let ttl = within(cache_ttl, expires_at);
-                u.end(ClaimEnd::Done { hash, ttl }).await;
+                u.end(ClaimEnd::Done {
+                    sha: Some(sha),
+                    hash,
+                    ttl,
+                })
+                .await;
                 Ok(Outcome::New {
                     unrouted,
                     event_type,
@@ -397,7 +447,12 @@ impl Dedup {
                     log_conflict(&v, &stored, &hash);
                 }
                 let ttl = within(cache_ttl, expires_at);
-                u.end(ClaimEnd::Done { hash: stored, ttl }).await;
+                u.end(ClaimEnd::Done {
+                    sha: stored_sha256.as_slice().try_into().ok(),
+                    hash: stored,
+                    ttl,
+                })
+                .await;
                 Ok(Outcome::Duplicate {
                     layer: Layer::Ledger,
                     conflict,
@@ -417,7 +472,7 @@ impl Dedup {
     async fn end_claim(self: &Arc<Self>, c: &Claimant, end: &ClaimEnd, have_claim: bool) {
         match end {
             ClaimEnd::Release => self.release(c, have_claim).await,
-            ClaimEnd::Done { hash, ttl } => self.mark_done(c, hash, *ttl, have_claim).await,
+            ClaimEnd::Done { hash, ttl, .. } => self.mark_done(c, hash, *ttl, have_claim).await,
         }
     }
 

@@ -147,27 +147,15 @@ async fn a_lost_cache_still_answers_duplicate_from_the_ledger(b: Backend) {
         dedup_header(&app.post_stripe("evt_cache_lost").await),
         "new"
     );
-    let app = match b {
-        Backend::Production => {
-            // Flush only this test's keys: the shared Redis is not ours to flush.
-            let keys = redis_keys(&app.prefix).await;
-            assert!(!keys.is_empty(), "the claim was cached");
-            let client = redis::Client::open(redis_url()).unwrap();
-            let mut c = client.get_multiplexed_async_connection().await.unwrap();
-            let _: () = redis::cmd("DEL")
-                .arg(&keys)
-                .query_async(&mut c)
-                .await
-                .unwrap();
-            app
-        }
-        Backend::Embedded => {
-            // The in-process cache dies with the process.
-            let (opts, prefix) = (app.opts.clone(), app.prefix.clone());
-            let db = app.stop().await;
-            spawn_on(opts, db, prefix).await
-        }
-    };
+    // The in-process cache (and, with Redis, the near cache) dies with the
+    // process.
+    let (opts, prefix) = (app.opts.clone(), app.prefix.clone());
+    let db = app.stop().await;
+    if b == Backend::Production {
+        // Flush only this test's keys: the shared Redis is not ours to flush.
+        del_redis_keys(&prefix).await;
+    }
+    let app = spawn_on(opts, db, prefix).await;
     let r = app.post_stripe("evt_cache_lost").await;
     assert_eq!(dedup_header(&r), "duplicate");
     assert_eq!(
@@ -290,6 +278,62 @@ max_attempts = 1000
     assert!(kept.contains("evt_window~expired~"), "{kept}");
 }
 
+/// With Redis, a copy of an event this replica marked `done` is answered
+/// by its near cache (`dedup::near`) without asking Redis: with the Redis
+/// keys gone it is still a cache duplicate, where without the near cache the
+/// ledger answers it; a copy with another body is a counted conflict there.
+#[tokio::test]
+async fn the_near_cache_answers_copies_of_events_this_replica_marked() {
+    // (capacity, copies answered by the cache, by the ledger): without the
+    // near cache the first copy is the ledger's, which marks Redis again.
+    for (capacity, cache, ledger) in [("100", 2, 0), ("0", 1, 1)] {
+        let mut opts = Opts::new(Backend::Production);
+        opts.storage_extra = format!("near_cache_capacity = {capacity}");
+        let app = spawn_app(opts).await;
+        let body = stripe_body("evt_near");
+        assert_eq!(dedup_header(&app.post_stripe_body(&body).await), "new");
+        // The `done` mark reaches Redis after the answer: wait for it, or
+        // it would come back after the keys are deleted.
+        let marked = eventually(std::time::Duration::from_secs(5), || async {
+            redis_values(&app.prefix)
+                .await
+                .iter()
+                .any(|v| v.starts_with("done:"))
+        })
+        .await;
+        assert!(marked, "the mark reached Redis");
+        del_redis_keys(&app.prefix).await;
+        let hits = app.metric_value("hookgate_cache_near_hits_total").await;
+
+        assert_eq!(
+            dedup_header(&app.post_stripe_body(&body).await),
+            "duplicate"
+        );
+        let other = br#"{"id":"evt_near","object":"event","amount":1}"#;
+        assert_eq!(
+            dedup_header(&app.post_stripe_body(other).await),
+            "duplicate"
+        );
+
+        let s = &app.stats().await["sources"]["stripe"];
+        assert_eq!(
+            s["duplicates_by_layer"]["cache"], cache,
+            "near {capacity}: {s}"
+        );
+        assert_eq!(
+            s["duplicates_by_layer"]["ledger"], ledger,
+            "near {capacity}: {s}"
+        );
+        assert_eq!(s["conflicts"], 1, "near {capacity}: {s}");
+        if ledger == 0 {
+            // Shared by the tests of this process: at least ours.
+            let after = app.metric_value("hookgate_cache_near_hits_total").await;
+            assert!(after >= hits + 2, "{hits} -> {after}");
+        }
+        app.stop().await;
+    }
+}
+
 /// The rule (docs/design.md, "Dedup window"): an id is a duplicate while
 /// its ledger row's window is open. When the cache has lost an id and a copy
 /// is answered by the ledger, the cache entry it writes back ends with the
@@ -301,6 +345,9 @@ async fn a_ledger_duplicate_does_not_rearm_the_cache_past_the_rows_window() {
     opts.extra = format!(
         "[sources.short]\nprovider = \"stripe\"\nsecrets = [\"{STRIPE_SECRET}\"]\ndedup_window = \"3s\"\ntolerance = \"3s\"\n"
     );
+    // Without the near cache, which would answer the copy before Redis and
+    // the ledger are asked.
+    opts.storage_extra = "near_cache_capacity = 0".into();
     let app = spawn_app(opts).await;
     let body = stripe_body("evt_rearm");
     let send = || {
@@ -312,15 +359,7 @@ async fn a_ledger_duplicate_does_not_rearm_the_cache_past_the_rows_window() {
     assert_eq!(send().await, "new");
     // The cache loses the id (eviction, a Redis restart): the next copy is
     // answered by the ledger, late in the row's window.
-    let client = redis::Client::open(redis_url()).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    for key in redis_keys(&app.prefix).await {
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut c)
-            .await
-            .unwrap();
-    }
+    del_redis_keys(&app.prefix).await;
     tokio::time::sleep(std::time::Duration::from_millis(2000)).await;
     assert_eq!(send().await, "duplicate");
     let purged = eventually(std::time::Duration::from_secs(10), || async {

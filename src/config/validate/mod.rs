@@ -463,6 +463,7 @@ fn storage(raw: raw::RawStorage, v: &mut Validator<'_>) -> Storage {
         migrate: raw.migrate,
         key_prefix: raw.key_prefix,
         cache_capacity: raw.cache_capacity,
+        near_cache_capacity: raw.near_cache_capacity,
         redis_timeout: raw.redis_timeout.0,
         max_connections: raw.max_connections,
         statement_timeout: raw.statement_timeout.0,

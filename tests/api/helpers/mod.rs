@@ -471,3 +471,35 @@ pub async fn redis_keys(prefix: &str) -> Vec<String> {
         .await
         .unwrap()
 }
+
+/// The values of the keys under `prefix` in the shared Redis.
+pub async fn redis_values(prefix: &str) -> Vec<String> {
+    let keys = redis_keys(prefix).await;
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let values: Vec<Option<String>> = redis::cmd("MGET")
+        .arg(&keys)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    values.into_iter().flatten().collect()
+}
+
+/// Deletes the keys under `prefix` (only this test's: the shared Redis is
+/// not ours to flush).
+pub async fn del_redis_keys(prefix: &str) {
+    let keys = redis_keys(prefix).await;
+    if keys.is_empty() {
+        return;
+    }
+    let client = redis::Client::open(redis_url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL")
+        .arg(&keys)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+}
