@@ -76,6 +76,11 @@ pub const FAMILIES: &[(&str, Kind, &str)] = &[
         "Claim cache calls that failed; dedup fell back to the ledger.",
     ),
     (
+        "hookgate_cache_near_hits_total",
+        Kind::Counter,
+        "Copies answered duplicate by the near cache in front of Redis (this process's done marks), without a claim.",
+    ),
+    (
         "hookgate_arrivals_dropped_total",
         Kind::Counter,
         "Duplicate arrivals not recorded for the console because their queue was full.",
