@@ -303,7 +303,6 @@ async fn the_near_cache_answers_copies_of_events_this_replica_marked() {
         .await;
         assert!(marked, "the mark reached Redis");
         del_redis_keys(&app.prefix).await;
-        let hits = app.metric_value("hookgate_cache_near_hits_total").await;
 
         assert_eq!(
             dedup_header(&app.post_stripe_body(&body).await),
@@ -325,11 +324,6 @@ async fn the_near_cache_answers_copies_of_events_this_replica_marked() {
             "near {capacity}: {s}"
         );
         assert_eq!(s["conflicts"], 1, "near {capacity}: {s}");
-        if ledger == 0 {
-            // Shared by the tests of this process: at least ours.
-            let after = app.metric_value("hookgate_cache_near_hits_total").await;
-            assert!(after >= hits + 2, "{hits} -> {after}");
-        }
         app.stop().await;
     }
 }
