@@ -11,6 +11,10 @@
 # PostgreSQL database after the backlog is ingested and before the drain (e.g.
 # SQL="DROP INDEX hookgate_deliveries_state"). The CPU line counts every
 # `postgres` process on this machine (other clients included).
+# CALLGRIND=<file>: the draining gateway runs under valgrind's callgrind
+# instead (stopped once the drain is done; the CPU line then reads 0). A drain
+# of N minus a drain of a smaller N gives instructions per delivery without
+# the start-up.
 set -euo pipefail
 # shellcheck source=bench/common.sh
 source "$(dirname "$0")/common.sh"
@@ -49,11 +53,14 @@ pgticks() { local t=0 p; for p in $(pgrep -x postgres); do t=$((t + $(ticks $p))
 p0=$(pgticks)
 curl -sf -X POST http://127.0.0.1:$TP/reset >/dev/null
 t0=$(date +%s.%N)
-env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=true $BIN/hookgate -c $w/c.toml serve >>$w/g.log 2>&1 & g=$!; PIDS+=($g)
+VG=(); [[ -n ${CALLGRIND:-} ]] && VG=(valgrind --tool=callgrind "--callgrind-out-file=$CALLGRIND")
+env -u DATABASE_URL -u REDIS_URL -u RUST_LOG "${ENVS[@]}" HOOKGATE_DELIVERY__ENABLED=true "${VG[@]}" $BIN/hookgate -c $w/c.toml serve >>$w/g.log 2>&1 & g=$!; PIDS+=($g)
 if [[ -n $PERF ]]; then perf record -e cpu-clock --call-graph dwarf,16384 -F 499 -p $g -o $w/perf.data 2>/dev/null & pp=$!; fi
 for i in $(seq 1200); do d=$(curl -sf http://127.0.0.1:$TP/report | jq -r .distinct); ((d >= N)) && break; sleep 0.2; done
 [[ -n $PERF ]] && { kill -INT $pp; wait $pp || true; }
-ct=$(awk '{print $14+$15}' /proc/$g/stat); pt=$(( $(pgticks) - p0 ))
+# callgrind writes its file when the gateway exits.
+[[ -n ${CALLGRIND:-} ]] && { kill -TERM $g; wait $g || true; }
+ct=0; [[ -r /proc/$g/stat ]] && ct=$(awk '{print $14+$15}' /proc/$g/stat); pt=$(( $(pgticks) - p0 ))
 rep=$(curl -sf "http://127.0.0.1:$TP/report?acked=$w/acked")
 echo "$rep" | jq -c '{distinct,total,missing,duplicates,unexpected, rps: (if .last_ms > .first_ms then .distinct*1000/(.last_ms-.first_ms) else 0 end)}'
 hz=$(getconf CLK_TCK)

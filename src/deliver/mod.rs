@@ -203,7 +203,7 @@ pub fn start(
 ) -> fleet::Fleet {
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
+        .user_agent(crate::target::http::USER_AGENT)
         .tcp_nodelay(true)
         .build()
         .expect("HTTP client with default TLS");
