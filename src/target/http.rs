@@ -92,6 +92,7 @@ impl KindDef for HttpKind {
             plain: plain_client(),
             signing_key: spec.signing_key.clone(),
             parsed: OnceLock::new(),
+            parsed_uri: OnceLock::new(),
         }
     }
 
@@ -125,6 +126,8 @@ pub struct Http {
     /// target's one URL, and parsing it (IDNA mapping included) is work an
     /// attempt need not repeat.
     parsed: OnceLock<(String, reqwest::Url)>,
+    /// The same for the plain client's request.
+    parsed_uri: OnceLock<(String, http::Uri)>,
 }
 
 impl Http {
@@ -135,21 +138,37 @@ impl Http {
             plain: None,
             signing_key: None,
             parsed: OnceLock::new(),
+            parsed_uri: OnceLock::new(),
         }
     }
 
     /// `raw` parsed: the cached parse when it is the URL parsed before;
     /// `None` when `raw` is no URL (the request builder then reports it).
     fn url(&self, raw: &str) -> Option<reqwest::Url> {
-        if let Some((s, url)) = self.parsed.get()
-            && s == raw
-        {
-            return Some(url.clone());
-        }
-        let url = reqwest::Url::parse(raw).ok()?;
-        let _ = self.parsed.set((raw.to_owned(), url.clone()));
-        Some(url)
+        kept(&self.parsed, raw, |r| reqwest::Url::parse(r).ok())
     }
+
+    /// [`Http::url`] as the plain client takes it.
+    fn uri(&self, raw: &str) -> Option<http::Uri> {
+        kept(&self.parsed_uri, raw, |r| r.parse().ok())
+    }
+}
+
+/// `raw` parsed: `cell`'s parse when it holds `raw`, else `parse(raw)`,
+/// kept in `cell` if it is the first.
+fn kept<T: Clone>(
+    cell: &OnceLock<(String, T)>,
+    raw: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Option<T> {
+    if let Some((s, parsed)) = cell.get()
+        && s == raw
+    {
+        return Some(parsed.clone());
+    }
+    let parsed = parse(raw)?;
+    let _ = cell.set((raw.to_owned(), parsed.clone()));
+    Some(parsed)
 }
 
 /// Headers the gateway's own signature replaces when a target signs.
@@ -259,7 +278,10 @@ pub async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
     if let Some(plain) = &http.plain
         && target.url.starts_with("http://")
     {
-        return send_plain(plain, target, m, h).await;
+        let Some(uri) = http.uri(target.url) else {
+            return Sent::permanent("request failed: the target URL is invalid".into());
+        };
+        return send_plain(plain, uri, target, m, h).await;
     }
     match build(http, target, m, h).send().await {
         Ok(res) => answered(res.status(), res.headers()),
@@ -280,11 +302,13 @@ pub async fn send(http: &Http, target: &Endpoint<'_>, m: &Message<'_>) -> Sent {
 /// [`send`] for a plain `http://` URL on hyper-util's client, with what
 /// reqwest adds by default (`user-agent`, `accept: */*`) and its
 /// request timeout (until the answer's head).
-async fn send_plain(plain: &Plain, target: &Endpoint<'_>, m: &Message<'_>, mut h: HeaderMap) -> Sent {
-    let uri = match target.url.parse::<http::Uri>() {
-        Ok(uri) => uri,
-        Err(_) => return Sent::permanent("request failed: the target URL is invalid".into()),
-    };
+async fn send_plain(
+    plain: &Plain,
+    uri: http::Uri,
+    target: &Endpoint<'_>,
+    m: &Message<'_>,
+    mut h: HeaderMap,
+) -> Sent {
     h.entry(http::header::USER_AGENT)
         .or_insert(HeaderValue::from_static(USER_AGENT));
     h.entry(http::header::ACCEPT)
@@ -373,8 +397,14 @@ mod tests {
         let other = "http://127.0.0.1:9/other?x=1";
         assert_eq!(http.url(other).unwrap().as_str(), other);
         assert_eq!(http.parsed.get().unwrap().0, first);
+        // The plain client's parse is kept the same way.
+        assert_eq!(http.uri(first).unwrap(), first);
+        assert_eq!(http.uri(other).unwrap(), other);
+        assert_eq!(http.parsed_uri.get().unwrap().0, first);
+        assert_eq!(http.uri(first).unwrap(), first);
         // No URL: the request builder reports it, as it did before.
         assert!(http.url("not a url").is_none());
+        assert!(http.uri("not a url").is_none());
         let endpoint = Endpoint {
             name: "t",
             url: "not a url",
@@ -471,13 +501,20 @@ mod tests {
         (url, rx)
     }
 
-    fn message<'a>(body: &'a bytes::Bytes, name: &'a HeaderName, value: &'a HeaderValue) -> Message<'a> {
+    static BODY: Bytes = Bytes::from_static(b"{\"id\":\"evt_1\"}");
+    static SIGNATURE: (HeaderName, HeaderValue) = (
+        HeaderName::from_static("stripe-signature"),
+        HeaderValue::from_static("t=1,v1=ab"),
+    );
+
+    /// The second attempt of a Stripe event with one provider header.
+    fn message() -> Message<'static> {
         Message {
             source: "stripe",
             event_id: "evt_1",
             event_type: None,
-            body,
-            provider_headers: vec![(name, value)],
+            body: &BODY,
+            provider_headers: vec![(&SIGNATURE.0, &SIGNATURE.1)],
             attempt: "2".into(),
             now_secs: 0,
             trace: &[],
@@ -490,14 +527,12 @@ mod tests {
         let plain = plain_client_with(|_| None).unwrap();
         let h = headers(&Http::unsigned(&reqwest::Client::new()), m).unwrap();
         let to = Endpoint { name: "t", url, timeout: std::time::Duration::from_secs_f64(secs) };
-        send_plain(&plain, &to, m, h).await
+        send_plain(&plain, url.parse().unwrap(), &to, m, h).await
     }
 
     #[tokio::test]
     async fn a_plain_http_attempt_sends_what_reqwest_sent_and_reads_the_answer() {
-        let body = bytes::Bytes::from_static(b"{\"id\":\"evt_1\"}");
-        let (name, value) = (HeaderName::from_static("stripe-signature"), HeaderValue::from_static("t=1,v1=ab"));
-        let m = message(&body, &name, &value);
+        let m = message();
         let (url, got) = one_answer("HTTP/1.1 503 Service Unavailable\r\nretry-after: 7\r\ncontent-length: 0\r\n\r\n").await;
         let sent = post_plain(&url, 5.0, &m).await;
         let Sent::Retry { status, error, retry_after } = sent else { panic!("{sent:?}") };
@@ -526,9 +561,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_plain_http_failure_never_names_the_target_url() {
-        let body = bytes::Bytes::from_static(b"{}");
-        let (name, value) = (HeaderName::from_static("x-a"), HeaderValue::from_static("b"));
-        let m = message(&body, &name, &value);
+        let m = message();
         // Closed without an answer.
         let (url, _) = one_answer("").await;
         let Sent::Retry { status: None, error, .. } = post_plain(&url, 5.0, &m).await else {
