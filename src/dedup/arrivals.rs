@@ -19,7 +19,7 @@
 use crate::primitives::time::Millis;
 use crate::store::EventLog;
 use crate::store::event_log::NewArrival;
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

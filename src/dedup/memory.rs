@@ -45,18 +45,20 @@ impl<V: WrittenTtl> moka::Expiry<String, V> for PerEntryTtl {
 }
 
 /// A cache of at most `capacity` entries, each expiring after its own TTL.
-pub(super) fn ttl_cache<V>(capacity: u64) -> Cache<String, V>
+/// Its keys are ids of verified events, so it hashes with foldhash, not
+/// SipHash (Cargo.toml, `foldhash`).
+pub(super) fn ttl_cache<V>(capacity: u64) -> Cache<String, V, foldhash::fast::RandomState>
 where
     V: WrittenTtl + Clone + Send + Sync + 'static,
 {
     Cache::builder()
         .max_capacity(capacity)
         .expire_after(PerEntryTtl)
-        .build()
+        .build_with_hasher(foldhash::fast::RandomState::default())
 }
 
 pub struct MemoryCache {
-    cache: Cache<String, Slot>,
+    cache: Cache<String, Slot, foldhash::fast::RandomState>,
 }
 
 impl MemoryCache {

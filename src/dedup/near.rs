@@ -28,7 +28,7 @@ impl WrittenTtl for Done {
 }
 
 pub struct NearCache {
-    done: Cache<String, Done>,
+    done: Cache<String, Done, foldhash::fast::RandomState>,
 }
 
 impl NearCache {

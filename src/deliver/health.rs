@@ -13,8 +13,8 @@
 //! caller passes `now`); it logs, it never changes what is delivered.
 
 use crate::primitives::time::Millis;
+use foldhash::HashMap;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -180,7 +180,11 @@ impl Health {
     pub fn record(&self, target: &str, error: Option<&str>, now: Millis) {
         let change = {
             let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-            let cell = map.entry(target.to_owned()).or_default();
+            // Found without a copy of the name once the target is known.
+            let cell = match map.get_mut(target) {
+                Some(cell) => cell,
+                None => map.entry(target.to_owned()).or_default(),
+            };
             match error {
                 Some(e) => cell.failed(now, e),
                 None => cell.delivered(now),

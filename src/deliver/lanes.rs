@@ -34,7 +34,7 @@ use crate::primitives::time::Millis;
 use crate::store::{DueDelivery, HandoffLease};
 use crate::target::Target;
 use arc_swap::ArcSwap;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -46,6 +46,8 @@ pub struct Lanes(Arc<Inner>);
 
 struct Inner {
     /// Replaced whole (copy on write) when a reload adds or renews a lane.
+    /// Looked up by target name for every new delivery row: foldhash
+    /// (Cargo.toml).
     lanes: ArcSwap<HashMap<String, Arc<Lane>>>,
     /// Serialises [`Lanes::renew`].
     renewing: Mutex<()>,

@@ -20,7 +20,7 @@
 
 use crate::primitives::time::Millis;
 use crate::store::Outbox;
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +35,8 @@ pub struct Leases(Arc<Inner>);
 
 struct Inner {
     /// Held rows. `std` mutex: every critical section is a map operation,
-    /// never held across an `.await`.
+    /// never held across an `.await`. Keyed by row id: foldhash
+    /// (Cargo.toml).
     held: Mutex<HashMap<i64, Arc<Held>>>,
     lease: Duration,
     heartbeat: Duration,
@@ -53,7 +54,7 @@ struct Held {
 impl Leases {
     pub fn new(lease: Duration, heartbeat: Duration) -> Self {
         Self(Arc::new(Inner {
-            held: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::default()),
             lease,
             heartbeat,
             base: Instant::now(),
@@ -128,7 +129,7 @@ impl Leases {
         .await
         .map_err(|_| RenewError::TimedOut)?
         .map_err(RenewError::Store)?;
-        let renewed: std::collections::HashSet<i64> = renewed.into_iter().collect();
+        let renewed: foldhash::HashSet<i64> = renewed.into_iter().collect();
         let deadline = self.deadline_after(taken);
         for (id, h) in &held {
             if renewed.contains(id) {

@@ -19,6 +19,7 @@ pub mod requests;
 pub use names::{AttemptClass, DeliveryOutcome, Failure, Layer, Outcome, RejectReason};
 
 use arc_swap::ArcSwap;
+use foldhash::HashMap as FastMap;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -76,7 +77,7 @@ struct SourceCells {
 /// the same atomics as the one it replaces.
 struct SourceCounters {
     cells: Arc<SourceCells>,
-    targets: HashMap<String, Arc<TargetCounters>>,
+    targets: FastMap<String, Arc<TargetCounters>>,
 }
 
 impl std::ops::Deref for SourceCounters {
@@ -97,7 +98,9 @@ impl SourceCounters {
 }
 
 /// Counters by source, replaced whole (copy on write) when a reload adds one.
-type SourceMap = HashMap<String, Arc<SourceCounters>>;
+/// Looked up on every request by a configured source's name: foldhash
+/// (Cargo.toml).
+type SourceMap = FastMap<String, Arc<SourceCounters>>;
 
 /// This instance's unflushed counts.
 pub struct Counters {
@@ -145,7 +148,7 @@ impl Counters {
             let mut sc = match known {
                 None => SourceCounters {
                     cells: Arc::default(),
-                    targets: HashMap::new(),
+                    targets: FastMap::default(),
                 },
                 Some(old) => old.grown(),
             };
@@ -168,23 +171,25 @@ impl Counters {
         let Some(s) = sources.get(source) else {
             return;
         };
-        let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
         // A handshake or ping is not an event received: counted apart.
         if outcome == Outcome::Answered {
-            add(Counter::Handshakes);
+            s.fixed[Counter::Handshakes as usize].fetch_add(1, Ordering::Relaxed);
             return;
         }
-        add(Counter::Received);
-        self.tally(source, outcome);
+        s.fixed[Counter::Received as usize].fetch_add(1, Ordering::Relaxed);
+        Self::count(s, outcome);
     }
 
     /// Counts what became of one more event of a request already counted
     /// as received (the further items of a split batch).
     pub fn tally(&self, source: &str, outcome: Outcome) {
-        let sources = self.sources.load();
-        let Some(s) = sources.get(source) else {
-            return;
-        };
+        if let Some(s) = self.sources.load().get(source) {
+            Self::count(s, outcome);
+        }
+    }
+
+    /// Counts `outcome` into a source's cells, found once by the caller.
+    fn count(s: &SourceCounters, outcome: Outcome) {
         let add = |c: Counter| s.fixed[c as usize].fetch_add(1, Ordering::Relaxed);
         match outcome {
             Outcome::New => {
@@ -428,24 +433,24 @@ struct TypeCounts(std::sync::Mutex<Types>);
 #[derive(Default)]
 struct Types {
     /// Counts since the last flush.
-    counts: HashMap<String, i64>,
+    counts: FastMap<String, i64>,
     /// Every name admitted so far (at most [`MAX_TYPES`]); kept across
     /// flushes, so the cap holds over all time, not per flush.
-    known: std::collections::HashSet<String>,
+    known: foldhash::HashSet<String>,
 }
 
 impl TypeCounts {
     fn add(&self, event_type: &str, n: i64) {
         let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let admitted = t.known.contains(event_type) || t.known.len() < MAX_TYPES;
-        let key = if admitted {
-            if !t.known.contains(event_type) {
-                t.known.insert(event_type.to_owned());
-            }
-            event_type
-        } else {
-            OTHER_TYPES
-        };
+        // Counted since the last flush: admitted already (a key of `counts`
+        // is an admitted name or OTHER_TYPES, which counts as itself).
+        if let Some(c) = t.counts.get_mut(event_type) {
+            *c += n;
+            return;
+        }
+        let admitted = t.known.contains(event_type)
+            || (t.known.len() < MAX_TYPES && t.known.insert(event_type.to_owned()));
+        let key = if admitted { event_type } else { OTHER_TYPES };
         *t.counts.entry(key.to_owned()).or_default() += n;
     }
 

@@ -12,8 +12,8 @@
 //! atomic store of the time.
 
 use super::{Layer, Outcome, RejectReason};
+use foldhash::HashMap;
 use metrics::{Counter, Gauge, Histogram};
-use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 /// The handles of one source.
@@ -84,7 +84,9 @@ impl SourceMetrics {
     }
 }
 
-/// Every configured source's handles.
+/// Every configured source's handles. Built from the config and only read
+/// after (a request's path names the source looked up): foldhash
+/// (Cargo.toml).
 pub struct RequestMetrics(HashMap<String, SourceMetrics>);
 
 impl RequestMetrics {

@@ -16,9 +16,9 @@ use crate::store::{
     AttemptRecord, DueDelivery, LeaseRequest, OnCommit, Outbox, RateGrant, StoreError, rows,
 };
 use async_trait::async_trait;
+use foldhash::HashSet;
 use sqlx::postgres::PgArguments;
 use sqlx::{PgConnection, Postgres, Row};
-use std::collections::HashSet;
 use std::sync::LazyLock;
 use tokio_util::sync::CancellationToken;
 

@@ -14,9 +14,9 @@ use crate::primitives::headers::JsonRows;
 use crate::primitives::time::Millis;
 use crate::store::event_log::{duplicate_of, first_occurrence, fresh_results};
 use crate::store::{LeasedRow, NewEvent, Recorded, StoreError, Written};
+use foldhash::{HashMap, HashMapExt};
 use sqlx::PgConnection;
 use sqlx::Row;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// An event's key, borrowed from the batch.

@@ -13,8 +13,8 @@ use crate::store::rows::{
 };
 use crate::store::{AttemptRecord, DueDelivery, LeaseRequest, Outbox, StoreError, rows};
 use async_trait::async_trait;
+use foldhash::{HashMap, HashSetExt};
 use sqlx::{Arguments, Connection, Database, Sqlite};
-use std::collections::HashMap;
 use std::sync::LazyLock;
 
 /// `?1` = target, `?2` = now, `?3` = lease until, `?4` = token, `?5` =
@@ -180,7 +180,7 @@ async fn finish_chunk(
 ) -> Result<Vec<bool>, StoreError> {
     // A row is leased to one attempt at a time, so a batch holds each id
     // once; were one there twice, the joined UPDATE would count it once.
-    let mut seen = std::collections::HashSet::with_capacity(chunk.len());
+    let mut seen = foldhash::HashSet::with_capacity(chunk.len());
     if !chunk.iter().all(|(id, _)| seen.insert(*id)) {
         let mut out = Vec::with_capacity(chunk.len());
         for one in chunk {

@@ -10,9 +10,9 @@ use crate::primitives::time::Millis;
 use crate::store::event_log::{duplicate_of, first_occurrence, fresh_results};
 use crate::store::rows::NEXT_SEQ_SQL;
 use crate::store::{LeasedRow, NewEvent, Recorded, StoreError, Written};
+use foldhash::HashMap;
 use sqlx::sqlite::SqliteConnection;
 use sqlx::{Connection, Sqlite, Transaction};
-use std::collections::HashMap;
 
 /// Rows of one multi-row event insert: 11 bound values each, far below
 /// SQLite's limit on variables in one statement.
