@@ -98,8 +98,8 @@ impl SourceCounters {
 }
 
 /// Counters by source, replaced whole (copy on write) when a reload adds one.
-/// Looked up on every request by a configured source's name: foldhash
-/// (Cargo.toml).
+/// Looked up on every request by the source its path names (a request
+/// never inserts): foldhash (Cargo.toml).
 type SourceMap = FastMap<String, Arc<SourceCounters>>;
 
 /// This instance's unflushed counts.
